@@ -1,0 +1,95 @@
+//! Batch buckets: a step of B streams runs at the smallest bucket >= B, padded with the dummy row.
+
+use crate::{Error, Result};
+
+/// A sorted, de-duplicated, non-empty set of bucket sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buckets(Vec<usize>);
+
+impl Buckets {
+    /// Validates and sorts the sizes; zero and an empty list are errors.
+    pub fn new(sizes: &[usize]) -> Result<Self> {
+        let mut v: Vec<usize> = sizes.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        if v.is_empty() || v[0] == 0 {
+            return Err(Error::config(
+                "Buckets::new",
+                format!("bucket sizes must be non-empty and positive, got {sizes:?}"),
+            ));
+        }
+        Ok(Self(v))
+    }
+
+    /// Parses a comma-separated list such as `1,2,4,8`.
+    pub fn parse(text: &str) -> Result<Self> {
+        let sizes = text
+            .split(',')
+            .map(|s| s.trim().parse::<usize>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::config("Buckets::parse", format!("`{text}`: {e}")))?;
+        Self::new(&sizes)
+    }
+
+    /// Keeps only the buckets below `cap`, plus `cap` itself as the largest bucket.
+    pub fn capped(&self, cap: usize) -> Result<Self> {
+        let mut v: Vec<usize> = self.0.iter().copied().filter(|&b| b < cap).collect();
+        v.push(cap);
+        Self::new(&v)
+    }
+
+    /// The bucket a batch of `batch` rows runs in.
+    pub fn pick(&self, batch: usize) -> Result<usize> {
+        self.0
+            .iter()
+            .copied()
+            .find(|&b| b >= batch)
+            .ok_or(Error::BatchTooLarge {
+                op: "Buckets::pick",
+                batch,
+                largest: self.largest(),
+            })
+    }
+
+    /// The largest bucket.
+    pub fn largest(&self) -> usize {
+        // The constructor guarantees at least one element.
+        self.0[self.0.len() - 1]
+    }
+
+    /// The sizes, ascending.
+    pub fn sizes(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_smallest_bucket_that_fits() {
+        let b = Buckets::new(&[8, 1, 4, 4]).unwrap();
+        assert_eq!(b.sizes(), &[1, 4, 8]);
+        assert_eq!(b.pick(1).unwrap(), 1);
+        assert_eq!(b.pick(2).unwrap(), 4);
+        assert_eq!(b.pick(8).unwrap(), 8);
+        assert!(matches!(
+            b.pick(9),
+            Err(Error::BatchTooLarge { largest: 8, .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_zero_and_empty() {
+        assert!(Buckets::new(&[]).is_err());
+        assert!(Buckets::new(&[0, 2]).is_err());
+        assert!(Buckets::parse("1,x").is_err());
+    }
+
+    #[test]
+    fn capping_keeps_the_cap_as_largest() {
+        let b = Buckets::parse("1,2,4,8,16").unwrap().capped(6).unwrap();
+        assert_eq!(b.sizes(), &[1, 2, 4, 6]);
+    }
+}

@@ -1,0 +1,18 @@
+//! Constants shared between crates.
+
+/// Sample rate of Mimi's PCM output, in Hz.
+pub const SAMPLE_RATE: u32 = 24_000;
+/// Samples in one decoded frame (80 ms at 24 kHz).
+pub const FRAME_SAMPLES: usize = 1920;
+/// Frames per second (12.5 Hz): one frame every 80 ms.
+pub const FRAME_MS: u64 = 80;
+/// The most codebooks a Mimi frame can carry.
+pub const MAX_CODEBOOKS: usize = 32;
+/// Code value that marks "no code for this codebook" in the codes staging buffer; a stream
+/// decoding with n_q < MAX_CODEBOOKS pads its row with it, and a latent stream fills its row.
+pub const NO_CODE: i32 = -1;
+/// Capacity of each per-slot KV ring: a power of two above the 250-token window plus the 2 tokens
+/// a frame writes, so that writing a frame never overwrites a key its own queries still need.
+pub const KV_RING: usize = 256;
+/// Default batch buckets: a step of B streams is padded with the dummy row to the next bucket.
+pub const DEFAULT_BUCKETS: &[usize] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];

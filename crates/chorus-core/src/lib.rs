@@ -1,0 +1,21 @@
+//! Chorus core: the vocabulary every other crate speaks.
+//!
+//! The model code (`chorus-mimi`) states *what* a decode step does as a sequence of calls into the
+//! [`Backend`] op set; each backend (`chorus-cpu`, `chorus-cuda`) decides *how*. A step is a
+//! *program*: a closure over backend ops that the CPU backend runs directly and the CUDA backend
+//! captures once per batch bucket into a graph and replays. Everything a program touches is
+//! allocated before the first step, so the step path neither allocates nor validates.
+
+pub mod backend;
+pub mod buckets;
+pub mod consts;
+pub mod decoder;
+pub mod error;
+pub mod host;
+
+pub use backend::*;
+pub use buckets::Buckets;
+pub use consts::*;
+pub use decoder::{Frame, FrameDecoder, FrameInput, StateBytes};
+pub use error::{Error, Result};
+pub use host::HostTensor;

@@ -1,0 +1,1 @@
+//! chorus-cpu (in progress).

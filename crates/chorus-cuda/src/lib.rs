@@ -1,0 +1,1 @@
+//! chorus-cuda (in progress).

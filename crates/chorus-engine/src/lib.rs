@@ -1,0 +1,1 @@
+//! chorus-engine (in progress).

@@ -1,0 +1,12 @@
+//! Mimi, decoder side: configuration, checkpoints in both layouts, load-time folding, and the
+//! slot decoder that runs a streaming decode step over any [`chorus_core::Backend`].
+//!
+//! Loading normalises both checkpoint layouts to [`weights::MimiWeights`] (HF names and shapes);
+//! [`prepare`] then derives the backend layouts once, and [`decoder::SlotDecoder`] owns the
+//! per-slot state and issues one program of ops per step.
+
+pub mod config;
+pub mod weights;
+
+pub use config::MimiConfig;
+pub use weights::MimiWeights;

@@ -1,0 +1,1 @@
+//! chorus-server (in progress).
