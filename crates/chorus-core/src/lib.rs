@@ -12,6 +12,7 @@ pub mod consts;
 pub mod decoder;
 pub mod error;
 pub mod host;
+pub mod npy;
 
 pub use backend::*;
 pub use buckets::Buckets;

@@ -6,7 +6,12 @@
 //! per-slot state and issues one program of ops per step.
 
 pub mod config;
+pub mod decoder;
+pub mod prepare;
+pub mod program;
+pub mod state;
 pub mod weights;
 
 pub use config::MimiConfig;
+pub use decoder::{DecoderOptions, SlotDecoder};
 pub use weights::MimiWeights;

@@ -1,0 +1,357 @@
+//! The slot decoder: `max_slots` independent streams, one program run per step.
+
+use crate::prepare::{prepare, PreparedWeights};
+use crate::program::{forward, Activations, StepShape};
+use crate::state::SlotState;
+use crate::MimiConfig;
+use chorus_core::{
+    Backend, Buckets, Error, Frame, FrameDecoder, FrameInput, Result, StagingDims, StateBytes,
+    FRAME_SAMPLES, NO_CODE,
+};
+
+/// How many streams and which buckets.
+#[derive(Clone, Debug)]
+pub struct DecoderOptions {
+    pub max_slots: usize,
+    /// Bucket sizes; those above `max_slots` are dropped and `max_slots` becomes the largest.
+    pub buckets: Buckets,
+}
+
+/// Decodes frames for up to `max_slots` streams, each with its own state row.
+pub struct SlotDecoder<B: Backend> {
+    be: B,
+    cfg: MimiConfig,
+    weights: PreparedWeights<B>,
+    state: SlotState<B>,
+    acts: Activations<B>,
+    buckets: Buckets,
+    /// One staging area per bucket, in bucket order.
+    staging: Vec<B::Staging>,
+    max_slots: usize,
+    state_bytes: StateBytes,
+    /// Step-stamped marks that detect a repeated slot without allocating.
+    seen: Vec<u64>,
+    stamp: u64,
+}
+
+const OP_NEW: &str = "SlotDecoder::new";
+const OP_STEP: &str = "SlotDecoder::step";
+
+impl<B: Backend> SlotDecoder<B> {
+    /// Uploads the weights, allocates state, activations and staging for every bucket.
+    pub fn from_weights(
+        be: B,
+        cfg: &MimiConfig,
+        weights: &crate::MimiWeights,
+        opts: DecoderOptions,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        if opts.max_slots == 0 {
+            return Err(Error::config(OP_NEW, "max_slots must be at least 1"));
+        }
+        let buckets = if opts.buckets.largest() > opts.max_slots {
+            opts.buckets.capped(opts.max_slots)?
+        } else {
+            opts.buckets.clone()
+        };
+        let prepared = prepare(&be, cfg, weights)?;
+        let mut state = SlotState::new(&be, cfg, &prepared, opts.max_slots)?;
+        let state_bytes = state.bytes_per_slot(&be);
+        let acts = Activations::new(&be, cfg, &prepared, buckets.largest())?;
+        let staging = buckets
+            .sizes()
+            .iter()
+            .map(|&rows| {
+                be.staging(StagingDims {
+                    rows,
+                    codebooks: cfg.num_quantizers,
+                    latent_dim: cfg.hidden_size,
+                    samples: FRAME_SAMPLES,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            be,
+            cfg: cfg.clone(),
+            weights: prepared,
+            state,
+            acts,
+            buckets,
+            staging,
+            max_slots: opts.max_slots,
+            state_bytes,
+            seen: vec![0; opts.max_slots],
+            stamp: 0,
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+
+    /// The buckets in use.
+    pub fn buckets(&self) -> &Buckets {
+        &self.buckets
+    }
+
+    /// The model configuration.
+    pub fn config(&self) -> &MimiConfig {
+        &self.cfg
+    }
+
+    /// Runs every bucket once on padding only, so that CUDA captures each graph before serving.
+    pub fn warmup(&mut self) -> Result<()> {
+        for i in 0..self.buckets.sizes().len() {
+            self.fill_padding(i, 0)?;
+            self.run_bucket(i)?;
+        }
+        Ok(())
+    }
+
+    /// Runs bucket `index` once more with the staging as it is (benchmarks).
+    pub fn replay_bucket(&mut self, index: usize) -> Result<()> {
+        self.run_bucket(index)
+    }
+
+    /// Decodes one frame of codes `[slots.len(), n_q]` (row-major) for each slot.
+    pub fn step_codes(&mut self, slots: &[usize], codes: &[u32], n_q: usize) -> Result<Vec<f32>> {
+        if n_q == 0 || codes.len() != slots.len() * n_q {
+            return Err(Error::input(
+                OP_STEP,
+                format!(
+                    "codes hold {} values, expected [{}, n_q >= 1] (n_q = {n_q})",
+                    codes.len(),
+                    slots.len()
+                ),
+            ));
+        }
+        let frames: Vec<Frame<'_>> = slots
+            .iter()
+            .zip(codes.chunks(n_q))
+            .map(|(&slot, c)| Frame {
+                slot,
+                input: FrameInput::Codes(c),
+            })
+            .collect();
+        let mut pcm = vec![0.0; slots.len() * FRAME_SAMPLES];
+        self.step(&frames, &mut pcm)?;
+        Ok(pcm)
+    }
+
+    /// Decodes one latent frame `[slots.len(), hidden]` for each slot.
+    pub fn step_latents(&mut self, slots: &[usize], latents: &[f32]) -> Result<Vec<f32>> {
+        let dim = self.cfg.hidden_size;
+        if latents.len() != slots.len() * dim {
+            return Err(Error::input(
+                OP_STEP,
+                format!(
+                    "latents hold {} values, expected [{}, {dim}]",
+                    latents.len(),
+                    slots.len()
+                ),
+            ));
+        }
+        let frames: Vec<Frame<'_>> = slots
+            .iter()
+            .zip(latents.chunks(dim))
+            .map(|(&slot, l)| Frame {
+                slot,
+                input: FrameInput::Latent(l),
+            })
+            .collect();
+        let mut pcm = vec![0.0; slots.len() * FRAME_SAMPLES];
+        self.step(&frames, &mut pcm)?;
+        Ok(pcm)
+    }
+
+    fn validate(&mut self, frames: &[Frame<'_>], pcm_len: usize) -> Result<()> {
+        if frames.is_empty() {
+            return Err(Error::input(OP_STEP, "a step needs at least one frame"));
+        }
+        if pcm_len != frames.len() * FRAME_SAMPLES {
+            return Err(Error::input(
+                OP_STEP,
+                format!(
+                    "pcm buffer holds {pcm_len} samples, expected {} x {FRAME_SAMPLES}",
+                    frames.len()
+                ),
+            ));
+        }
+        self.buckets.pick(frames.len())?;
+        self.stamp += 1;
+        for (row, f) in frames.iter().enumerate() {
+            if f.slot >= self.max_slots {
+                return Err(Error::UnknownSlot {
+                    op: OP_STEP,
+                    slot: f.slot,
+                    max_slots: self.max_slots,
+                });
+            }
+            if std::mem::replace(&mut self.seen[f.slot], self.stamp) == self.stamp {
+                return Err(Error::input(
+                    OP_STEP,
+                    format!("slot {} appears twice in one step", f.slot),
+                ));
+            }
+            match f.input {
+                FrameInput::Codes(c) => {
+                    if c.is_empty() || c.len() > self.cfg.num_quantizers {
+                        return Err(Error::input(
+                            OP_STEP,
+                            format!(
+                                "row {row}: {} codebooks, expected 1..={}",
+                                c.len(),
+                                self.cfg.num_quantizers
+                            ),
+                        ));
+                    }
+                    if let Some((q, &code)) = c
+                        .iter()
+                        .enumerate()
+                        .find(|(_, &v)| v as usize >= self.cfg.codebook_size)
+                    {
+                        return Err(Error::CodeOutOfRange {
+                            op: OP_STEP,
+                            row,
+                            codebook: q,
+                            code: code as i64,
+                            cardinality: self.cfg.codebook_size,
+                        });
+                    }
+                }
+                FrameInput::Latent(l) => {
+                    if l.len() != self.cfg.hidden_size {
+                        return Err(Error::input(
+                            OP_STEP,
+                            format!(
+                                "row {row}: latent of {} values, expected {}",
+                                l.len(),
+                                self.cfg.hidden_size
+                            ),
+                        ));
+                    }
+                    if let Some(i) = l.iter().position(|v| !v.is_finite()) {
+                        return Err(Error::input(
+                            OP_STEP,
+                            format!("row {row}: latent value {i} is not finite"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the padding rows `[from, rows)` of bucket `index`'s staging.
+    fn fill_padding(&mut self, index: usize, from: usize) -> Result<()> {
+        let (rows, nq, dim) = (
+            self.buckets.sizes()[index],
+            self.cfg.num_quantizers,
+            self.cfg.hidden_size,
+        );
+        let dummy = self.max_slots as i32;
+        let v = self.be.staging_view(&mut self.staging[index])?;
+        v.slots[from..rows].fill(dummy);
+        v.codes[from * nq..rows * nq].fill(NO_CODE);
+        v.latents[from * dim..rows * dim].fill(0.0);
+        Ok(())
+    }
+
+    fn run_bucket(&mut self, index: usize) -> Result<()> {
+        let shape = StepShape {
+            cfg: &self.cfg,
+            rows: self.buckets.sizes()[index],
+            dummy: self.max_slots,
+        };
+        let (w, st, a) = (&self.weights, &mut self.state, &mut self.acts);
+        let staging = &mut self.staging[index];
+        self.be
+            .run(index, &mut |be: &B| forward(be, &shape, w, st, a, staging))
+    }
+}
+
+impl<B: Backend> FrameDecoder for SlotDecoder<B> {
+    fn max_slots(&self) -> usize {
+        self.max_slots
+    }
+
+    fn largest_batch(&self) -> usize {
+        self.buckets.largest()
+    }
+
+    fn codebook_size(&self) -> usize {
+        self.cfg.codebook_size
+    }
+
+    fn max_codebooks(&self) -> usize {
+        self.cfg.num_quantizers
+    }
+
+    fn latent_dim(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn state_bytes(&self) -> StateBytes {
+        self.state_bytes
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}, {})",
+            self.be.name(),
+            self.be.precision().name(),
+            self.be.device_description()
+        )
+    }
+
+    fn step(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
+        self.validate(frames, pcm.len())?;
+        let n = frames.len();
+        // validate() checked that a bucket fits n, so the fallback is never taken.
+        let index = self
+            .buckets
+            .sizes()
+            .iter()
+            .position(|&b| b >= n)
+            .unwrap_or(0);
+        let (nq, dim) = (self.cfg.num_quantizers, self.cfg.hidden_size);
+        {
+            let v = self.be.staging_view(&mut self.staging[index])?;
+            for (r, f) in frames.iter().enumerate() {
+                v.slots[r] = f.slot as i32;
+                let codes = &mut v.codes[r * nq..(r + 1) * nq];
+                let latent = &mut v.latents[r * dim..(r + 1) * dim];
+                match f.input {
+                    FrameInput::Codes(c) => {
+                        for (dst, &src) in codes.iter_mut().zip(c) {
+                            *dst = src as i32;
+                        }
+                        codes[c.len()..].fill(NO_CODE);
+                        latent.fill(0.0);
+                    }
+                    FrameInput::Latent(l) => {
+                        codes.fill(NO_CODE);
+                        latent.copy_from_slice(l);
+                    }
+                }
+            }
+        }
+        self.fill_padding(index, n)?;
+        self.run_bucket(index)?;
+        let v = self.be.staging_view(&mut self.staging[index])?;
+        pcm.copy_from_slice(&v.pcm[..n * FRAME_SAMPLES]);
+        Ok(())
+    }
+
+    fn reset(&mut self, slot: usize) -> Result<()> {
+        if slot >= self.max_slots {
+            return Err(Error::UnknownSlot {
+                op: "SlotDecoder::reset",
+                slot,
+                max_slots: self.max_slots,
+            });
+        }
+        self.state.reset_row(&self.be, slot)
+    }
+}

@@ -1,0 +1,288 @@
+//! Load-time transforms from [`MimiWeights`] (HF layout) to the layouts the op set documents.
+//!
+//! Done once per decoder, never in a step: codebooks are folded through their output projection
+//! into one `[n_q, cardinality, hidden]` table, q/k/v are fused into one `[3*hidden, hidden]`
+//! matrix, and convolution kernels are made channels-last.
+
+use crate::weights::{ConvTrWeights, ConvWeights, MimiWeights, RvqWeights};
+use crate::MimiConfig;
+use chorus_core::{Backend, BufRole, Error, HostTensor, Result};
+use rayon::prelude::*;
+
+/// A causal convolution, channels-last.
+pub struct PreparedConv<B: Backend> {
+    /// `[c_out, kernel, c_in]`.
+    pub w: B::Buf,
+    pub bias: Option<B::Buf>,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: usize,
+    pub dilation: usize,
+}
+
+/// A transposed convolution, channels-last.
+pub struct PreparedConvTr<B: Backend> {
+    /// Dense `[c_in, kernel, c_out]`, depthwise `[c_out, kernel]`.
+    pub w: B::Buf,
+    pub bias: Option<B::Buf>,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub depthwise: bool,
+}
+
+/// One transformer layer.
+pub struct PreparedLayer<B: Backend> {
+    pub norm1_w: B::Buf,
+    pub norm1_b: B::Buf,
+    /// `[3*hidden, hidden]`: q, k, v rows.
+    pub qkv: B::Buf,
+    pub o: B::Buf,
+    pub scale1: B::Buf,
+    pub norm2_w: B::Buf,
+    pub norm2_b: B::Buf,
+    pub fc1: B::Buf,
+    pub fc2: B::Buf,
+    pub scale2: B::Buf,
+}
+
+/// One SEANet stage: transposed conv then residual blocks `(conv k, conv 1)`.
+pub struct PreparedStage<B: Backend> {
+    pub convtr: PreparedConvTr<B>,
+    pub resblocks: Vec<(PreparedConv<B>, PreparedConv<B>)>,
+}
+
+/// Every weight of the decoder, on the backend.
+pub struct PreparedWeights<B: Backend> {
+    /// `[n_q, cardinality, hidden]`.
+    pub table: B::Buf,
+    pub upsample: PreparedConvTr<B>,
+    pub layers: Vec<PreparedLayer<B>>,
+    pub conv_in: PreparedConv<B>,
+    pub stages: Vec<PreparedStage<B>>,
+    pub conv_out: PreparedConv<B>,
+}
+
+const OP: &str = "prepare";
+
+/// Transforms and uploads every weight.
+pub fn prepare<B: Backend>(
+    be: &B,
+    cfg: &MimiConfig,
+    w: &MimiWeights,
+) -> Result<PreparedWeights<B>> {
+    let table = fold_codebooks(cfg, w)?;
+    let upsample = prepare_convtr(be, &w.upsample, "upsample")?;
+    let layers = w
+        .transformer
+        .iter()
+        .map(|l| {
+            let qkv = concat_rows(&[&l.q_proj, &l.k_proj, &l.v_proj])?;
+            Ok(PreparedLayer {
+                norm1_w: up(be, &l.input_layernorm_weight)?,
+                norm1_b: up(be, &l.input_layernorm_bias)?,
+                qkv: be.upload(&qkv, BufRole::Weight)?,
+                o: up(be, &l.o_proj)?,
+                scale1: up(be, &l.self_attn_layer_scale)?,
+                norm2_w: up(be, &l.post_attention_layernorm_weight)?,
+                norm2_b: up(be, &l.post_attention_layernorm_bias)?,
+                fc1: up(be, &l.fc1)?,
+                fc2: up(be, &l.fc2)?,
+                scale2: up(be, &l.mlp_layer_scale)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let stages = w
+        .decoder
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let convtr = prepare_convtr(be, &s.convtr, &format!("decoder stage {i}"))?;
+            let resblocks = s
+                .resblocks
+                .iter()
+                .map(|r| Ok((prepare_conv(be, &r.conv1)?, prepare_conv(be, &r.conv2)?)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(PreparedStage { convtr, resblocks })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(PreparedWeights {
+        table: be.upload(&table.data, BufRole::Weight)?,
+        upsample,
+        layers,
+        conv_in: prepare_conv(be, &w.decoder.conv_in)?,
+        stages,
+        conv_out: prepare_conv(be, &w.decoder.conv_out)?,
+    })
+}
+
+fn up<B: Backend>(be: &B, t: &HostTensor) -> Result<B::Buf> {
+    be.upload(&t.data, BufRole::Weight)
+}
+
+fn concat_rows(parts: &[&HostTensor]) -> Result<Vec<f32>> {
+    let cols = parts[0].shape.get(1).copied().unwrap_or(0);
+    let mut out = Vec::new();
+    for p in parts {
+        if p.shape.len() != 2 || p.shape[1] != cols {
+            return Err(Error::Shape {
+                op: OP,
+                name: "q/k/v projection".into(),
+                expected: vec![p.shape.first().copied().unwrap_or(0), cols],
+                found: p.shape.clone(),
+            });
+        }
+        out.extend_from_slice(&p.data);
+    }
+    Ok(out)
+}
+
+fn prepare_conv<B: Backend>(be: &B, c: &ConvWeights) -> Result<PreparedConv<B>> {
+    let [c_out, c_in, kernel] = dims3(&c.weight, "conv weight")?;
+    let w = c.weight.permute(&[0, 2, 1])?;
+    Ok(PreparedConv {
+        w: be.upload(&w.data, BufRole::Weight)?,
+        bias: c.bias.as_ref().map(|b| up(be, b)).transpose()?,
+        c_in,
+        c_out,
+        kernel,
+        dilation: c.dilation,
+    })
+}
+
+fn prepare_convtr<B: Backend>(be: &B, c: &ConvTrWeights, name: &str) -> Result<PreparedConvTr<B>> {
+    let [c_in, per_group, kernel] = dims3(&c.weight, name)?;
+    let depthwise = c.groups > 1;
+    if depthwise && (c.groups != c_in || per_group != 1) {
+        return Err(Error::config(
+            OP,
+            format!("{name}: only dense or depthwise transposed convs are supported (groups {}, weight {:?})", c.groups, c.weight.shape),
+        ));
+    }
+    if kernel <= c.stride || kernel > 2 * c.stride {
+        return Err(Error::config(
+            OP,
+            format!(
+                "{name}: kernel {kernel} must be in (stride, 2*stride] for stride {}",
+                c.stride
+            ),
+        ));
+    }
+    let (w, c_out) = if depthwise {
+        (c.weight.data.clone(), c_in)
+    } else {
+        (c.weight.permute(&[0, 2, 1])?.data, per_group)
+    };
+    Ok(PreparedConvTr {
+        w: be.upload(&w, BufRole::Weight)?,
+        bias: c.bias.as_ref().map(|b| up(be, b)).transpose()?,
+        c_in,
+        c_out,
+        kernel,
+        stride: c.stride,
+        depthwise,
+    })
+}
+
+fn dims3(t: &HostTensor, name: &str) -> Result<[usize; 3]> {
+    match t.shape[..] {
+        [a, b, c] => Ok([a, b, c]),
+        _ => Err(Error::Shape {
+            op: OP,
+            name: name.into(),
+            expected: vec![0, 0, 0],
+            found: t.shape.clone(),
+        }),
+    }
+}
+
+/// `table[q, c, :] = output_proj(q) @ codebook_q[c]`: the quantizer's decode for one code,
+/// so that a frame's latent is a sum of table rows (transformers `MimiSplitResidualVectorQuantizer.decode`).
+pub fn fold_codebooks(cfg: &MimiConfig, w: &MimiWeights) -> Result<HostTensor> {
+    let (card, hidden) = (cfg.codebook_size, cfg.hidden_size);
+    let halves: Vec<(&RvqWeights, &HostTensor)> = w
+        .semantic
+        .codebooks
+        .iter()
+        .map(|c| (&w.semantic, c))
+        .chain(w.acoustic.codebooks.iter().map(|c| (&w.acoustic, c)))
+        .collect();
+    if halves.len() != cfg.num_quantizers {
+        return Err(Error::config(
+            OP,
+            format!(
+                "{} codebooks loaded, the configuration has {}",
+                halves.len(),
+                cfg.num_quantizers
+            ),
+        ));
+    }
+    let mut table = vec![0f32; cfg.num_quantizers * card * hidden];
+    table
+        .par_chunks_mut(card * hidden)
+        .zip(halves.par_iter())
+        .try_for_each(|(dst, (rvq, book))| {
+            book.expect_shape(OP, "codebook", &[card, cfg.codebook_dim])?;
+            rvq.output_proj
+                .expect_shape(OP, "output_proj", &[hidden, cfg.codebook_dim])?;
+            project(
+                dst,
+                &book.data,
+                &rvq.output_proj.data,
+                [card, hidden, cfg.codebook_dim],
+            );
+            Ok::<(), Error>(())
+        })?;
+    HostTensor::new(vec![cfg.num_quantizers, card, hidden], table)
+}
+
+/// `dst[m, n] = sum_k a[m, k] * b[n, k]` for row-major `a [m, k]`, `b [n, k]`, `dst [m, n]`.
+fn project(dst: &mut [f32], a: &[f32], b: &[f32], [m, n, k]: [usize; 3]) {
+    // SAFETY: the callers checked a = [m, k], b = [n, k] and dst = [m, n] (row-major), so every
+    // strided access below stays inside its slice, and dst does not alias a or b.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_matches_a_naive_product() {
+        let (m, n, k) = (3, 4, 5);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect();
+        let mut dst = vec![0f32; m * n];
+        project(&mut dst, &a, &b, [m, n, k]);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f32 = (0..k).map(|x| a[i * k + x] * b[j * k + x]).sum();
+                assert!((dst[i * n + j] - want).abs() < 1e-5, "{i},{j}");
+            }
+        }
+    }
+}

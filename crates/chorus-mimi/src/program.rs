@@ -1,0 +1,335 @@
+//! The decode step as a program of backend ops, and the activation buffers it runs over.
+//!
+//! Activations are sized for the largest bucket and shared by every bucket (a smaller bucket
+//! uses a prefix), so the memory of a decoder is one largest-bucket step plus the slot state.
+
+use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
+use crate::state::{SlotState, StateBuf};
+use crate::MimiConfig;
+use chorus_core::{
+    AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
+    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result, KV_RING,
+};
+
+/// Buffers of one SEANet stage.
+pub struct StageActs<B: Backend> {
+    /// `[rows, time, c]`: transposed-conv output, then each residual block's output.
+    pub up: B::Buf,
+    pub hidden: B::Buf,
+    pub out: Vec<B::Buf>,
+    /// Time steps per row after this stage.
+    pub time: usize,
+}
+
+/// Every intermediate of one step, for `rows` rows.
+pub struct Activations<B: Backend> {
+    pub slots: B::Ints,
+    pub codes: B::Ints,
+    pub latents: B::Buf,
+    pub emb: B::Buf,
+    /// Transformer residual stream `[rows * frame_tokens, hidden]`.
+    pub h: B::Buf,
+    pub norm: B::Buf,
+    pub qkv: B::Buf,
+    pub attn: B::Buf,
+    pub proj: B::Buf,
+    pub mlp: B::Buf,
+    pub conv_in: B::Buf,
+    pub stages: Vec<StageActs<B>>,
+    pub pcm: B::Buf,
+}
+
+impl<B: Backend> Activations<B> {
+    /// Allocates buffers for up to `rows` rows.
+    pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedWeights<B>, rows: usize) -> Result<Self> {
+        let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
+        let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
+        let mut time = tok;
+        let mut stages = Vec::with_capacity(w.stages.len());
+        for s in &w.stages {
+            time *= s.convtr.stride;
+            let c = s.convtr.c_out;
+            let hidden_c = s.resblocks.first().map_or(0, |(c1, _)| c1.c_out);
+            stages.push(StageActs {
+                up: a(time * c)?,
+                hidden: a(time * hidden_c)?,
+                out: (0..s.resblocks.len())
+                    .map(|_| a(time * c))
+                    .collect::<Result<Vec<_>>>()?,
+                time,
+            });
+        }
+        Ok(Self {
+            slots: be.ints(rows, 0)?,
+            codes: be.ints(rows * cfg.num_quantizers, 0)?,
+            latents: a(hid)?,
+            emb: a(hid)?,
+            h: a(tok * hid)?,
+            norm: a(tok * hid)?,
+            qkv: a(tok * 3 * hid)?,
+            attn: a(tok * hid)?,
+            proj: a(tok * hid)?,
+            mlp: a(tok * cfg.intermediate_size)?,
+            conv_in: a(tok * w.conv_in.c_out)?,
+            stages,
+            pcm: a(time * w.conv_out.c_out)?,
+        })
+    }
+}
+
+/// What one program run needs besides buffers.
+pub struct StepShape<'c> {
+    pub cfg: &'c MimiConfig,
+    pub rows: usize,
+    pub dummy: usize,
+}
+
+/// Runs (or records) one decode step for `shape.rows` rows.
+pub fn forward<B: Backend>(
+    be: &B,
+    shape: &StepShape<'_>,
+    w: &PreparedWeights<B>,
+    st: &mut SlotState<B>,
+    a: &mut Activations<B>,
+    staging: &mut B::Staging,
+) -> Result<()> {
+    let (cfg, rows) = (shape.cfg, shape.rows);
+    let hid = cfg.hidden_size;
+    be.stage_in(staging, &mut a.slots, &mut a.codes, &mut a.latents)?;
+    be.embed_codes(EmbedArgs {
+        codes: &a.codes,
+        table: &w.table,
+        latents: &a.latents,
+        out: &mut a.emb,
+        rows,
+        codebooks: cfg.num_quantizers,
+        cardinality: cfg.codebook_size,
+        dim: hid,
+    })?;
+    convtr(
+        be,
+        &w.upsample,
+        &mut st.upsample,
+        &a.slots,
+        (&a.emb, &mut a.h),
+        (rows, 1, false),
+    )?;
+    transformer(be, shape, w, st, a)?;
+    let tok = cfg.frame_tokens();
+    conv(
+        be,
+        &w.conv_in,
+        st.conv_in.as_mut(),
+        &a.slots,
+        (&a.h, &mut a.conv_in, None),
+        (rows, tok, false),
+    )?;
+    let mut time = tok;
+    for (i, stage_w) in w.stages.iter().enumerate() {
+        let (done, rest) = a.stages.split_at_mut(i);
+        let input = match done.last() {
+            Some(prev) => prev.out.last().unwrap_or(&prev.up),
+            None => &a.conv_in,
+        };
+        let sa = &mut rest[0];
+        convtr(
+            be,
+            &stage_w.convtr,
+            &mut st.stage_tails[i],
+            &a.slots,
+            (input, &mut sa.up),
+            (rows, time, true),
+        )?;
+        time = sa.time;
+        for (j, (c1, c2)) in stage_w.resblocks.iter().enumerate() {
+            let (before, after) = sa.out.split_at_mut(j);
+            let x = before.last().unwrap_or(&sa.up);
+            let hist = st.res_history[i][j].as_mut();
+            conv(
+                be,
+                c1,
+                hist,
+                &a.slots,
+                (x, &mut sa.hidden, None),
+                (rows, time, true),
+            )?;
+            conv(
+                be,
+                c2,
+                None,
+                &a.slots,
+                (&sa.hidden, &mut after[0], Some(x)),
+                (rows, time, true),
+            )?;
+        }
+    }
+    let last = a
+        .stages
+        .last()
+        .map_or(&a.conv_in, |s| s.out.last().unwrap_or(&s.up));
+    conv(
+        be,
+        &w.conv_out,
+        st.conv_out.as_mut(),
+        &a.slots,
+        (last, &mut a.pcm, None),
+        (rows, time, true),
+    )?;
+    be.stage_out(&a.pcm, staging)
+}
+
+fn transformer<B: Backend>(
+    be: &B,
+    shape: &StepShape<'_>,
+    w: &PreparedWeights<B>,
+    st: &mut SlotState<B>,
+    a: &mut Activations<B>,
+) -> Result<()> {
+    let cfg = shape.cfg;
+    let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
+    let n = shape.rows * tok;
+    let geom = AttentionGeom {
+        rows: shape.rows,
+        time: tok,
+        heads: cfg.num_attention_heads,
+        head_dim: cfg.head_dim(),
+        ring: KV_RING,
+        window: cfg.sliding_window,
+        rope_theta: cfg.rope_theta() as f32,
+    };
+    let eps = cfg.norm_eps as f32;
+    for (l, kv) in w.layers.iter().zip(st.kv.iter_mut()) {
+        be.layer_norm(LayerNormArgs {
+            x: &a.h,
+            gamma: &l.norm1_w,
+            beta: &l.norm1_b,
+            out: &mut a.norm,
+            n,
+            dim: hid,
+            eps,
+        })?;
+        be.linear(LinearArgs {
+            x: &a.norm,
+            w: &l.qkv,
+            out: &mut a.qkv,
+            n,
+            k: hid,
+            m: 3 * hid,
+        })?;
+        be.attention(AttentionArgs {
+            qkv: &a.qkv,
+            kv: &mut kv.buf,
+            tokens: &st.tokens,
+            slots: &a.slots,
+            out: &mut a.attn,
+            geom,
+        })?;
+        be.linear(LinearArgs {
+            x: &a.attn,
+            w: &l.o,
+            out: &mut a.proj,
+            n,
+            k: hid,
+            m: hid,
+        })?;
+        be.scale_add(&mut a.h, &a.proj, &l.scale1, n, hid)?;
+        be.layer_norm(LayerNormArgs {
+            x: &a.h,
+            gamma: &l.norm2_w,
+            beta: &l.norm2_b,
+            out: &mut a.norm,
+            n,
+            dim: hid,
+            eps,
+        })?;
+        let inter = cfg.intermediate_size;
+        be.linear(LinearArgs {
+            x: &a.norm,
+            w: &l.fc1,
+            out: &mut a.mlp,
+            n,
+            k: hid,
+            m: inter,
+        })?;
+        be.gelu(&mut a.mlp, n * inter)?;
+        be.linear(LinearArgs {
+            x: &a.mlp,
+            w: &l.fc2,
+            out: &mut a.proj,
+            n,
+            k: inter,
+            m: hid,
+        })?;
+        be.scale_add(&mut a.h, &a.proj, &l.scale2, n, hid)?;
+    }
+    be.advance_tokens(
+        &mut st.tokens,
+        &a.slots,
+        shape.rows,
+        tok as i32,
+        shape.dummy,
+    )
+}
+
+/// `(input, output, residual)` of a convolution.
+type ConvIo<'a, B> = (
+    &'a <B as Backend>::Buf,
+    &'a mut <B as Backend>::Buf,
+    Option<&'a <B as Backend>::Buf>,
+);
+
+fn conv<B: Backend>(
+    be: &B,
+    c: &PreparedConv<B>,
+    state: Option<&mut StateBuf<B>>,
+    slots: &B::Ints,
+    (x, out, residual): ConvIo<'_, B>,
+    (rows, time, elu_input): (usize, usize, bool),
+) -> Result<()> {
+    be.conv1d(Conv1dArgs {
+        x,
+        w: &c.w,
+        bias: c.bias.as_ref(),
+        state: state.map(|s| &mut s.buf),
+        slots,
+        residual,
+        out,
+        geom: Conv1dGeom {
+            rows,
+            time,
+            c_in: c.c_in,
+            c_out: c.c_out,
+            kernel: c.kernel,
+            dilation: c.dilation,
+            elu_input,
+        },
+    })
+}
+
+fn convtr<B: Backend>(
+    be: &B,
+    c: &PreparedConvTr<B>,
+    state: &mut StateBuf<B>,
+    slots: &B::Ints,
+    (x, out): (&B::Buf, &mut B::Buf),
+    (rows, time, elu_input): (usize, usize, bool),
+) -> Result<()> {
+    be.conv_tr1d(ConvTr1dArgs {
+        x,
+        w: &c.w,
+        bias: c.bias.as_ref(),
+        state: &mut state.buf,
+        slots,
+        out,
+        geom: ConvTr1dGeom {
+            rows,
+            time,
+            c_in: c.c_in,
+            c_out: c.c_out,
+            kernel: c.kernel,
+            stride: c.stride,
+            depthwise: c.depthwise,
+            elu_input,
+        },
+    })
+}
