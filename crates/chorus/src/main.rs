@@ -1,1 +1,47 @@
-fn main() {}
+//! The `chorus` command line: decode Mimi codes to audio, inspect models, benchmark backends,
+//! serve streams over WebSocket and load-test a server.
+
+mod audio_out;
+mod bench;
+mod codes_file;
+mod decode;
+mod device;
+mod info;
+
+use anyhow::{Context, Result};
+use chorus_mimi::checkpoint::LoadedModel;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "chorus", version, about = "Streaming Mimi decoding for many concurrent streams")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Decode a codes file to WAV or .npy.
+    Decode(decode::DecodeArgs),
+    /// Print a model's configuration, layout, parameter count and state size.
+    Info(info::InfoArgs),
+    /// Benchmark decoding throughput per batch size.
+    Bench(bench::BenchArgs),
+}
+
+/// Loads a model, saying so when the weights are random.
+pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
+    let model = chorus_mimi::checkpoint::load_model(spec).with_context(|| format!("loading model `{spec}`"))?;
+    if model.is_random() {
+        eprintln!("warning: `--model random` uses random weights: its output is noise");
+    }
+    Ok(model)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Decode(a) => decode::run(a),
+        Command::Info(a) => info::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}

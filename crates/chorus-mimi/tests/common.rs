@@ -1,0 +1,89 @@
+//! Shared helpers of the decoder tests.
+#![allow(dead_code)]
+
+use chorus_core::{Buckets, FRAME_SAMPLES};
+use chorus_cpu::CpuBackend;
+use chorus_mimi::checkpoint::LoadedModel;
+use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
+use std::sync::OnceLock;
+
+/// A small model of the real topology (1920 samples per frame) with a 10-token window, so that
+/// window and ring behaviour show within a few frames.
+pub fn tiny_config() -> MimiConfig {
+    MimiConfig {
+        hidden_size: 64,
+        num_filters: 8,
+        codebook_dim: 16,
+        num_hidden_layers: 2,
+        intermediate_size: 128,
+        num_attention_heads: 4,
+        num_key_value_heads: 4,
+        upsample_groups: 64,
+        sliding_window: 10,
+        ..MimiConfig::default()
+    }
+}
+
+pub fn tiny_model() -> &'static LoadedModel {
+    static MODEL: OnceLock<LoadedModel> = OnceLock::new();
+    MODEL.get_or_init(|| chorus_mimi::random::random_model(&tiny_config(), 7).unwrap())
+}
+
+pub fn decoder(model: &LoadedModel, max_slots: usize, buckets: &[usize]) -> SlotDecoder<CpuBackend> {
+    let opts = DecoderOptions {
+        max_slots,
+        buckets: Buckets::new(buckets).unwrap(),
+    };
+    SlotDecoder::from_weights(CpuBackend::new(None).unwrap(), &model.config, &model.weights, opts).unwrap()
+}
+
+/// Deterministic codes `[frames][n_q]` for a stream.
+pub fn codes(stream: u64, frames: usize, n_q: usize) -> Vec<Vec<u32>> {
+    let mut x = stream.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..frames)
+        .map(|_| {
+            (0..n_q)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 2048) as u32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A stream decoded alone, frame by frame, in a fresh decoder.
+pub fn alone(model: &LoadedModel, frames: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    let mut d = decoder(model, 1, &[1]);
+    frames
+        .iter()
+        .map(|c| d.step_codes(&[0], c, c.len()).unwrap())
+        .collect()
+}
+
+/// Relative L2 error of `got` against `want`.
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut num, mut den) = (0f64, 0f64);
+    for (g, w) in got.iter().zip(want) {
+        num += (*g as f64 - *w as f64).powi(2);
+        den += (*w as f64).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Frame `i` of a multi-row PCM buffer.
+pub fn row(pcm: &[f32], i: usize) -> &[f32] {
+    &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES]
+}
+
+/// Tolerance for "the same frame": batching may change GEMM blocking, never the maths.
+pub const SAME: f64 = 1e-5;
+
+pub fn assert_same(got: &[f32], want: &[f32], what: &str) {
+    let e = rel_l2(got, want);
+    assert!(e <= SAME, "{what}: relative L2 {e:e} > {SAME:e}");
+    assert!(want.iter().any(|v| v.abs() > 1e-6), "{what}: reference is silent");
+}

@@ -1,0 +1,96 @@
+//! `chorus decode`: a codes file to WAV or `.npy`.
+
+use crate::audio_out::{write_streams, WavFormat};
+use crate::codes_file::read_codes;
+use crate::device::{open_decoder, DecoderSpec, DeviceKind};
+use anyhow::Result;
+use chorus_core::{Buckets, Frame, FrameInput, Precision, FRAME_SAMPLES};
+use std::path::PathBuf;
+
+/// Frames above which a progress bar is drawn.
+const PROGRESS_MIN_FRAMES: usize = 64;
+
+#[derive(clap::Args, Debug)]
+pub struct DecodeArgs {
+    /// Model: `kyutai/mimi` (HF repo id), a directory, a `.safetensors` file, or `random`.
+    #[arg(long, default_value = "kyutai/mimi")]
+    pub model: String,
+    /// Codes: `.npy` integer array `[n_q, T]` or `[B, n_q, T]`, or `.safetensors`.
+    #[arg(long)]
+    pub codes: PathBuf,
+    /// Output: `.wav` (one file per stream) or `.npy` (float32 `[B, samples]`).
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceKind,
+    /// `f32` or `bf16` (CUDA only).
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
+    /// Write 32-bit float WAV instead of 16-bit.
+    #[arg(long)]
+    pub float: bool,
+}
+
+pub fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    Precision::parse(s).map_err(|e| e.to_string())
+}
+
+pub fn run(args: DecodeArgs) -> Result<()> {
+    let model = crate::load(&args.model)?;
+    let batch = read_codes(&args.codes, model.config.codebook_size, model.config.num_quantizers)?;
+    let spec = DecoderSpec {
+        device: args.device,
+        precision: args.precision,
+        max_slots: batch.streams,
+        buckets: Buckets::new(&[batch.streams])?,
+        threads: None,
+    };
+    let mut dec = open_decoder(&model, &spec)?;
+    eprintln!(
+        "decoding {} stream(s) x {} frames, n_q = {} on {}",
+        batch.streams,
+        batch.frames,
+        batch.n_q,
+        dec.describe()
+    );
+    let bar = progress(batch.frames);
+    let mut streams = vec![Vec::with_capacity(batch.frames * FRAME_SAMPLES); batch.streams];
+    let mut frame_codes = vec![Vec::new(); batch.streams];
+    let mut pcm = vec![0f32; batch.streams * FRAME_SAMPLES];
+    for t in 0..batch.frames {
+        for (s, codes) in frame_codes.iter_mut().enumerate() {
+            batch.frame(s, t, codes);
+        }
+        let frames: Vec<Frame<'_>> = frame_codes
+            .iter()
+            .enumerate()
+            .map(|(slot, c)| Frame { slot, input: FrameInput::Codes(c) })
+            .collect();
+        dec.step(&frames, &mut pcm)?;
+        for (s, out) in streams.iter_mut().enumerate() {
+            out.extend_from_slice(&pcm[s * FRAME_SAMPLES..(s + 1) * FRAME_SAMPLES]);
+        }
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let format = if args.float { WavFormat::Float32 } else { WavFormat::Pcm16 };
+    for p in write_streams(&args.out, &streams, format)? {
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn progress(frames: usize) -> Option<indicatif::ProgressBar> {
+    if frames < PROGRESS_MIN_FRAMES {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(frames as u64);
+    let style = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} frames {per_sec} eta {eta}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}
