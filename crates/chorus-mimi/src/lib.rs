@@ -5,10 +5,12 @@
 //! [`prepare`] then derives the backend layouts once, and [`decoder::SlotDecoder`] owns the
 //! per-slot state and issues one program of ops per step.
 
+pub mod checkpoint;
 pub mod config;
 pub mod decoder;
 pub mod prepare;
 pub mod program;
+pub mod random;
 pub mod state;
 pub mod weights;
 

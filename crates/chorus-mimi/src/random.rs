@@ -1,0 +1,174 @@
+//! Seeded random weights of the real architecture, bit-identical to `tools/fixtures/weightgen.py`.
+//!
+//! Element `i` of the tensor called `name` is a pure function of `(seed, name, i)`: splitmix64
+//! (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", OOPSLA 2014) run at
+//! counter `i + 1` from a per-tensor key `mix64(seed ^ fnv1a64(name))`. The top 24 bits map exactly
+//! to a uniform f32 in [-1, 1), then `value = u * scale + offset` in f32 (two roundings, no FMA),
+//! so numpy reproduces every bit with vectorised uint64 arithmetic. Scales keep the decoded PCM
+//! well-conditioned: variance-preserving fan-in scaling, layer norms near 1, small layer scales,
+//! cluster usage in [0.5, 1.5).
+
+use chorus_core::{HostTensor, Result};
+
+use crate::checkpoint::hf_layout::{build_weights, decoder_tensor_specs, seanet_plan};
+use crate::checkpoint::kyutai_layout::hf_to_kyutai_name;
+use crate::checkpoint::source::MemorySource;
+use crate::checkpoint::{parameter_count, Layout, LoadedModel};
+use crate::config::MimiConfig;
+
+/// Seed of the `random` model spec.
+pub const RANDOM_MODEL_SEED: u64 = 0x6d69_6d69_2d72_6e64;
+/// splitmix64's increment (the golden ratio in 64-bit fixed point).
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+/// Bits of each 64-bit draw kept for the uniform value (exact in f32).
+const UNIFORM_BITS: u32 = 24;
+/// Gain of a residual block's last conv, so that each identity skip grows the signal gently.
+const RESBLOCK_OUT_GAIN: f64 = 0.5;
+
+/// FNV-1a over the bytes of `s`.
+pub fn fnv1a64(s: &str) -> u64 {
+    s.bytes().fold(FNV_OFFSET, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+    })
+}
+
+/// splitmix64's output function.
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `n` uniform values in [-1, 1) for tensor `name`.
+pub fn uniform(seed: u64, name: &str, n: usize) -> Vec<f32> {
+    let key = mix64(seed ^ fnv1a64(name));
+    let half = 1i32 << (UNIFORM_BITS - 1);
+    let step = 1.0f32 / half as f32;
+    (0..n as u64)
+        .map(|i| {
+            let z = mix64(key.wrapping_add((i + 1).wrapping_mul(GAMMA)));
+            ((z >> (64 - UNIFORM_BITS)) as i32 - half) as f32 * step
+        })
+        .collect()
+}
+
+/// How one tensor is drawn: `u * scale + offset`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Init {
+    pub scale: f32,
+    pub offset: f32,
+}
+
+/// The init of a decoder-side HF tensor, chosen by its role (name) and fan-in (shape).
+pub fn init_for(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> Init {
+    let fixed = |scale: f32, offset: f32| Init { scale, offset };
+    if hf_name.ends_with("codebook.embed_sum") {
+        return fixed(1.0, 0.0);
+    }
+    if hf_name.ends_with("codebook.cluster_usage") {
+        return fixed(0.5, 1.0);
+    }
+    if hf_name.ends_with("layernorm.weight") {
+        return fixed(0.1, 1.0);
+    }
+    if hf_name.ends_with("layernorm.bias") {
+        return fixed(0.1, 0.0);
+    }
+    if hf_name.ends_with("layer_scale.scale") {
+        return fixed(0.05, 0.1);
+    }
+    if hf_name.ends_with(".bias") {
+        return fixed(0.05, 0.0);
+    }
+    let fan_in = fan_in(c, hf_name, shape);
+    let gain = if hf_name.contains(".block.3.") {
+        RESBLOCK_OUT_GAIN
+    } else {
+        1.0
+    };
+    // Uniform [-a, a) has variance a^2 / 3: a = sqrt(3 / fan_in) preserves unit variance.
+    fixed((gain * (3.0 / fan_in as f64).sqrt()) as f32, 0.0)
+}
+
+/// Inputs summed into one output: transposed convs see `c_in / groups * kernel / stride` taps.
+fn fan_in(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> usize {
+    let convtr_stride = if hf_name == "upsample.conv.weight" {
+        Some(c.compress)
+    } else {
+        seanet_plan(c)
+            .stages
+            .iter()
+            .find(|s| hf_name == format!("decoder.layers.{}.conv.weight", s.convtr.0))
+            .map(|s| s.convtr.4)
+    };
+    match (convtr_stride, shape) {
+        (Some(stride), [c_in, _, k]) => {
+            let groups = if hf_name.starts_with("upsample") {
+                c.upsample_groups
+            } else {
+                1
+            };
+            (c_in / groups * k / stride).max(1)
+        }
+        (_, [_, c_in, k]) => c_in * k,
+        (_, [_, c_in]) => *c_in,
+        _ => 1,
+    }
+}
+
+/// Draws one tensor.
+pub fn random_tensor(seed: u64, name: &str, shape: Vec<usize>, init: Init) -> HostTensor {
+    let n = shape.iter().product();
+    let mut data = uniform(seed, name, n);
+    for x in &mut data {
+        *x = *x * init.scale + init.offset;
+    }
+    HostTensor { shape, data }
+}
+
+/// Raw decoder-side checkpoint tensors in `layout` (the `Random` layout uses HF names).
+///
+/// Each layout is drawn under its own names: an original-layout file holds a fused
+/// `in_proj_weight` drawn as one tensor, so loading it exercises the q/k permutation.
+pub fn random_tensors(c: &MimiConfig, seed: u64, layout: Layout) -> Vec<(String, HostTensor)> {
+    let specs = decoder_tensor_specs(c);
+    let mut out = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let init = init_for(c, &spec.name, &spec.shape);
+        let (name, shape) = match layout {
+            Layout::HuggingFace | Layout::Random => (spec.name, spec.shape),
+            Layout::Kyutai => {
+                if spec.name.ends_with(".k_proj.weight") || spec.name.ends_with(".v_proj.weight") {
+                    continue;
+                }
+                match spec.name.strip_suffix("q_proj.weight") {
+                    Some(stem) => (
+                        hf_to_kyutai_name(c, &format!("{stem}in_proj_weight")),
+                        vec![3 * spec.shape[0], spec.shape[1]],
+                    ),
+                    None => (hf_to_kyutai_name(c, &spec.name), spec.shape),
+                }
+            }
+        };
+        let t = random_tensor(seed, &name, shape, init);
+        out.push((name, t));
+    }
+    out
+}
+
+/// A model of the real architecture with seeded random weights, normalised by the same code as
+/// an HF checkpoint. Its output is noise.
+pub fn random_model(c: &MimiConfig, seed: u64) -> Result<LoadedModel> {
+    let source = format!("random weights (seed {seed:#x}): decoded audio is noise");
+    let tensors = random_tensors(c, seed, Layout::HuggingFace);
+    let weights = build_weights(c, &MemorySource::new(source.clone(), tensors))?;
+    Ok(LoadedModel {
+        config: c.clone(),
+        parameter_count: parameter_count(&weights),
+        weights,
+        layout: Layout::Random,
+        source,
+    })
+}
