@@ -1,1 +1,253 @@
-//! chorus-cpu (in progress).
+//! The CPU backend: f32 everywhere, every matmul through the `gemm` crate (SIMD picked at run
+//! time), parallel work on a rayon pool the backend owns.
+//!
+//! Design:
+//! - Buffers are plain `Vec`s ([`CpuBuf`], [`CpuInts`]); staging is host memory, so `stage_in` and
+//!   `stage_out` are copies and [`Backend::run`] simply calls the program.
+//! - Activations are channels-last, which makes a causal convolution's im2col row a contiguous
+//!   slice of the `[history + time, c_in]` concatenation: long convolutions need no im2col copy
+//!   (see `conv.rs`); a dense transposed convolution is one GEMM plus an overlap-add (`convtr.rs`).
+//! - Parallelism: rows (or tokens) across the pool for row-wise work; large GEMMs parallelise
+//!   inside `gemm`. Every op runs inside the pool so `gemm` uses the backend's threads.
+//! - Scratch: one grow-only arena per backend (`scratch.rs`); ops process rows in chunks whose
+//!   scratch is bounded, and the arena only grows during the first step of a larger bucket, so
+//!   steady-state steps never allocate.
+//! - Per-slot state is read and written through the slot ids; state write-backs run in row order
+//!   because padded rows all name the dummy row.
+
+mod attention;
+mod buffers;
+mod check;
+mod conv;
+mod convtr;
+mod elementwise;
+mod gemm;
+mod math;
+mod scratch;
+
+pub use buffers::{CpuBuf, CpuInts, CpuStaging};
+
+use chorus_core::{
+    AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,
+    LinearArgs, Precision, Result, StagingDims, StagingView,
+};
+
+/// The CPU backend.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    scratch: scratch::Scratch,
+}
+
+impl CpuBackend {
+    /// A backend over `threads` worker threads (default: every available core).
+    pub fn new(threads: Option<usize>) -> Result<Self> {
+        const OP: &str = "CpuBackend::new";
+        let threads = match threads {
+            Some(0) => return Err(Error::config(OP, "threads must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("chorus-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Backend {
+                op: OP,
+                backend: "cpu",
+                reason: format!("cannot start {threads} worker threads: {e}"),
+            })?;
+        Ok(Self {
+            pool,
+            threads,
+            scratch: scratch::Scratch::default(),
+        })
+    }
+
+    /// Worker threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Elements currently held by the scratch arena (it only grows when an op needs more).
+    pub fn scratch_elements(&self) -> usize {
+        self.scratch.capacity()
+    }
+
+    /// Runs `f` on the backend's pool, so that rayon and `gemm` calls inside use its threads.
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+}
+
+fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "linear";
+    let (n, k, m) = (a.n, a.k, a.m);
+    check::at_least(OP, "x", a.x.len(), n * k)?;
+    check::at_least(OP, "w", a.w.len(), m * k)?;
+    check::at_least(OP, "out", a.out.len(), n * m)?;
+    let threads = be.threads;
+    be.install(|| {
+        gemm::MatMul {
+            m: n,
+            n: m,
+            k,
+            dst: &mut a.out.0[..n * m],
+            dst_rs: m,
+            lhs: &a.x.0[..n * k],
+            lhs_rs: k,
+            lhs_cs: 1,
+            rhs: &a.w.0[..m * k],
+            rhs_rs: 1,
+            rhs_cs: k,
+            accumulate: false,
+            threads,
+        }
+        .run(OP)
+    })
+}
+
+impl Backend for CpuBackend {
+    type Buf = CpuBuf;
+    type Ints = CpuInts;
+    type Staging = CpuStaging;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn precision(&self) -> Precision {
+        Precision::F32
+    }
+
+    fn device_description(&self) -> String {
+        format!("CPU, {} threads, f32", self.threads)
+    }
+
+    fn bytes_per_element(&self, _role: BufRole) -> usize {
+        std::mem::size_of::<f32>()
+    }
+
+    fn zeros(&self, len: usize, _role: BufRole) -> Result<CpuBuf> {
+        Ok(CpuBuf(vec![0.0; len]))
+    }
+
+    fn upload(&self, data: &[f32], _role: BufRole) -> Result<CpuBuf> {
+        Ok(CpuBuf(data.to_vec()))
+    }
+
+    fn ints(&self, len: usize, value: i32) -> Result<CpuInts> {
+        Ok(CpuInts(vec![value; len]))
+    }
+
+    fn download(&self, buf: &CpuBuf) -> Result<Vec<f32>> {
+        Ok(buf.0.clone())
+    }
+
+    fn download_ints(&self, buf: &CpuInts) -> Result<Vec<i32>> {
+        Ok(buf.0.clone())
+    }
+
+    fn staging(&self, dims: StagingDims) -> Result<CpuStaging> {
+        Ok(CpuStaging::new(dims))
+    }
+
+    fn staging_view<'s>(&self, s: &'s mut CpuStaging) -> Result<StagingView<'s>> {
+        Ok(StagingView {
+            slots: &mut s.slots,
+            codes: &mut s.codes,
+            latents: &mut s.latents,
+            pcm: &s.pcm,
+        })
+    }
+
+    fn stage_in(
+        &self,
+        staging: &CpuStaging,
+        slots: &mut CpuInts,
+        codes: &mut CpuInts,
+        latents: &mut CpuBuf,
+    ) -> Result<()> {
+        const OP: &str = "stage_in";
+        check::at_least(OP, "slots", slots.len(), staging.slots.len())?;
+        check::at_least(OP, "codes", codes.len(), staging.codes.len())?;
+        check::at_least(OP, "latents", latents.len(), staging.latents.len())?;
+        slots.0[..staging.slots.len()].copy_from_slice(&staging.slots);
+        codes.0[..staging.codes.len()].copy_from_slice(&staging.codes);
+        latents.0[..staging.latents.len()].copy_from_slice(&staging.latents);
+        Ok(())
+    }
+
+    fn stage_out(&self, pcm: &CpuBuf, staging: &mut CpuStaging) -> Result<()> {
+        let n = staging.pcm.len();
+        check::at_least("stage_out", "pcm", pcm.len(), n)?;
+        staging.pcm.copy_from_slice(&pcm.0[..n]);
+        Ok(())
+    }
+
+    fn embed_codes(&self, args: EmbedArgs<'_, Self>) -> Result<()> {
+        elementwise::embed_codes(self, args)
+    }
+
+    fn conv1d(&self, args: Conv1dArgs<'_, Self>) -> Result<()> {
+        conv::conv1d(self, args)
+    }
+
+    fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()> {
+        convtr::conv_tr1d(self, args)
+    }
+
+    fn layer_norm(&self, args: LayerNormArgs<'_, Self>) -> Result<()> {
+        elementwise::layer_norm(self, args)
+    }
+
+    fn linear(&self, args: LinearArgs<'_, Self>) -> Result<()> {
+        linear(self, args)
+    }
+
+    fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {
+        attention::attention(self, args)
+    }
+
+    fn gelu(&self, x: &mut CpuBuf, len: usize) -> Result<()> {
+        elementwise::gelu(self, x, len)
+    }
+
+    fn scale_add(
+        &self,
+        acc: &mut CpuBuf,
+        x: &CpuBuf,
+        scale: &CpuBuf,
+        n: usize,
+        dim: usize,
+    ) -> Result<()> {
+        elementwise::scale_add(acc, x, scale, n, dim)
+    }
+
+    fn advance_tokens(
+        &self,
+        tokens: &mut CpuInts,
+        slots: &CpuInts,
+        rows: usize,
+        count: i32,
+        dummy: usize,
+    ) -> Result<()> {
+        elementwise::advance_tokens(tokens, slots, rows, count, dummy)
+    }
+
+    fn zero_row(&self, buf: &mut CpuBuf, row: usize, row_len: usize) -> Result<()> {
+        check::at_least("zero_row", "buf", buf.len(), (row + 1) * row_len)?;
+        buf.0[row * row_len..(row + 1) * row_len].fill(0.0);
+        Ok(())
+    }
+
+    fn fill_ints(&self, ints: &mut CpuInts, index: usize, value: i32) -> Result<()> {
+        check::at_least("fill_ints", "ints", ints.len(), index + 1)?;
+        ints.0[index] = value;
+        Ok(())
+    }
+
+    fn run(&self, _key: usize, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
+        program(self)
+    }
+}

@@ -1,0 +1,162 @@
+//! Sliding-window causal attention over per-slot KV rings with absolute rotate-half RoPE.
+//!
+//! Two phases: first every row's new k (rotated) and v are written into its ring, in row order
+//! (padded rows share the dummy row); then every new token attends to its window, tokens in
+//! parallel, reading the rings only. Writing all keys first is correct because the ring holds
+//! `window + time - 1` positions (checked), so no new key evicts one a query of this step needs.
+
+use crate::{check, math, CpuBackend};
+use chorus_core::{AttentionArgs, AttentionGeom, Error, Result};
+use rayon::prelude::*;
+
+pub(crate) fn attention(be: &CpuBackend, a: AttentionArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "attention";
+    let g = a.geom;
+    let (rows, time, hd) = (g.rows, g.time, g.head_dim);
+    let hdim = g.heads * hd;
+    if hd == 0 || hd % 2 != 0 || g.window == 0 || g.window + time > g.ring + 1 {
+        return Err(Error::input(
+            OP,
+            format!(
+                "unsupported geometry {g:?} (need even head_dim, 0 < window <= ring + 1 - time)"
+            ),
+        ));
+    }
+    let total_rows = a.tokens.len();
+    check::at_least(OP, "qkv", a.qkv.len(), rows * time * 3 * hdim)?;
+    check::at_least(OP, "kv", a.kv.len(), total_rows * g.ring * 2 * hdim)?;
+    check::at_least(OP, "slots", a.slots.len(), rows)?;
+    check::at_least(OP, "out", a.out.len(), rows * time * hdim)?;
+    for &s in &a.slots.0[..rows] {
+        let s = check::slot(OP, s, total_rows)?;
+        if a.tokens.0[s] < 0 {
+            return Err(Error::input(
+                OP,
+                format!("slot {s} has a negative token count"),
+            ));
+        }
+    }
+    let tokens_n = rows * time;
+    if tokens_n == 0 {
+        return Ok(());
+    }
+    let half = hd / 2;
+    let rope_len = tokens_n * hd;
+    let task_len = g.window + hd;
+    let (qkv, kv) = (&a.qkv.0[..tokens_n * 3 * hdim], &mut a.kv.0);
+    let (slots, tokens) = (&a.slots.0[..rows], &a.tokens.0);
+    let out = &mut a.out.0[..tokens_n * hdim];
+    be.scratch
+        .with(half + rope_len + tokens_n * task_len, |scratch| {
+            let (inv_freq, rest) = scratch.split_at_mut(half);
+            let (rope, tasks) = rest.split_at_mut(rope_len);
+            // transformers' default RoPE: inv_freq = 1 / theta^(2i / d), all in f32.
+            for (i, f) in inv_freq.iter_mut().enumerate() {
+                *f = 1.0 / g.rope_theta.powf((2 * i) as f32 / hd as f32);
+            }
+            for (tok, tab) in rope.chunks_exact_mut(hd).enumerate() {
+                let p = (tokens[slots[tok / time] as usize] as usize + tok % time) as f32;
+                let (cos, sin) = tab.split_at_mut(half);
+                for i in 0..half {
+                    let angle = p * inv_freq[i];
+                    cos[i] = angle.cos();
+                    sin[i] = angle.sin();
+                }
+            }
+            write_ring(&g, qkv, kv, rope, slots, tokens);
+            let kv: &[f32] = kv;
+            let rope: &[f32] = rope;
+            be.install(|| {
+                out.par_chunks_mut(hdim)
+                    .zip(tasks.par_chunks_mut(task_len))
+                    .enumerate()
+                    .for_each(|(tok, (o, task))| {
+                        let s = slots[tok / time] as usize;
+                        let p = tokens[s] as usize + tok % time;
+                        let q = &qkv[tok * 3 * hdim..tok * 3 * hdim + hdim];
+                        let ring = &kv[s * g.ring * 2 * hdim..(s + 1) * g.ring * 2 * hdim];
+                        let tab = &rope[tok * hd..(tok + 1) * hd];
+                        attend_token(&g, o, task, q, ring, tab, p);
+                    });
+            });
+        });
+    Ok(())
+}
+
+/// `dst = rope(src)` with rotate-half pairing `(i, i + d/2)`, then scaled.
+fn rotate(dst: &mut [f32], src: &[f32], tab: &[f32], scale: f32) {
+    let half = src.len() / 2;
+    let (cos, sin) = tab.split_at(half);
+    let (x1, x2) = src.split_at(half);
+    let (d1, d2) = dst.split_at_mut(half);
+    for i in 0..half {
+        d1[i] = (x1[i] * cos[i] - x2[i] * sin[i]) * scale;
+        d2[i] = (x2[i] * cos[i] + x1[i] * sin[i]) * scale;
+    }
+}
+
+/// Writes each new token's rotated k and its v to ring entry `position % ring` of its slot.
+fn write_ring(
+    g: &AttentionGeom,
+    qkv: &[f32],
+    kv: &mut [f32],
+    rope: &[f32],
+    slots: &[i32],
+    tokens: &[i32],
+) {
+    let (hd, time) = (g.head_dim, g.time);
+    let hdim = g.heads * hd;
+    for (tok, row) in qkv.chunks_exact(3 * hdim).enumerate() {
+        let s = slots[tok / time] as usize;
+        let p = tokens[s] as usize + tok % time;
+        let at = (s * g.ring + p % g.ring) * 2 * hdim;
+        let (k_dst, v_dst) = kv[at..at + 2 * hdim].split_at_mut(hdim);
+        let tab = &rope[tok * hd..(tok + 1) * hd];
+        for h in 0..g.heads {
+            let k = &row[hdim + h * hd..hdim + (h + 1) * hd];
+            rotate(&mut k_dst[h * hd..(h + 1) * hd], k, tab, 1.0);
+        }
+        v_dst.copy_from_slice(&row[2 * hdim..3 * hdim]);
+    }
+}
+
+/// One query token, all heads: softmax over the window's keys, weighted sum of their values.
+fn attend_token(
+    g: &AttentionGeom,
+    o: &mut [f32],
+    task: &mut [f32],
+    q: &[f32],
+    ring: &[f32],
+    tab: &[f32],
+    p: usize,
+) {
+    let hd = g.head_dim;
+    let hdim = g.heads * hd;
+    let n_keys = g.window.min(p + 1);
+    let first = p + 1 - n_keys;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let (scores, qr) = task.split_at_mut(g.window);
+    let scores = &mut scores[..n_keys];
+    for h in 0..g.heads {
+        rotate(qr, &q[h * hd..(h + 1) * hd], tab, scale);
+        let mut max = f32::NEG_INFINITY;
+        for (i, sc) in scores.iter_mut().enumerate() {
+            let at = ((first + i) % g.ring) * 2 * hdim + h * hd;
+            *sc = math::dot(qr, &ring[at..at + hd]);
+            max = max.max(*sc);
+        }
+        let mut sum = 0.0;
+        for sc in scores.iter_mut() {
+            *sc = math::exp_nonpositive(*sc - max);
+            sum += *sc;
+        }
+        let oh = &mut o[h * hd..(h + 1) * hd];
+        oh.fill(0.0);
+        for (i, &w) in scores.iter().enumerate() {
+            let at = ((first + i) % g.ring) * 2 * hdim + hdim + h * hd;
+            math::axpy(oh, w, &ring[at..at + hd]);
+        }
+        let inv = 1.0 / sum;
+        oh.iter_mut().for_each(|v| *v *= inv);
+    }
+}

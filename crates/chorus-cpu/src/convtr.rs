@@ -1,0 +1,220 @@
+//! Streaming transposed convolution (dense through one GEMM, depthwise as a direct loop).
+//!
+//! Dense: `y[t] = f(x[t]) @ W` with `W = [c_in, kernel * c_out]` gives, for each input step, the
+//! `kernel` output columns it touches; they are overlap-added at stride `stride` into a per-row
+//! accumulator `[time * stride + tail, c_out]` that starts from the slot's stored tail. The first
+//! `time * stride` columns plus bias are the output; the rest is the new bias-free tail.
+
+use crate::conv::CHUNK_SCRATCH_ELEMS;
+use crate::gemm::MatMul;
+use crate::{check, math, CpuBackend};
+use chorus_core::{ConvTr1dArgs, ConvTr1dGeom, Error, Result};
+use rayon::prelude::*;
+
+pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "conv_tr1d";
+    let g = a.geom;
+    let (rows, time, ci, co, kernel, stride) =
+        (g.rows, g.time, g.c_in, g.c_out, g.kernel, g.stride);
+    if stride == 0 || kernel < stride || (g.depthwise && ci != co) {
+        return Err(Error::input(
+            OP,
+            format!(
+                "unsupported geometry {g:?} (need kernel >= stride > 0, depthwise c_in == c_out)"
+            ),
+        ));
+    }
+    let tail = g.tail();
+    let w_len = if g.depthwise {
+        co * kernel
+    } else {
+        ci * kernel * co
+    };
+    check::at_least(OP, "x", a.x.len(), rows * time * ci)?;
+    check::at_least(OP, "w", a.w.len(), w_len)?;
+    check::at_least(OP, "out", a.out.len(), rows * time * stride * co)?;
+    check::at_least(OP, "slots", a.slots.len(), rows)?;
+    if let Some(b) = a.bias {
+        check::at_least(OP, "bias", b.len(), co)?;
+    }
+    let state_row = tail * co;
+    let total_rows = if state_row == 0 {
+        usize::MAX
+    } else {
+        a.state.len() / state_row
+    };
+    for &s in &a.slots.0[..rows] {
+        check::slot(OP, s, total_rows)?;
+    }
+    if rows == 0 || time == 0 {
+        return Ok(());
+    }
+    let ctx = Ctx {
+        g,
+        tail,
+        acc_row: (time * stride + tail) * co,
+        threads: be.threads,
+    };
+    let (x, w) = (&a.x.0[..rows * time * ci], &a.w.0[..w_len]);
+    let out = &mut a.out.0[..rows * time * stride * co];
+    let bias = a.bias.map(|b| &b.0[..co]);
+    let slots = &a.slots.0[..rows];
+    let state = &mut a.state.0;
+
+    let xe_row = if g.elu_input { time * ci } else { 0 };
+    let y_row = if g.depthwise { 0 } else { time * kernel * co };
+    let per_row = xe_row + y_row + ctx.acc_row;
+    let chunk = (CHUNK_SCRATCH_ELEMS / per_row).clamp(1, rows);
+    let wt_len = if g.depthwise { kernel * co } else { 0 };
+    be.scratch.with(chunk * per_row + wt_len, |scratch| {
+        let (wt, scratch) = scratch.split_at_mut(wt_len);
+        if g.depthwise {
+            // [c_out, kernel] -> [kernel, c_out] so that the inner loop runs over channels.
+            for c in 0..co {
+                for j in 0..kernel {
+                    wt[j * co + c] = w[c * kernel + j];
+                }
+            }
+        }
+        let (xe_all, rest) = scratch.split_at_mut(chunk * xe_row);
+        let (y_all, acc_all) = rest.split_at_mut(chunk * y_row);
+        be.install(|| -> Result<()> {
+            for r0 in (0..rows).step_by(chunk) {
+                let n = chunk.min(rows - r0);
+                let xs = &x[r0 * time * ci..(r0 + n) * time * ci];
+                let xin: &[f32] = if g.elu_input {
+                    let xe = &mut xe_all[..n * xe_row];
+                    xe.par_chunks_mut(xe_row)
+                        .zip(xs.par_chunks(xe_row))
+                        .for_each(|(d, s)| math::elu_into(d, s));
+                    xe
+                } else {
+                    xs
+                };
+                let acc = &mut acc_all[..n * ctx.acc_row];
+                let sl = &slots[r0..r0 + n];
+                if g.depthwise {
+                    depthwise(&ctx, acc, xin, wt, state, sl);
+                } else {
+                    let y = &mut y_all[..n * y_row];
+                    dense(&ctx, acc, y, xin, w, state, sl)?;
+                }
+                let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
+                finish(&ctx, o, acc, bias, state, sl);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Geometry of one call plus derived sizes.
+struct Ctx {
+    g: ConvTr1dGeom,
+    tail: usize,
+    acc_row: usize,
+    threads: usize,
+}
+
+/// Starts a row's accumulator from the slot's stored tail, zeros elsewhere.
+fn seed_acc(c: &Ctx, acc: &mut [f32], state: &[f32], slot: i32) {
+    let st = c.tail * c.g.c_out;
+    let s = slot as usize;
+    acc[..st].copy_from_slice(&state[s * st..(s + 1) * st]);
+    acc[st..].fill(0.0);
+}
+
+fn dense(
+    c: &Ctx,
+    acc: &mut [f32],
+    y: &mut [f32],
+    xin: &[f32],
+    w: &[f32],
+    state: &[f32],
+    slots: &[i32],
+) -> Result<()> {
+    let g = c.g;
+    let kco = g.kernel * g.c_out;
+    MatMul {
+        m: slots.len() * g.time,
+        n: kco,
+        k: g.c_in,
+        dst: y,
+        dst_rs: kco,
+        lhs: xin,
+        lhs_rs: g.c_in,
+        lhs_cs: 1,
+        rhs: w,
+        rhs_rs: kco,
+        rhs_cs: 1,
+        accumulate: false,
+        threads: c.threads,
+    }
+    .run("conv_tr1d")?;
+    let step = g.stride * g.c_out;
+    acc.par_chunks_mut(c.acc_row)
+        .zip(y.par_chunks(g.time * kco))
+        .zip(slots.par_iter())
+        .for_each(|((ar, yr), &s)| {
+            seed_acc(c, ar, state, s);
+            for t in 0..g.time {
+                math::axpy(
+                    &mut ar[t * step..t * step + kco],
+                    1.0,
+                    &yr[t * kco..(t + 1) * kco],
+                );
+            }
+        });
+    Ok(())
+}
+
+fn depthwise(c: &Ctx, acc: &mut [f32], xin: &[f32], wt: &[f32], state: &[f32], slots: &[i32]) {
+    let g = c.g;
+    let co = g.c_out;
+    acc.par_chunks_mut(c.acc_row)
+        .zip(xin.par_chunks(g.time * co))
+        .zip(slots.par_iter())
+        .for_each(|((ar, xr), &s)| {
+            seed_acc(c, ar, state, s);
+            for t in 0..g.time {
+                let xt = &xr[t * co..(t + 1) * co];
+                for j in 0..g.kernel {
+                    let at = (t * g.stride + j) * co;
+                    let (dst, wj) = (&mut ar[at..at + co], &wt[j * co..(j + 1) * co]);
+                    for i in 0..co {
+                        dst[i] += xt[i] * wj[i];
+                    }
+                }
+            }
+        });
+}
+
+/// Output = accumulator head + bias (rows in parallel); new tail = accumulator rest (in row order,
+/// since padded rows share the dummy row).
+fn finish(
+    c: &Ctx,
+    out: &mut [f32],
+    acc: &[f32],
+    bias: Option<&[f32]>,
+    state: &mut [f32],
+    slots: &[i32],
+) {
+    let co = c.g.c_out;
+    let head = c.g.time * c.g.stride * co;
+    out.par_chunks_mut(head)
+        .zip(acc.par_chunks(c.acc_row))
+        .for_each(|(o, ar)| match bias {
+            Some(b) => {
+                for (oc, ac) in o.chunks_exact_mut(co).zip(ar[..head].chunks_exact(co)) {
+                    for i in 0..co {
+                        oc[i] = ac[i] + b[i];
+                    }
+                }
+            }
+            None => o.copy_from_slice(&ar[..head]),
+        });
+    let st = c.tail * co;
+    for (ar, &s) in acc.chunks_exact(c.acc_row).zip(slots) {
+        let s = s as usize;
+        state[s * st..(s + 1) * st].copy_from_slice(&ar[head..]);
+    }
+}

@@ -1,0 +1,119 @@
+//! Row-wise and elementwise ops: code embedding, LayerNorm, GELU, layer-scale residual, tokens.
+
+use crate::{check, math, CpuBackend, CpuBuf, CpuInts};
+use chorus_core::{EmbedArgs, LayerNormArgs, Result, NO_CODE};
+use rayon::prelude::*;
+
+/// Elements per rayon task for flat elementwise loops (below this, splitting costs more than it saves).
+const ELEMENTWISE_GRAIN: usize = 16 * 1024;
+
+pub(crate) fn embed_codes(be: &CpuBackend, a: EmbedArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "embed_codes";
+    let (rows, q, card, dim) = (a.rows, a.codebooks, a.cardinality, a.dim);
+    check::at_least(OP, "codes", a.codes.len(), rows * q)?;
+    check::at_least(OP, "table", a.table.len(), q * card * dim)?;
+    check::at_least(OP, "latents", a.latents.len(), rows * dim)?;
+    check::at_least(OP, "out", a.out.len(), rows * dim)?;
+    let codes = &a.codes.0[..rows * q];
+    let table = &a.table.0;
+    let out = &mut a.out.0[..rows * dim];
+    out.copy_from_slice(&a.latents.0[..rows * dim]);
+    be.install(|| {
+        out.par_chunks_mut(dim).enumerate().for_each(|(r, o)| {
+            for (cb, &code) in codes[r * q..(r + 1) * q].iter().enumerate() {
+                // Codes are validated at the API edge; an out-of-range one is skipped like NO_CODE.
+                if code == NO_CODE || code < 0 || code as usize >= card {
+                    continue;
+                }
+                let at = (cb * card + code as usize) * dim;
+                for (d, &t) in o.iter_mut().zip(&table[at..at + dim]) {
+                    *d += t;
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+pub(crate) fn layer_norm(be: &CpuBackend, a: LayerNormArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let (n, dim) = (a.n, a.dim);
+    check::at_least(OP, "x", a.x.len(), n * dim)?;
+    check::at_least(OP, "gamma", a.gamma.len(), dim)?;
+    check::at_least(OP, "beta", a.beta.len(), dim)?;
+    check::at_least(OP, "out", a.out.len(), n * dim)?;
+    let (x, gamma, beta, eps) = (
+        &a.x.0[..n * dim],
+        &a.gamma.0[..dim],
+        &a.beta.0[..dim],
+        a.eps,
+    );
+    let out = &mut a.out.0[..n * dim];
+    let grain = (ELEMENTWISE_GRAIN / dim.max(1)).max(1);
+    be.install(|| {
+        out.par_chunks_mut(dim)
+            .zip(x.par_chunks(dim))
+            .with_min_len(grain)
+            .for_each(|(o, xr)| {
+                // Two-pass mean and biased variance in f32, as PyTorch's LayerNorm.
+                let mean = xr.iter().sum::<f32>() / dim as f32;
+                let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
+                let inv = 1.0 / (var + eps).sqrt();
+                for i in 0..dim {
+                    o[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
+                }
+            });
+    });
+    Ok(())
+}
+
+pub(crate) fn gelu(be: &CpuBackend, x: &mut CpuBuf, len: usize) -> Result<()> {
+    check::at_least("gelu", "x", x.len(), len)?;
+    let x = &mut x.0[..len];
+    be.install(|| {
+        x.par_chunks_mut(ELEMENTWISE_GRAIN / 4)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = math::gelu(*v)));
+    });
+    Ok(())
+}
+
+pub(crate) fn scale_add(
+    acc: &mut CpuBuf,
+    x: &CpuBuf,
+    scale: &CpuBuf,
+    n: usize,
+    dim: usize,
+) -> Result<()> {
+    const OP: &str = "scale_add";
+    check::at_least(OP, "acc", acc.len(), n * dim)?;
+    check::at_least(OP, "x", x.len(), n * dim)?;
+    check::at_least(OP, "scale", scale.len(), dim)?;
+    let scale = &scale.0[..dim];
+    for (a, xr) in acc.0[..n * dim]
+        .chunks_exact_mut(dim)
+        .zip(x.0[..n * dim].chunks_exact(dim))
+    {
+        for i in 0..dim {
+            a[i] += scale[i] * xr[i];
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn advance_tokens(
+    tokens: &mut CpuInts,
+    slots: &CpuInts,
+    rows: usize,
+    count: i32,
+    dummy: usize,
+) -> Result<()> {
+    const OP: &str = "advance_tokens";
+    check::at_least(OP, "slots", slots.len(), rows)?;
+    check::at_least(OP, "tokens", tokens.len(), dummy + 1)?;
+    for &s in &slots.0[..rows] {
+        let s = check::slot(OP, s, tokens.len())?;
+        tokens.0[s] += count;
+    }
+    tokens.0[dummy] = 0;
+    Ok(())
+}

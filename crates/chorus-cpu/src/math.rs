@@ -1,0 +1,137 @@
+//! Scalar math kernels written to auto-vectorize (branch-free, no libm calls in hot loops).
+
+/// Below this, `exp(x)` underflows f32's normal range; ELU saturates to -1 there anyway.
+const EXP_MIN_ARG: f32 = -87.0;
+/// Below this magnitude `expm1` uses its Taylor series, avoiding the cancellation of `exp(x) - 1`.
+const EXPM1_SERIES_LIMIT: f32 = 0.5;
+/// 1.5 * 2^23: adding it rounds an f32 of magnitude < 2^22 to the nearest integer.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// `exp(x)` for `x <= 0`, about 2 ulp (Cephes `expf` range reduction and polynomial).
+#[inline(always)]
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
+    // Cephes expf: x = n ln2 + r with ln2 split in two for an exact product.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.max(EXP_MIN_ARG);
+    let shifted = x * std::f32::consts::LOG2_E + ROUND_MAGIC;
+    let n = shifted - ROUND_MAGIC;
+    let n_int = shifted.to_bits() as i32 - ROUND_MAGIC.to_bits() as i32;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_2e-4_f32;
+    p = p * r + 1.398_2e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let e = p * r * r + r + 1.0;
+    let scale = f32::from_bits(((n_int + 127) as u32) << 23);
+    e * scale
+}
+
+/// `expm1(x)` for `x <= 0`, accurate in relative terms near zero.
+#[inline(always)]
+fn expm1_nonpositive(x: f32) -> f32 {
+    // Taylor series to x^9/9!: the truncation error at |x| = 0.5 is below 3e-10.
+    let mut s = 1.0 / 362_880.0_f32;
+    s = s * x + 1.0 / 40_320.0;
+    s = s * x + 1.0 / 5_040.0;
+    s = s * x + 1.0 / 720.0;
+    s = s * x + 1.0 / 120.0;
+    s = s * x + 1.0 / 24.0;
+    s = s * x + 1.0 / 6.0;
+    s = s * x + 0.5;
+    let series = (s * x + 1.0) * x;
+    let direct = exp_nonpositive(x) - 1.0;
+    if x > -EXPM1_SERIES_LIMIT {
+        series
+    } else {
+        direct
+    }
+}
+
+/// ELU with alpha 1: `x` for `x > 0`, `expm1(x)` otherwise.
+#[inline(always)]
+pub(crate) fn elu(x: f32) -> f32 {
+    let neg = expm1_nonpositive(x.min(0.0));
+    if x > 0.0 {
+        x
+    } else {
+        neg
+    }
+}
+
+/// `dst[i] = elu(src[i])`.
+pub(crate) fn elu_into(dst: &mut [f32], src: &[f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = elu(s);
+    }
+}
+
+/// Exact GELU: `0.5 x (1 + erf(x / sqrt 2))`, with musl's `erff` (via `libm`).
+#[inline]
+pub(crate) fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// `sum a[i] * b[i]` with eight independent accumulators so the loop vectorizes.
+#[inline]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut acc = [0.0_f32; LANES];
+    let chunks = a.len() / LANES;
+    for c in 0..chunks {
+        let (xa, xb) = (
+            &a[c * LANES..c * LANES + LANES],
+            &b[c * LANES..c * LANES + LANES],
+        );
+        for l in 0..LANES {
+            acc[l] += xa[l] * xb[l];
+        }
+    }
+    let mut tail = 0.0;
+    for i in chunks * LANES..a.len() {
+        tail += a[i] * b[i];
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `y[i] += alpha * x[i]`.
+#[inline]
+pub(crate) fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d += alpha * s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elu_matches_f64_expm1() {
+        let mut worst = 0.0_f64;
+        for i in 0..=200_000 {
+            let x = -100.0 + i as f32 * 1e-3;
+            let want = if x > 0.0 {
+                x as f64
+            } else {
+                (x as f64).exp_m1()
+            };
+            let got = elu(x) as f64;
+            let err = (got - want).abs() / want.abs().max(1e-30);
+            worst = worst.max(err);
+        }
+        assert!(worst < 5e-7, "worst relative error {worst}");
+    }
+
+    #[test]
+    fn gelu_matches_f64_erf_reference() {
+        for i in 0..=20_000 {
+            let x = -10.0 + i as f32 * 1e-3;
+            let want = 0.5 * x as f64 * (1.0 + libm::erf(x as f64 / std::f64::consts::SQRT_2));
+            let err = (gelu(x) as f64 - want).abs();
+            assert!(err <= 1e-6 * want.abs().max(1e-2), "x={x} err={err}");
+        }
+    }
+}
