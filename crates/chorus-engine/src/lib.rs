@@ -1,1 +1,35 @@
-//! chorus-engine (in progress).
+//! The stream scheduler.
+//!
+//! One dedicated engine thread owns the [`chorus_core::FrameDecoder`] (it builds it from a
+//! [`DecoderFactory`], so a decoder that cannot move between threads still works). Streams are
+//! handed a slot when they open; each stream queues frames, resets and its end marker in one
+//! bounded FIFO, so everything a stream asks for happens in the order it asked. Every step takes
+//! each stream with something pending, oldest-ready first and one frame per stream, up to the
+//! largest batch, so no stream can starve another. PCM goes back through a bounded per-stream
+//! outbox: a stream that sends too far ahead or never reads is cut off alone.
+//!
+//! A slot is reset by the engine thread right before its new owner's first frame, so a slot
+//! released while a step is using it is never reset under that step.
+
+mod engine;
+mod error;
+pub mod fake;
+mod metrics;
+mod sched;
+mod stream;
+
+pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus};
+pub use error::StreamError;
+pub use metrics::{ErrorCounts, Histogram, Metrics};
+pub use stream::{Stream, StreamEvent, StreamInput};
+
+use chorus_core::{FrameDecoder, Result};
+
+/// Builds the decoder on the engine thread.
+pub type DecoderFactory = Box<dyn FnOnce() -> Result<Box<dyn FrameDecoder>> + Send>;
+
+/// Default bound on the items (frames, resets) a stream may have queued and not yet decoded:
+/// 2.56 s of audio ahead of the decoder.
+pub const DEFAULT_MAX_PENDING_FRAMES: usize = 32;
+/// Default bound on decoded frames a stream's reader has not collected yet (5.12 s of audio).
+pub const DEFAULT_MAX_UNDELIVERED_FRAMES: usize = 64;

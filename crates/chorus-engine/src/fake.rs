@@ -1,0 +1,207 @@
+//! A deterministic stand-in decoder for tests and protocol demos.
+//!
+//! Each slot keeps a 64-bit digest of every input since its last reset; a frame's PCM is a
+//! function of that digest, so reordering, lost resets and state shared between slots all
+//! change the output. [`FakeDecoder::reference`] decodes one stream offline the same way.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, StateBytes, FRAME_SAMPLES};
+
+/// Codebook entries of the fake model.
+pub const FAKE_CODEBOOK_SIZE: usize = 2048;
+/// Codebooks of the fake model.
+pub const FAKE_CODEBOOKS: usize = 32;
+/// Latent size of the fake model.
+pub const FAKE_LATENT_DIM: usize = 16;
+/// A frame whose first code is this makes the step fail as [`FakeOptions::poison`] says.
+pub const POISON_CODE: u32 = 2047;
+
+/// How the fake decoder treats a frame starting with [`POISON_CODE`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Poison {
+    /// Decode it like any other.
+    #[default]
+    Off,
+    /// Refuse the step as invalid input before touching any state.
+    Validation,
+    /// Fail the step as a backend error after the state was updated.
+    Backend,
+}
+
+/// Knobs of the fake decoder.
+#[derive(Clone, Debug, Default)]
+pub struct FakeOptions {
+    pub max_slots: usize,
+    pub largest_batch: usize,
+    /// Sleep this long in every step (to model a slow device).
+    pub step_delay: Duration,
+    pub poison: Poison,
+}
+
+/// The slots of every step run, in order.
+pub type StepLog = Arc<Mutex<Vec<Vec<usize>>>>;
+
+/// The fake decoder.
+pub struct FakeDecoder {
+    opts: FakeOptions,
+    digests: Vec<u64>,
+    /// Steps run, shared with tests.
+    pub steps: Arc<AtomicU64>,
+    /// Slots of each successful step, shared with tests.
+    pub log: StepLog,
+}
+
+fn mix(h: u64, v: u64) -> u64 {
+    // splitmix64 finaliser over the running digest.
+    let mut z = h ^ v.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn absorb(mut h: u64, input: FrameInput<'_>) -> u64 {
+    match input {
+        FrameInput::Codes(c) => {
+            h = mix(h, c.len() as u64);
+            for &x in c {
+                h = mix(h, x as u64);
+            }
+        }
+        FrameInput::Latent(l) => {
+            for &x in l {
+                h = mix(h, x.to_bits() as u64);
+            }
+        }
+    }
+    mix(h, 1)
+}
+
+fn render(h: u64, out: &mut [f32]) {
+    for (j, s) in out.iter_mut().enumerate() {
+        let v = mix(h, j as u64);
+        *s = ((v >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+    }
+}
+
+impl FakeDecoder {
+    pub fn new(opts: FakeOptions) -> Self {
+        Self {
+            digests: vec![0; opts.max_slots],
+            opts,
+            steps: Arc::new(AtomicU64::new(0)),
+            log: StepLog::default(),
+        }
+    }
+
+    /// Offline decode of one stream's frames from the zero state.
+    pub fn reference<'a>(frames: impl IntoIterator<Item = FrameInput<'a>>) -> Vec<f32> {
+        let mut h = 0;
+        let mut out = Vec::new();
+        for f in frames {
+            h = absorb(h, f);
+            let start = out.len();
+            out.resize(start + FRAME_SAMPLES, 0.0);
+            render(h, &mut out[start..]);
+        }
+        out
+    }
+}
+
+impl FrameDecoder for FakeDecoder {
+    fn max_slots(&self) -> usize {
+        self.opts.max_slots
+    }
+    fn largest_batch(&self) -> usize {
+        self.opts.largest_batch
+    }
+    fn codebook_size(&self) -> usize {
+        FAKE_CODEBOOK_SIZE
+    }
+    fn max_codebooks(&self) -> usize {
+        FAKE_CODEBOOKS
+    }
+    fn latent_dim(&self) -> usize {
+        FAKE_LATENT_DIM
+    }
+    fn state_bytes(&self) -> StateBytes {
+        StateBytes {
+            index: 8,
+            ..StateBytes::default()
+        }
+    }
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+
+    fn step(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
+        if frames.len() > self.opts.largest_batch {
+            return Err(Error::BatchTooLarge {
+                op: "FakeDecoder::step",
+                batch: frames.len(),
+                largest: self.opts.largest_batch,
+            });
+        }
+        for (i, f) in frames.iter().enumerate() {
+            if f.slot >= self.opts.max_slots {
+                return Err(Error::UnknownSlot {
+                    op: "FakeDecoder::step",
+                    slot: f.slot,
+                    max_slots: self.opts.max_slots,
+                });
+            }
+            if frames[..i].iter().any(|g| g.slot == f.slot) {
+                return Err(Error::input("FakeDecoder::step", "slot twice in one step"));
+            }
+        }
+        let poisoned = frames
+            .iter()
+            .any(|f| matches!(f.input, FrameInput::Codes(c) if c.first() == Some(&POISON_CODE)));
+        if poisoned && self.opts.poison == Poison::Validation {
+            return Err(Error::input("FakeDecoder::step", "poisoned frame"));
+        }
+        if !self.opts.step_delay.is_zero() {
+            std::thread::sleep(self.opts.step_delay);
+        }
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        for (i, f) in frames.iter().enumerate() {
+            self.digests[f.slot] = absorb(self.digests[f.slot], f.input);
+            render(
+                self.digests[f.slot],
+                &mut pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
+            );
+        }
+        if !(poisoned && self.opts.poison == Poison::Backend) {
+            let slots = frames.iter().map(|f| f.slot).collect();
+            self.log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(slots);
+        }
+        if poisoned && self.opts.poison == Poison::Backend {
+            // Models a device fault after the state was touched.
+            return Err(Error::Backend {
+                op: "FakeDecoder::step",
+                backend: "fake",
+                reason: "poisoned frame".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self, slot: usize) -> Result<()> {
+        match self.digests.get_mut(slot) {
+            Some(d) => {
+                *d = 0;
+                Ok(())
+            }
+            None => Err(Error::UnknownSlot {
+                op: "FakeDecoder::reset",
+                slot,
+                max_slots: self.opts.max_slots,
+            }),
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Counters and histograms the engine and the server update, rendered as Prometheus text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Upper bounds (seconds) of the step-time and delay histograms: 0.1 ms to 2.5 s.
+const SECONDS_BOUNDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.08, 0.1, 0.25, 0.5, 1.0,
+    2.5,
+];
+/// Upper bounds of the batch-size histogram.
+const BATCH_BOUNDS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// A cumulative Prometheus histogram with fixed bounds.
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// One count per bound plus the `+Inf` bucket (non-cumulative; summed when rendered).
+    counts: Vec<AtomicU64>,
+    /// Sum of observations, as f64 bits.
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0f64.to_bits()),
+        }
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, value: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| value <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        let mut cur = self.sum.load(Ordering::Relaxed);
+        loop {
+            let next = (f64::from_bits(cur) + value).to_bits();
+            match self
+                .sum
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Sum of observations.
+    pub fn sum(&self) -> f64 {
+        f64::from_bits(self.sum.load(Ordering::Relaxed))
+    }
+
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut acc = 0;
+        for (i, bound) in self.bounds.iter().enumerate() {
+            acc += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {acc}");
+        }
+        acc += self.counts[self.bounds.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {acc}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum());
+        let _ = writeln!(out, "{name}_count {acc}");
+    }
+}
+
+/// Error counts by machine-readable kind.
+#[derive(Default)]
+pub struct ErrorCounts(Mutex<BTreeMap<&'static str, u64>>);
+
+impl ErrorCounts {
+    /// Counts one error of `kind`.
+    pub fn inc(&self, kind: &'static str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry(kind).or_insert(0) += 1;
+    }
+
+    /// The count of `kind` so far.
+    pub fn get(&self, kind: &str) -> u64 {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(kind).copied().unwrap_or(0)
+    }
+
+    fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+}
+
+/// Everything `/metrics` reports besides the live gauges.
+pub struct Metrics {
+    pub frames_decoded: AtomicU64,
+    pub streams_opened: AtomicU64,
+    /// Frames whose PCM was ready more than one frame period (80 ms) after the frame arrived.
+    pub deadline_misses: AtomicU64,
+    pub step_seconds: Histogram,
+    pub batch_size: Histogram,
+    /// From a frame's arrival to the start of the step that decodes it.
+    pub queue_delay_seconds: Histogram,
+    /// From a frame's arrival to its PCM being handed to the stream.
+    pub frame_latency_seconds: Histogram,
+    pub errors: ErrorCounts,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            frames_decoded: AtomicU64::new(0),
+            streams_opened: AtomicU64::new(0),
+            deadline_misses: AtomicU64::new(0),
+            step_seconds: Histogram::new(SECONDS_BOUNDS),
+            batch_size: Histogram::new(BATCH_BOUNDS),
+            queue_delay_seconds: Histogram::new(SECONDS_BOUNDS),
+            frame_latency_seconds: Histogram::new(SECONDS_BOUNDS),
+            errors: ErrorCounts::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Renders every metric in the Prometheus text format, with the live gauges given.
+    pub fn render(&self, live_streams: usize, free_slots: usize) -> String {
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, v: usize| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        };
+        gauge(
+            &mut out,
+            "chorus_live_streams",
+            "Open streams.",
+            live_streams,
+        );
+        gauge(
+            &mut out,
+            "chorus_free_slots",
+            "Stream slots free.",
+            free_slots,
+        );
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        counter(
+            &mut out,
+            "chorus_frames_decoded_total",
+            "Frames decoded.",
+            load(&self.frames_decoded),
+        );
+        counter(
+            &mut out,
+            "chorus_streams_opened_total",
+            "Streams opened.",
+            load(&self.streams_opened),
+        );
+        counter(
+            &mut out,
+            "chorus_deadline_misses_total",
+            "Frames whose PCM was ready more than 80 ms after the frame arrived.",
+            load(&self.deadline_misses),
+        );
+        self.step_seconds
+            .render("chorus_step_seconds", "Decode step time.", &mut out);
+        self.batch_size
+            .render("chorus_batch_size", "Frames per decode step.", &mut out);
+        self.queue_delay_seconds.render(
+            "chorus_queue_delay_seconds",
+            "Frame arrival to the start of its decode step.",
+            &mut out,
+        );
+        self.frame_latency_seconds.render(
+            "chorus_frame_latency_seconds",
+            "Frame arrival to its PCM being ready.",
+            &mut out,
+        );
+        let name = "chorus_errors_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Streams ended or refused by error, by kind.\n# TYPE {name} counter"
+        );
+        for (kind, n) in self.errors.snapshot() {
+            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {n}");
+        }
+        out
+    }
+}
