@@ -1,1 +1,27 @@
-//! chorus-cuda (in progress).
+//! Chorus CUDA backend.
+//!
+//! Implements [`chorus_core::Backend`] on an NVIDIA GPU through `cudarc`, loading the driver,
+//! NVRTC and cuBLAS at run time (nothing from CUDA is needed to build). The kernels are CUDA C
+//! sources in `kernels/`, compiled by NVRTC for the device's architecture at start-up and cached
+//! on disk; matrix products go through cuBLAS with f32 accumulation. Every buffer is allocated
+//! before the first step, all work runs on one non-default stream, and each bucket's step
+//! program is captured once into a CUDA graph (after warm-up runs whose effect on slot state is
+//! rolled back) and replayed from then on; the graph is checked to hold only kernel, copy and
+//! memset nodes. Staging is pinned host memory, copied in and out by nodes of the graph.
+
+mod backend;
+mod blas;
+mod conv_ops;
+mod error;
+mod graph;
+mod kernels;
+mod loader;
+mod memory;
+mod ops;
+
+pub use backend::{
+    CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CUBLAS_WORKSPACE,
+    DEFAULT_WARMUP_RUNS,
+};
+pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
+pub use loader::{cuda_available, nvrtc_available};

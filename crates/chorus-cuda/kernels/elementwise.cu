@@ -1,0 +1,111 @@
+// Element-wise kernels: casts, activations, residual updates, token counters, code embedding.
+
+extern "C" __global__ void cast_f32_to_t(const float* __restrict__ src, T* __restrict__ dst, long long n) {
+    GRID_LOOP(i, n) { st(dst + i, src[i]); }
+}
+
+extern "C" __global__ void cast_t_to_f32(const T* __restrict__ src, float* __restrict__ dst, long long n) {
+    GRID_LOOP(i, n) { dst[i] = ld(src + i); }
+}
+
+// Exact GELU, x * Phi(x), in place.
+extern "C" __global__ void gelu(T* x, long long n) {
+    GRID_LOOP(i, n) {
+        float v = ld(x + i);
+        st(x + i, 0.5f * v * (1.f + erff(v * 0.70710678118654752f)));
+    }
+}
+
+// ELU (alpha 1) of `n` elements; n is a multiple of VEC when `vec` is set.
+extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, long long n, int vec) {
+    if (vec) {
+        GRID_LOOP(i, n / VEC) {
+            reinterpret_cast<uint4*>(out)[i] = elu_vec(reinterpret_cast<const uint4*>(x)[i]);
+        }
+    } else {
+        GRID_LOOP(i, n) { st(out + i, elu_f(ld(x + i))); }
+    }
+}
+
+// acc[i, c] += scale[c] * x[i, c].
+extern "C" __global__ void scale_add(T* acc, const T* __restrict__ x, const T* __restrict__ scale, int n, int dim) {
+    GRID_LOOP(i, (long long)n * dim) {
+        int c = (int)(i % dim);
+        st(acc + i, ld(acc + i) + ld(scale + c) * ld(x + i));
+    }
+}
+
+// out[i, o] += bias[o] + residual[i, o]; either may be null.
+extern "C" __global__ void bias_residual(T* out, const T* __restrict__ bias, const T* __restrict__ residual, long long n, int c_out) {
+    GRID_LOOP(i, n * c_out) {
+        float v = ld(out + i);
+        if (bias) {
+            v += ld(bias + (int)(i % c_out));
+        }
+        if (residual) {
+            v += ld(residual + i);
+        }
+        st(out + i, v);
+    }
+}
+
+// tokens[slots[r]] += count for each row, then tokens[dummy] = 0. One block.
+extern "C" __global__ void advance_tokens(int* tokens, const int* __restrict__ slots, int rows, int count, int dummy) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        atomicAdd(tokens + slots[r], count);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tokens[dummy] = 0;
+    }
+}
+
+// out[r, d] = latents[r, d] + sum_q table[q, codes[r, q], d] over the codes that are present.
+extern "C" __global__ void embed_codes(const int* __restrict__ codes, const T* __restrict__ table, const T* __restrict__ latents,
+                                       T* __restrict__ out, int rows, int codebooks, int cardinality, int dim) {
+    GRID_LOOP(i, (long long)rows * dim) {
+        int r = (int)(i / dim);
+        int d = (int)(i % dim);
+        float acc = ld(latents + i);
+        for (int q = 0; q < codebooks; ++q) {
+            int code = codes[r * codebooks + q];
+            if (code >= 0 && code < cardinality) {
+                acc += ld(table + ((long long)q * cardinality + code) * dim + d);
+            }
+        }
+        st(out + i, acc);
+    }
+}
+
+// LayerNorm over the last axis: one warp per row, two passes in f32.
+extern "C" __global__ void layer_norm(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                                      T* __restrict__ out, int n, int dim, float eps) {
+    int warps = blockDim.x / 32;
+    int row = blockIdx.x * warps + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= n) {
+        return;
+    }
+    const T* xr = x + (long long)row * dim;
+    float sum = 0.f;
+    for (int c = lane; c < dim; c += 32) {
+        sum += ld(xr + c);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    float mean = sum / dim;
+    float var = 0.f;
+    for (int c = lane; c < dim; c += 32) {
+        float d = ld(xr + c) - mean;
+        var += d * d;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        var += __shfl_xor_sync(0xffffffffu, var, o);
+    }
+    float rstd = rsqrtf(var / dim + eps);
+    T* orow = out + (long long)row * dim;
+    for (int c = lane; c < dim; c += 32) {
+        st(orow + c, (ld(xr + c) - mean) * rstd * ld(gamma + c) + ld(beta + c));
+    }
+}

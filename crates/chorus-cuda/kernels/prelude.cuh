@@ -1,0 +1,96 @@
+// Shared definitions of every Chorus kernel. The translation unit is compiled once per precision:
+// CHORUS_BF16=1 stores tensors as bf16 (raw bits, converted by hand so that no CUDA header is
+// needed), CHORUS_BF16=0 as f32. Arithmetic is always f32.
+
+struct __align__(2) bf16 {
+    unsigned short bits;
+};
+
+#if CHORUS_BF16
+typedef bf16 T;
+#else
+typedef float T;
+#endif
+
+// Elements of T in one 16-byte vector access.
+#define VEC (16 / (int)sizeof(T))
+
+__device__ __forceinline__ float ld(const float* p) { return *p; }
+__device__ __forceinline__ float ld(const bf16* p) { return __uint_as_float(((unsigned)p->bits) << 16); }
+__device__ __forceinline__ void st(float* p, float v) { *p = v; }
+__device__ __forceinline__ unsigned short to_bf16_bits(float v) {
+    unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ void st(bf16* p, float v) { p->bits = to_bf16_bits(v); }
+
+// 16-byte vector of T unpacked to f32 and packed back.
+__device__ __forceinline__ void unpack(uint4 v, float* f) {
+#if CHORUS_BF16
+    unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+#else
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+#endif
+}
+__device__ __forceinline__ uint4 pack(const float* f) {
+    uint4 v;
+#if CHORUS_BF16
+    v.x = (unsigned)to_bf16_bits(f[0]) | ((unsigned)to_bf16_bits(f[1]) << 16);
+    v.y = (unsigned)to_bf16_bits(f[2]) | ((unsigned)to_bf16_bits(f[3]) << 16);
+    v.z = (unsigned)to_bf16_bits(f[4]) | ((unsigned)to_bf16_bits(f[5]) << 16);
+    v.w = (unsigned)to_bf16_bits(f[6]) | ((unsigned)to_bf16_bits(f[7]) << 16);
+#else
+    v.x = __float_as_uint(f[0]);
+    v.y = __float_as_uint(f[1]);
+    v.z = __float_as_uint(f[2]);
+    v.w = __float_as_uint(f[3]);
+#endif
+    return v;
+}
+
+__device__ __forceinline__ float elu_f(float v) { return v > 0.f ? v : expm1f(v); }
+
+__device__ __forceinline__ uint4 elu_vec(uint4 v) {
+    float f[VEC];
+    unpack(v, f);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+        f[i] = elu_f(f[i]);
+    }
+    return pack(f);
+}
+
+// Grid-stride loop over [0, n).
+#define GRID_LOOP(i, n) \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// Geometry of a stride-one causal convolution (mirrors the host struct `ConvDims`).
+struct ConvDims {
+    int rows, time, c_in, c_out, kernel, dilation, history, elu;
+};
+
+// Geometry of a streaming transposed convolution (mirrors the host struct `ConvTrDims`).
+struct ConvTrDims {
+    int rows, time, c_in, c_out, kernel, stride, tail, depthwise, elu;
+};
+
+// Geometry of one attention call (mirrors the host struct `AttnDims`).
+struct AttnDims {
+    int rows, time, heads, head_dim, ring, window;
+    float rope_theta;
+};
+
+// -inf without <math.h>.
+#define NEG_INF (__int_as_float(0xff800000))

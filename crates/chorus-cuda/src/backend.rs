@@ -1,0 +1,452 @@
+//! The backend object: device, stream, kernels, cuBLAS, buffers, staging, and graph execution.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chorus_core::{BufRole, Precision, Result, StagingDims};
+use cudarc::driver::{sys, CudaContext, CudaGraph, CudaStream};
+
+use crate::blas::Blas;
+use crate::error::{check, cuda_error, OrCuda};
+use crate::kernels::{Kernel, Kernels, Launch};
+use crate::memory::{lock, DevMem, Pinned, Registry};
+
+/// Default cuBLAS workspace: what NVIDIA recommends for Hopper.
+pub const DEFAULT_CUBLAS_WORKSPACE: usize = 32 << 20;
+/// Eager runs of a program before it is captured (loads modules, settles cuBLAS heuristics).
+pub const DEFAULT_WARMUP_RUNS: usize = 2;
+/// Threads per block of the element-wise kernels.
+pub(crate) const BLOCK: u32 = 256;
+/// Blocks per multiprocessor that a grid-stride launch asks for at most.
+const BLOCKS_PER_SM: u32 = 32;
+/// Alignment of sub-allocations inside the scratch buffer.
+pub(crate) const SCRATCH_ALIGN: usize = 256;
+
+/// How to open the backend.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// Device ordinal.
+    pub device: usize,
+    /// Storage type of buffers; arithmetic accumulates in f32 either way.
+    pub precision: Precision,
+    /// Where compiled kernels are cached; `None` means `~/.cache/chorus/kernels`.
+    pub kernel_cache_dir: Option<PathBuf>,
+    /// Bytes of the cuBLAS workspace.
+    pub cublas_workspace: usize,
+    /// Eager runs of a program before its capture.
+    pub warmup_runs: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            precision: Precision::Bf16,
+            kernel_cache_dir: None,
+            cublas_workspace: DEFAULT_CUBLAS_WORKSPACE,
+            warmup_runs: DEFAULT_WARMUP_RUNS,
+        }
+    }
+}
+
+/// A float buffer on the device (f32 or bf16 by the backend's precision).
+pub struct CudaBuf {
+    pub(crate) mem: DevMem,
+    pub(crate) len: usize,
+}
+
+impl CudaBuf {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// An i32 buffer on the device.
+pub struct CudaInts {
+    pub(crate) mem: DevMem,
+    pub(crate) len: usize,
+}
+
+impl CudaInts {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One bucket's pinned host I/O, plus the f32 device copies that bf16 mode converts through.
+pub struct CudaStaging {
+    pub(crate) dims: StagingDims,
+    pub(crate) slots: Pinned,
+    pub(crate) codes: Pinned,
+    pub(crate) latents: Pinned,
+    pub(crate) pcm: Pinned,
+    pub(crate) dev_latents: Option<DevMem>,
+    pub(crate) dev_pcm: Option<DevMem>,
+}
+
+/// Scratch memory shared by every op (they run in order on one stream). It only grows outside a
+/// capture; a replaced buffer is kept alive because earlier graphs still point into it.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    current: Option<DevMem>,
+    retired: Vec<DevMem>,
+}
+
+/// One captured bucket program.
+pub(crate) struct Captured {
+    pub graph: CudaGraph,
+    pub nodes: usize,
+}
+
+/// The CUDA backend.
+pub struct CudaBackend {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) precision: Precision,
+    pub(crate) kernels: Kernels,
+    pub(crate) blas: Blas,
+    pub(crate) max_blocks: u32,
+    pub(crate) scratch: Mutex<Scratch>,
+    pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
+    pub(crate) capturing: AtomicBool,
+    pub(crate) registry: Registry,
+    warmup_runs: usize,
+    description: String,
+}
+
+// SAFETY: every CUDA handle here is usable from any thread once the context is bound, which each
+// public entry point does first; the mutable parts sit behind mutexes.
+unsafe impl Send for CudaBackend {}
+
+impl CudaBackend {
+    /// Opens device `options.device`: loads the libraries, compiles (or reads cached) kernels for
+    /// its architecture, creates the stream and the cuBLAS handle.
+    pub fn new(options: CudaOptions) -> Result<Self> {
+        const OP: &str = "CudaBackend::new";
+        crate::loader::check_libraries()?;
+        cudarc::driver::result::init().or_cuda("cuInit")?;
+        let count = CudaContext::device_count().or_cuda("cuDeviceGetCount")?;
+        if options.device >= count.max(0) as usize {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "device {} requested but {count} CUDA device(s) found",
+                    options.device
+                ),
+            ));
+        }
+        let ctx = CudaContext::new(options.device).or_cuda("cuCtxCreate")?;
+        // SAFETY: called before any allocation; every op runs on the one stream below, so the
+        // per-buffer events cudarc would record are not needed (and could not be captured).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().or_cuda("cuStreamCreate")?;
+        let arch = ctx.compute_capability().or_cuda("cuDeviceGetAttribute")?;
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .or_cuda("cuDeviceGetAttribute")?;
+        let kernels = Kernels::load(options.precision, arch, options.kernel_cache_dir.as_deref())?;
+        let blas = Blas::new(
+            &ctx,
+            stream.cu_stream(),
+            options.precision,
+            options.cublas_workspace,
+        )?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let mem = ctx.total_mem().unwrap_or(0) >> 20;
+        let description = format!(
+            "{name} (sm_{}{}, {sms} SMs, {mem} MiB), {}",
+            arch.0,
+            arch.1,
+            options.precision.name()
+        );
+        Ok(Self {
+            ctx,
+            stream,
+            precision: options.precision,
+            kernels,
+            blas,
+            max_blocks: (sms.max(1) as u32) * BLOCKS_PER_SM,
+            scratch: Mutex::new(Scratch::default()),
+            graphs: Mutex::new(HashMap::new()),
+            capturing: AtomicBool::new(false),
+            registry: Registry::default(),
+            warmup_runs: options.warmup_runs,
+            description,
+        })
+    }
+
+    pub(crate) fn describe(&self) -> &str {
+        &self.description
+    }
+
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")
+    }
+
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.stream.synchronize().or_cuda("cuStreamSynchronize")
+    }
+
+    /// Bytes per stored float element.
+    pub(crate) fn esize(&self) -> usize {
+        match self.precision {
+            Precision::F32 => 4,
+            Precision::Bf16 => 2,
+        }
+    }
+
+    /// A grid-stride launch over `n` items.
+    pub(crate) fn grid_for(&self, n: usize) -> Launch {
+        let blocks = n.div_ceil(BLOCK as usize).min(self.max_blocks as usize) as u32;
+        Launch {
+            grid: blocks.max(1),
+            block: BLOCK,
+        }
+    }
+
+    pub(crate) fn launch(
+        &self,
+        kernel: Kernel,
+        cfg: Launch,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        self.kernels.launch(kernel, cfg, self.cu_stream(), args)
+    }
+
+    /// A device region of at least `bytes`, valid until the next op.
+    pub(crate) fn scratch(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
+        let mut s = lock(&self.scratch);
+        if let Some(cur) = &s.current {
+            if cur.bytes() >= bytes {
+                return Ok(cur.ptr());
+            }
+        }
+        if self.capturing.load(Ordering::Relaxed) {
+            return Err(cuda_error(
+                "scratch",
+                format!("{bytes} bytes of scratch needed during capture but the warm-up runs did not size it"),
+            ));
+        }
+        let fresh = DevMem::new(&self.ctx, bytes, None)?;
+        let ptr = fresh.ptr();
+        if let Some(old) = s.current.replace(fresh) {
+            s.retired.push(old);
+        }
+        Ok(ptr)
+    }
+
+    /// Allocates a buffer of `bytes`, registering it when a warm-up must preserve its contents.
+    pub(crate) fn alloc(&self, bytes: usize, preserve: bool) -> Result<DevMem> {
+        self.bind()?;
+        DevMem::new(&self.ctx, bytes, preserve.then_some(&self.registry))
+    }
+
+    /// Asynchronous byte memset on the stream.
+    pub(crate) fn memset(&self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+        // SAFETY: the caller passes a range inside a live allocation.
+        check(
+            unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, self.cu_stream()) },
+            "cuMemsetD8Async",
+        )
+    }
+
+    /// Asynchronous 32-bit memset on the stream.
+    pub(crate) fn memset32(&self, ptr: sys::CUdeviceptr, value: i32, count: usize) -> Result<()> {
+        // SAFETY: the caller passes a range inside a live allocation.
+        check(
+            unsafe { sys::cuMemsetD32Async(ptr, value as u32, count, self.cu_stream()) },
+            "cuMemsetD32Async",
+        )
+    }
+
+    /// Asynchronous device-to-device copy on the stream.
+    pub(crate) fn copy_dtod(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller passes ranges inside live allocations.
+        check(
+            unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.cu_stream()) },
+            "cuMemcpyDtoDAsync",
+        )
+    }
+
+    /// Asynchronous host-to-device copy on the stream (`src` pinned, or synchronised by the caller).
+    pub(crate) fn copy_htod(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: `src` holds `bytes` bytes and stays alive until the stream passes this copy.
+        check(
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dst,
+                    src as *const std::ffi::c_void,
+                    bytes,
+                    self.cu_stream(),
+                )
+            },
+            "cuMemcpyHtoDAsync",
+        )
+    }
+
+    /// Asynchronous device-to-host copy on the stream.
+    pub(crate) fn copy_dtoh(
+        &self,
+        dst: *mut u8,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: `dst` holds `bytes` bytes and stays alive until the stream passes this copy.
+        check(
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    dst as *mut std::ffi::c_void,
+                    src,
+                    bytes,
+                    self.cu_stream(),
+                )
+            },
+            "cuMemcpyDtoHAsync",
+        )
+    }
+
+    /// Copies every registered buffer aside (device to device) before warm-up runs.
+    fn snapshot(&self) -> Result<Vec<(sys::CUdeviceptr, DevMem)>> {
+        let entries: Vec<(sys::CUdeviceptr, usize)> =
+            lock(&self.registry).iter().map(|(&p, &b)| (p, b)).collect();
+        let mut saved = Vec::with_capacity(entries.len());
+        for (ptr, bytes) in entries {
+            let copy = DevMem::new(&self.ctx, bytes, None)?;
+            self.copy_dtod(copy.ptr(), ptr, bytes)?;
+            saved.push((ptr, copy));
+        }
+        Ok(saved)
+    }
+
+    /// Writes a snapshot back, so that warm-up runs leave no trace in slot state.
+    fn restore(&self, saved: Vec<(sys::CUdeviceptr, DevMem)>) -> Result<()> {
+        for (ptr, copy) in &saved {
+            self.copy_dtod(*ptr, copy.ptr(), copy.bytes())?;
+        }
+        self.sync()
+    }
+
+    /// Warm-up runs, capture and first replay of a new program.
+    pub(crate) fn capture(
+        &self,
+        key: usize,
+        program: &mut dyn FnMut(&Self) -> Result<()>,
+    ) -> Result<()> {
+        let saved = self.snapshot()?;
+        for _ in 0..self.warmup_runs {
+            program(self)?;
+        }
+        self.sync()?;
+        self.restore(saved)?;
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .or_cuda("cuStreamBeginCapture")?;
+        self.capturing.store(true, Ordering::Relaxed);
+        let ran = program(self);
+        self.capturing.store(false, Ordering::Relaxed);
+        // The capture must end even when the program failed, or the stream stays unusable.
+        let finished = crate::graph::finish_capture(&self.stream);
+        ran?;
+        let (graph, nodes) = finished?;
+        graph.upload().or_cuda("cuGraphUpload")?;
+        graph.launch().or_cuda("cuGraphLaunch")?;
+        self.sync()?;
+        lock(&self.graphs).insert(key, Captured { graph, nodes });
+        Ok(())
+    }
+
+    /// Replays the graph of `key`, if captured, and waits for it; `false` when there is none.
+    pub(crate) fn replay(&self, key: usize) -> Result<bool> {
+        let graphs = lock(&self.graphs);
+        let Some(c) = graphs.get(&key) else {
+            return Ok(false);
+        };
+        c.graph.launch().or_cuda("cuGraphLaunch")?;
+        drop(graphs);
+        self.sync()?;
+        Ok(true)
+    }
+
+    /// Replays the already captured program of `key` `iters` times back to back and returns each
+    /// replay's device time in milliseconds (CUDA events). Slot state advances as in real steps.
+    pub fn time_replay(&self, key: usize, iters: usize) -> Result<Vec<f32>> {
+        self.bind()?;
+        let graphs = lock(&self.graphs);
+        let c = graphs
+            .get(&key)
+            .ok_or_else(|| cuda_error("time_replay", format!("no graph captured for key {key}")))?;
+        crate::graph::time_replays(&c.graph, &self.stream, iters)
+    }
+
+    /// Nodes of the captured graph of `key`, if any (kernels, copies and memsets).
+    pub fn graph_nodes(&self, key: usize) -> Option<usize> {
+        lock(&self.graphs).get(&key).map(|c| c.nodes)
+    }
+
+    /// Bytes of device memory in use by the scratch buffers.
+    pub fn scratch_bytes(&self) -> usize {
+        let s = lock(&self.scratch);
+        s.current.as_ref().map_or(0, DevMem::bytes)
+            + s.retired.iter().map(DevMem::bytes).sum::<usize>()
+    }
+
+    /// Allocates a staging area.
+    pub(crate) fn new_staging(&self, dims: StagingDims) -> Result<CudaStaging> {
+        self.bind()?;
+        let i32s = std::mem::size_of::<i32>();
+        let f32s = std::mem::size_of::<f32>();
+        let latent_bytes = dims.rows * dims.latent_dim * f32s;
+        let pcm_bytes = dims.rows * dims.samples * f32s;
+        let convert = self.precision == Precision::Bf16;
+        Ok(CudaStaging {
+            dims,
+            slots: Pinned::new(&self.ctx, dims.rows * i32s)?,
+            codes: Pinned::new(&self.ctx, dims.rows * dims.codebooks * i32s)?,
+            latents: Pinned::new(&self.ctx, latent_bytes)?,
+            pcm: Pinned::new(&self.ctx, pcm_bytes)?,
+            dev_latents: if convert {
+                Some(DevMem::new(&self.ctx, latent_bytes, None)?)
+            } else {
+                None
+            },
+            dev_pcm: if convert {
+                Some(DevMem::new(&self.ctx, pcm_bytes, None)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Role-independent storage size (all roles share the precision's type).
+    pub(crate) fn role_bytes(&self, _role: BufRole) -> usize {
+        self.esize()
+    }
+}

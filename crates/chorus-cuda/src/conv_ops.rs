@@ -1,0 +1,299 @@
+//! Host side of the convolution and attention kernels: geometry checks, path choice, launches.
+
+use chorus_core::{AttentionArgs, Conv1dArgs, ConvTr1dArgs, Result};
+
+use crate::backend::{CudaBackend, SCRATCH_ALIGN};
+use crate::blas::Gemm;
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+
+/// Convolutions with at most this many output channels skip the GEMM (a GEMV-shaped product
+/// would waste the matrix units and re-read the im2col matrix).
+const DIRECT_CONV_MAX_C_OUT: usize = 4;
+/// Threads per attention block and the kernel's static limits (see `attention.cu`).
+const ATTN_THREADS: u32 = 128;
+const ATTN_MAX_TIME: usize = 4;
+const ATTN_MAX_HEAD_DIM: usize = 128;
+const ATTN_MAX_KEYS: usize = 512;
+
+/// Mirrors `ConvDims` in `prelude.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ConvDims {
+    rows: i32,
+    time: i32,
+    c_in: i32,
+    c_out: i32,
+    kernel: i32,
+    dilation: i32,
+    history: i32,
+    elu: i32,
+}
+
+/// Mirrors `ConvTrDims` in `prelude.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ConvTrDims {
+    rows: i32,
+    time: i32,
+    c_in: i32,
+    c_out: i32,
+    kernel: i32,
+    stride: i32,
+    tail: i32,
+    depthwise: i32,
+    elu: i32,
+}
+
+/// Mirrors `AttnDims` in `prelude.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AttnDims {
+    rows: i32,
+    time: i32,
+    heads: i32,
+    head_dim: i32,
+    ring: i32,
+    window: i32,
+    rope_theta: f32,
+}
+
+fn i32_of(v: usize, op: &'static str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| cuda_error(op, format!("size {v} exceeds i32")))
+}
+
+fn align(bytes: usize) -> usize {
+    bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN
+}
+
+impl CudaBackend {
+    /// Elements per 16-byte vector of the storage type.
+    fn vec_elems(&self) -> usize {
+        16 / self.esize()
+    }
+
+    pub(crate) fn op_conv1d(&self, a: Conv1dArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "conv1d";
+        let g = a.geom;
+        let history = g.history();
+        let d = ConvDims {
+            rows: i32_of(g.rows, OP)?,
+            time: i32_of(g.time, OP)?,
+            c_in: i32_of(g.c_in, OP)?,
+            c_out: i32_of(g.c_out, OP)?,
+            kernel: i32_of(g.kernel, OP)?,
+            dilation: i32_of(g.dilation, OP)?,
+            history: i32_of(history, OP)?,
+            elu: i32::from(g.elu_input),
+        };
+        let state_ptr = match (&a.state, history) {
+            (Some(s), _) => s.mem.ptr(),
+            (None, 0) => 0u64,
+            (None, _) => {
+                return Err(cuda_error(
+                    OP,
+                    format!("history {history} needs a state buffer"),
+                ))
+            }
+        };
+        let x = a.x.mem.ptr();
+        let slots = a.slots.mem.ptr();
+        let bias = a.bias.map_or(0u64, |b| b.mem.ptr());
+        let residual = a.residual.map_or(0u64, |r| r.mem.ptr());
+        let out = a.out.mem.ptr();
+        let n = g.rows * g.time;
+        if g.c_out <= DIRECT_CONV_MAX_C_OUT {
+            let w = a.w.mem.ptr();
+            self.launch(
+                Kernel::ConvDirect,
+                self.grid_for(n * g.c_out),
+                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d],
+            )?;
+        } else {
+            let k_total = g.kernel * g.c_in;
+            let direct_input = g.kernel == 1 && history == 0;
+            let b = if direct_input && !g.elu_input {
+                x
+            } else if direct_input {
+                let buf = self.scratch(n * g.c_in * self.esize())?;
+                self.elu_into(x, buf, n * g.c_in)?;
+                buf
+            } else {
+                let col = self.scratch(n * k_total * self.esize())?;
+                let vec = i32::from(g.c_in.is_multiple_of(self.vec_elems()));
+                let chunks = if vec == 1 {
+                    g.c_in / self.vec_elems()
+                } else {
+                    g.c_in
+                };
+                self.launch(
+                    Kernel::ConvGather,
+                    self.grid_for(n * g.kernel * chunks),
+                    &mut kargs![&x, &state_ptr, &slots, &col, &d, &vec],
+                )?;
+                col
+            };
+            self.blas.gemm(Gemm {
+                trans_a: true,
+                trans_b: false,
+                m: g.c_out,
+                n,
+                k: k_total,
+                a: a.w.mem.ptr(),
+                lda: k_total,
+                b,
+                ldb: k_total,
+                c: out,
+                ldc: g.c_out,
+                beta: 0.0,
+            })?;
+            if bias != 0 || residual != 0 {
+                let count = n as i64;
+                let c_out = d.c_out;
+                self.launch(
+                    Kernel::BiasResidual,
+                    self.grid_for(n * g.c_out),
+                    &mut kargs![&out, &bias, &residual, &count, &c_out],
+                )?;
+            }
+        }
+        if history > 0 {
+            self.launch(
+                Kernel::ConvState,
+                self.grid_for(g.rows * g.c_in),
+                &mut kargs![&x, &state_ptr, &slots, &d],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// out = ELU(x) over `n` elements.
+    pub(crate) fn elu_into(&self, x: u64, out: u64, n: usize) -> Result<()> {
+        let vec = i32::from(n.is_multiple_of(self.vec_elems()));
+        let count = n as i64;
+        let items = if vec == 1 { n / self.vec_elems() } else { n };
+        self.launch(
+            Kernel::Elu,
+            self.grid_for(items),
+            &mut kargs![&x, &out, &count, &vec],
+        )
+    }
+
+    pub(crate) fn op_conv_tr1d(&self, a: ConvTr1dArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "conv_tr1d";
+        let g = a.geom;
+        let tail = g.tail();
+        if g.time * g.stride < tail {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "{} output columns cannot absorb a tail of {tail}",
+                    g.time * g.stride
+                ),
+            ));
+        }
+        if g.depthwise && g.c_in != g.c_out {
+            return Err(cuda_error(OP, "depthwise needs c_in == c_out"));
+        }
+        let d = ConvTrDims {
+            rows: i32_of(g.rows, OP)?,
+            time: i32_of(g.time, OP)?,
+            c_in: i32_of(g.c_in, OP)?,
+            c_out: i32_of(g.c_out, OP)?,
+            kernel: i32_of(g.kernel, OP)?,
+            stride: i32_of(g.stride, OP)?,
+            tail: i32_of(tail, OP)?,
+            depthwise: i32::from(g.depthwise),
+            elu: i32::from(g.elu_input),
+        };
+        let n = g.rows * g.time;
+        let x = a.x.mem.ptr();
+        let (src, w) = if g.depthwise {
+            (x, a.w.mem.ptr())
+        } else {
+            let es = self.esize();
+            let elu_bytes = if g.elu_input {
+                align(n * g.c_in * es)
+            } else {
+                0
+            };
+            let base = self.scratch(elu_bytes + n * g.kernel * g.c_out * es)?;
+            let input = if g.elu_input {
+                self.elu_into(x, base, n * g.c_in)?;
+                base
+            } else {
+                x
+            };
+            let y = base + elu_bytes as u64;
+            let m = g.kernel * g.c_out;
+            self.blas.gemm(Gemm {
+                trans_a: false,
+                trans_b: false,
+                m,
+                n,
+                k: g.c_in,
+                a: a.w.mem.ptr(),
+                lda: m,
+                b: input,
+                ldb: g.c_in,
+                c: y,
+                ldc: m,
+                beta: 0.0,
+            })?;
+            (y, 0u64)
+        };
+        let bias = a.bias.map_or(0u64, |b| b.mem.ptr());
+        let state = a.state.mem.ptr();
+        let slots = a.slots.mem.ptr();
+        let out = a.out.mem.ptr();
+        self.launch(
+            Kernel::ConvTrOverlap,
+            self.grid_for(n * g.stride * g.c_out),
+            &mut kargs![&src, &w, &bias, &state, &slots, &out, &d],
+        )
+    }
+
+    pub(crate) fn op_attention(&self, a: AttentionArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "attention";
+        let g = a.geom;
+        if g.time == 0
+            || g.time > ATTN_MAX_TIME
+            || g.head_dim > ATTN_MAX_HEAD_DIM
+            || !g.head_dim.is_multiple_of(8)
+            || g.window + g.time - 1 > g.ring
+            || g.window + g.time - 1 > ATTN_MAX_KEYS
+        {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "unsupported geometry {g:?}: time 1..={ATTN_MAX_TIME}, head_dim a multiple of 8 up to \
+                     {ATTN_MAX_HEAD_DIM}, window + time - 1 <= min(ring, {ATTN_MAX_KEYS})"
+                ),
+            ));
+        }
+        let d = AttnDims {
+            rows: i32_of(g.rows, OP)?,
+            time: i32_of(g.time, OP)?,
+            heads: i32_of(g.heads, OP)?,
+            head_dim: i32_of(g.head_dim, OP)?,
+            ring: i32_of(g.ring, OP)?,
+            window: i32_of(g.window, OP)?,
+            rope_theta: g.rope_theta,
+        };
+        let qkv = a.qkv.mem.ptr();
+        let kv = a.kv.mem.ptr();
+        let tokens = a.tokens.mem.ptr();
+        let slots = a.slots.mem.ptr();
+        let out = a.out.mem.ptr();
+        let blocks =
+            u32::try_from(g.rows * g.heads).map_err(|_| cuda_error(OP, "too many blocks"))?;
+        self.launch(
+            Kernel::Attention,
+            Launch {
+                grid: blocks,
+                block: ATTN_THREADS,
+            },
+            &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],
+        )
+    }
+}

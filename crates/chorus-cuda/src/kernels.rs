@@ -1,0 +1,327 @@
+//! Kernel sources, their NVRTC compilation (cached on disk), the loaded module, and the one
+//! launch helper every kernel goes through.
+
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+
+use chorus_core::{Precision, Result};
+use cudarc::driver::sys;
+use cudarc::nvrtc::sys as nvrtc;
+
+use crate::error::{check, cuda_error, OrCuda};
+
+/// The translation unit, in order: shared definitions first.
+const SOURCES: &[(&str, &str)] = &[
+    ("prelude.cuh", include_str!("../kernels/prelude.cuh")),
+    ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
+    ("conv.cu", include_str!("../kernels/conv.cu")),
+    ("convtr.cu", include_str!("../kernels/convtr.cu")),
+    ("attention.cu", include_str!("../kernels/attention.cu")),
+];
+
+/// Environment variable naming an extra include folder for NVRTC (CUDA headers).
+pub const INCLUDE_ENV: &str = "CHORUS_CUDA_INCLUDE";
+/// Include folder used when the variable is unset and the folder exists.
+const DEFAULT_INCLUDE: &str = "/usr/local/cuda/include";
+
+/// Every kernel of the module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    CastF32ToT,
+    CastTToF32,
+    Gelu,
+    Elu,
+    ScaleAdd,
+    BiasResidual,
+    AdvanceTokens,
+    EmbedCodes,
+    LayerNorm,
+    ConvGather,
+    ConvState,
+    ConvDirect,
+    ConvTrOverlap,
+    Attention,
+}
+
+impl Kernel {
+    const ALL: [Kernel; 14] = [
+        Kernel::CastF32ToT,
+        Kernel::CastTToF32,
+        Kernel::Gelu,
+        Kernel::Elu,
+        Kernel::ScaleAdd,
+        Kernel::BiasResidual,
+        Kernel::AdvanceTokens,
+        Kernel::EmbedCodes,
+        Kernel::LayerNorm,
+        Kernel::ConvGather,
+        Kernel::ConvState,
+        Kernel::ConvDirect,
+        Kernel::ConvTrOverlap,
+        Kernel::Attention,
+    ];
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Kernel::CastF32ToT => "cast_f32_to_t",
+            Kernel::CastTToF32 => "cast_t_to_f32",
+            Kernel::Gelu => "gelu",
+            Kernel::Elu => "elu",
+            Kernel::ScaleAdd => "scale_add",
+            Kernel::BiasResidual => "bias_residual",
+            Kernel::AdvanceTokens => "advance_tokens",
+            Kernel::EmbedCodes => "embed_codes",
+            Kernel::LayerNorm => "layer_norm",
+            Kernel::ConvGather => "conv_gather",
+            Kernel::ConvState => "conv_state",
+            Kernel::ConvDirect => "conv_direct",
+            Kernel::ConvTrOverlap => "convtr_overlap",
+            Kernel::Attention => "attention",
+        }
+    }
+}
+
+/// Grid and block of one launch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Launch {
+    pub grid: u32,
+    pub block: u32,
+}
+
+/// The whole kernel source, as one translation unit.
+pub fn kernel_source() -> String {
+    SOURCES
+        .iter()
+        .map(|(_, s)| *s)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The include folder handed to NVRTC, if any.
+fn include_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(INCLUDE_ENV) {
+        return Some(PathBuf::from(dir));
+    }
+    let default = Path::new(DEFAULT_INCLUDE);
+    default.is_dir().then(|| default.to_path_buf())
+}
+
+fn options(precision: Precision, arch: (i32, i32)) -> Vec<String> {
+    let mut opts = vec![
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        "--std=c++17".to_string(),
+        format!("-DCHORUS_BF16={}", i32::from(precision == Precision::Bf16)),
+    ];
+    if let Some(dir) = include_dir() {
+        opts.push(format!("-I{}", dir.display()));
+    }
+    opts
+}
+
+/// NVRTC's version, `(major, minor)`.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: both out-pointers are valid.
+    unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .or_cuda("nvrtcVersion")?;
+    Ok((major, minor))
+}
+
+/// Compiles the kernels for `sm_{arch}` and returns the CUBIN image.
+pub fn compile(precision: Precision, arch: (i32, i32)) -> Result<Vec<u8>> {
+    const OP: &str = "nvrtc compile";
+    let source = CString::new(kernel_source()).map_err(|e| cuda_error(OP, e.to_string()))?;
+    let name = c"chorus_kernels.cu";
+    let prog = cudarc::nvrtc::result::create_program(&source, Some(name)).or_cuda(OP)?;
+    let opts = options(precision, arch);
+    // SAFETY: `prog` was just created and is destroyed once below.
+    let compiled = unsafe { cudarc::nvrtc::result::compile_program(prog, &opts) };
+    let result = match compiled {
+        Ok(()) => cubin(prog),
+        Err(e) => {
+            // SAFETY: `prog` is alive.
+            let log = unsafe { cudarc::nvrtc::result::get_program_log(prog) }
+                .map(|l| {
+                    l.iter()
+                        .take_while(|&&c| c != 0)
+                        .map(|&c| c as u8 as char)
+                        .collect::<String>()
+                })
+                .unwrap_or_default();
+            Err(cuda_error(
+                OP,
+                format!("{e:?} for sm_{}{} with {opts:?}:\n{log}", arch.0, arch.1),
+            ))
+        }
+    };
+    // SAFETY: `prog` is alive and destroyed once.
+    let _ = unsafe { cudarc::nvrtc::result::destroy_program(prog) };
+    result
+}
+
+fn cubin(prog: nvrtc::nvrtcProgram) -> Result<Vec<u8>> {
+    let mut size = 0usize;
+    // SAFETY: `prog` is a compiled program; the out-pointer is valid.
+    unsafe { nvrtc::nvrtcGetCUBINSize(prog, &mut size) }
+        .result()
+        .or_cuda("nvrtcGetCUBINSize")?;
+    let mut image = vec![0u8; size];
+    // SAFETY: `image` holds `size` bytes as NVRTC asked.
+    unsafe { nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut std::ffi::c_char) }
+        .result()
+        .or_cuda("nvrtcGetCUBIN")?;
+    Ok(image)
+}
+
+/// 64-bit FNV-1a: a stable hash for cache file names.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(PRIME);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// Default cache folder: `$HOME/.cache/chorus/kernels`.
+fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/chorus/kernels"))
+}
+
+/// Returns the CUBIN for this precision and architecture, from the cache when it holds one for the
+/// same source, options and NVRTC version, else compiling it and storing it.
+fn cached_cubin(
+    precision: Precision,
+    arch: (i32, i32),
+    cache_dir: Option<&Path>,
+) -> Result<Vec<u8>> {
+    let (major, minor) = nvrtc_version()?;
+    let opts = options(precision, arch).join(" ");
+    let source = kernel_source();
+    let version = format!("nvrtc {major}.{minor}");
+    let key = fnv1a(&[source.as_bytes(), opts.as_bytes(), version.as_bytes()]);
+    let dir = cache_dir.map(Path::to_path_buf).or_else(default_cache_dir);
+    let file = dir.as_ref().map(|d| {
+        d.join(format!(
+            "chorus-sm{}{}-{}-{key:016x}.cubin",
+            arch.0,
+            arch.1,
+            precision.name()
+        ))
+    });
+    if let Some(f) = &file {
+        if let Ok(bytes) = std::fs::read(f) {
+            if !bytes.is_empty() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let image = compile(precision, arch)?;
+    if let (Some(d), Some(f)) = (&dir, &file) {
+        // The cache only saves start-up time: a folder that cannot be written is not an error.
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::create_dir_all(d).is_ok() && std::fs::write(&tmp, &image).is_ok() {
+            let _ = std::fs::rename(&tmp, f);
+        }
+    }
+    Ok(image)
+}
+
+/// Compiles every kernel in both precisions for `sm_{arch}` (a check that needs NVRTC but no device).
+pub fn compile_check(arch: (i32, i32)) -> Result<usize> {
+    let mut bytes = 0;
+    for precision in [Precision::F32, Precision::Bf16] {
+        bytes += compile(precision, arch)?.len();
+    }
+    Ok(bytes)
+}
+
+/// The loaded module and its functions.
+pub(crate) struct Kernels {
+    module: sys::CUmodule,
+    functions: Vec<sys::CUfunction>,
+}
+
+impl Kernels {
+    /// Compiles (or reads from the cache) and loads the module in the current context.
+    pub(crate) fn load(
+        precision: Precision,
+        arch: (i32, i32),
+        cache_dir: Option<&Path>,
+    ) -> Result<Self> {
+        let image = cached_cubin(precision, arch, cache_dir)?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is a CUBIN produced by NVRTC for this device's architecture.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr() as *const c_void) },
+            "cuModuleLoadData",
+        )?;
+        let mut functions = Vec::with_capacity(Kernel::ALL.len());
+        for k in Kernel::ALL {
+            let name = CString::new(k.symbol())
+                .map_err(|e| cuda_error("cuModuleGetFunction", e.to_string()))?;
+            let mut f: sys::CUfunction = std::ptr::null_mut();
+            // SAFETY: `module` is loaded; `name` is NUL-terminated.
+            check(
+                unsafe { sys::cuModuleGetFunction(&mut f, module, name.as_ptr()) },
+                "cuModuleGetFunction",
+            )
+            .map_err(|e| cuda_error("cuModuleGetFunction", format!("`{}`: {e}", k.symbol())))?;
+            functions.push(f);
+        }
+        Ok(Self { module, functions })
+    }
+
+    /// Launches `kernel` on `stream`. `args` points at each kernel parameter, in order, each of
+    /// exactly the kernel's parameter type.
+    pub(crate) fn launch(
+        &self,
+        kernel: Kernel,
+        cfg: Launch,
+        stream: sys::CUstream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        // `functions` follows `Kernel::ALL`, which lists the variants in declaration order.
+        let f = self.functions[kernel as usize];
+        // SAFETY: `f` belongs to the loaded module; the caller passes one pointer per parameter of
+        // the matching type, alive for the duration of this call (the driver copies the values).
+        let code = unsafe {
+            sys::cuLaunchKernel(
+                f,
+                cfg.grid.max(1),
+                1,
+                1,
+                cfg.block,
+                1,
+                1,
+                0,
+                stream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(code, kernel.symbol())
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        // SAFETY: the module was loaded once and is unloaded once.
+        let _ = unsafe { sys::cuModuleUnload(self.module) };
+    }
+}
+
+/// Builds the argument array of a launch from references to the parameter values.
+macro_rules! kargs {
+    ($($a:expr),* $(,)?) => {
+        [$(($a) as *const _ as *mut ::std::ffi::c_void),*]
+    };
+}
+pub(crate) use kargs;

@@ -1,0 +1,323 @@
+//! `chorus_core::Backend` for [`CudaBackend`]: buffers, staging, fills, and the element-wise ops
+//! (the convolutions and attention live in `conv_ops.rs`).
+
+use chorus_core::{
+    AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, LayerNormArgs,
+    LinearArgs, Precision, Result, StagingDims, StagingView,
+};
+use half::bf16;
+
+use crate::backend::{CudaBackend, CudaBuf, CudaInts, CudaStaging};
+use crate::blas::Gemm;
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+
+/// Warps per block of the LayerNorm kernel (one row per warp).
+const LN_WARPS: usize = 8;
+/// Threads of the single-block token counter kernel.
+const TOKENS_THREADS: u32 = 256;
+
+fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(cuda_error(
+            op,
+            format!("`{name}` holds {have} elements, {want} needed"),
+        ));
+    }
+    Ok(())
+}
+
+impl CudaBackend {
+    fn cast_to_storage(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+        let count = n as i64;
+        self.launch(
+            Kernel::CastF32ToT,
+            self.grid_for(n),
+            &mut kargs![&src, &dst, &count],
+        )
+    }
+
+    fn cast_to_f32(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+        let count = n as i64;
+        self.launch(
+            Kernel::CastTToF32,
+            self.grid_for(n),
+            &mut kargs![&src, &dst, &count],
+        )
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buf = CudaBuf;
+    type Ints = CudaInts;
+    type Staging = CudaStaging;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn device_description(&self) -> String {
+        self.describe().to_string()
+    }
+
+    fn bytes_per_element(&self, role: BufRole) -> usize {
+        self.role_bytes(role)
+    }
+
+    fn zeros(&self, len: usize, role: BufRole) -> Result<CudaBuf> {
+        let mem = self.alloc(len * self.esize(), role == BufRole::State)?;
+        self.memset(mem.ptr(), len * self.esize())?;
+        self.sync()?;
+        Ok(CudaBuf { mem, len })
+    }
+
+    fn upload(&self, data: &[f32], role: BufRole) -> Result<CudaBuf> {
+        let mem = self.alloc(data.len() * self.esize(), role == BufRole::State)?;
+        match self.precision {
+            Precision::F32 => {
+                self.copy_htod(mem.ptr(), data.as_ptr() as *const u8, data.len() * 4)?
+            }
+            Precision::Bf16 => {
+                let host: Vec<bf16> = data.iter().map(|&v| bf16::from_f32(v)).collect();
+                self.copy_htod(mem.ptr(), host.as_ptr() as *const u8, host.len() * 2)?;
+                // `host` is pageable: wait for the copy before it is dropped.
+                self.sync()?;
+            }
+        }
+        self.sync()?;
+        Ok(CudaBuf {
+            mem,
+            len: data.len(),
+        })
+    }
+
+    fn ints(&self, len: usize, value: i32) -> Result<CudaInts> {
+        let mem = self.alloc(len * 4, true)?;
+        self.memset32(mem.ptr(), value, len)?;
+        self.sync()?;
+        Ok(CudaInts { mem, len })
+    }
+
+    fn download(&self, buf: &CudaBuf) -> Result<Vec<f32>> {
+        self.bind()?;
+        self.sync()?;
+        match self.precision {
+            Precision::F32 => {
+                let mut out = vec![0f32; buf.len];
+                self.copy_dtoh(out.as_mut_ptr() as *mut u8, buf.mem.ptr(), buf.len * 4)?;
+                self.sync()?;
+                Ok(out)
+            }
+            Precision::Bf16 => {
+                let mut raw = vec![bf16::ZERO; buf.len];
+                self.copy_dtoh(raw.as_mut_ptr() as *mut u8, buf.mem.ptr(), buf.len * 2)?;
+                self.sync()?;
+                Ok(raw.iter().map(|v| v.to_f32()).collect())
+            }
+        }
+    }
+
+    fn download_ints(&self, buf: &CudaInts) -> Result<Vec<i32>> {
+        self.bind()?;
+        self.sync()?;
+        let mut out = vec![0i32; buf.len];
+        self.copy_dtoh(out.as_mut_ptr() as *mut u8, buf.mem.ptr(), buf.len * 4)?;
+        self.sync()?;
+        Ok(out)
+    }
+
+    fn staging(&self, dims: StagingDims) -> Result<CudaStaging> {
+        self.new_staging(dims)
+    }
+
+    fn staging_view<'s>(&self, staging: &'s mut CudaStaging) -> Result<StagingView<'s>> {
+        // Steps sync before returning, but a view must never race a replay still reading inputs.
+        self.bind()?;
+        self.sync()?;
+        let CudaStaging {
+            slots,
+            codes,
+            latents,
+            pcm,
+            ..
+        } = staging;
+        Ok(StagingView {
+            slots: slots.as_mut_slice(),
+            codes: codes.as_mut_slice(),
+            latents: latents.as_mut_slice(),
+            pcm: pcm.as_slice(),
+        })
+    }
+
+    fn stage_in(
+        &self,
+        staging: &CudaStaging,
+        slots: &mut CudaInts,
+        codes: &mut CudaInts,
+        latents: &mut CudaBuf,
+    ) -> Result<()> {
+        const OP: &str = "stage_in";
+        let dims = staging.dims;
+        let n_codes = dims.rows * dims.codebooks;
+        let n_lat = dims.rows * dims.latent_dim;
+        need(OP, "slots", slots.len, dims.rows)?;
+        need(OP, "codes", codes.len, n_codes)?;
+        need(OP, "latents", latents.len, n_lat)?;
+        self.copy_htod(slots.mem.ptr(), staging.slots.ptr(), dims.rows * 4)?;
+        self.copy_htod(codes.mem.ptr(), staging.codes.ptr(), n_codes * 4)?;
+        match &staging.dev_latents {
+            None => self.copy_htod(latents.mem.ptr(), staging.latents.ptr(), n_lat * 4),
+            Some(dev) => {
+                self.copy_htod(dev.ptr(), staging.latents.ptr(), n_lat * 4)?;
+                self.cast_to_storage(dev.ptr(), latents.mem.ptr(), n_lat)
+            }
+        }
+    }
+
+    fn stage_out(&self, pcm: &CudaBuf, staging: &mut CudaStaging) -> Result<()> {
+        let n = staging.dims.rows * staging.dims.samples;
+        need("stage_out", "pcm", pcm.len, n)?;
+        match &staging.dev_pcm {
+            None => self.copy_dtoh(staging.pcm.ptr(), pcm.mem.ptr(), n * 4),
+            Some(dev) => {
+                self.cast_to_f32(pcm.mem.ptr(), dev.ptr(), n)?;
+                self.copy_dtoh(staging.pcm.ptr(), dev.ptr(), n * 4)
+            }
+        }
+    }
+
+    fn embed_codes(&self, a: EmbedArgs<'_, Self>) -> Result<()> {
+        let (codes, table, latents, out) = (
+            a.codes.mem.ptr(),
+            a.table.mem.ptr(),
+            a.latents.mem.ptr(),
+            a.out.mem.ptr(),
+        );
+        let (rows, codebooks, card, dim) = (
+            a.rows as i32,
+            a.codebooks as i32,
+            a.cardinality as i32,
+            a.dim as i32,
+        );
+        self.launch(
+            Kernel::EmbedCodes,
+            self.grid_for(a.rows * a.dim),
+            &mut kargs![&codes, &table, &latents, &out, &rows, &codebooks, &card, &dim],
+        )
+    }
+
+    fn conv1d(&self, args: Conv1dArgs<'_, Self>) -> Result<()> {
+        self.op_conv1d(args)
+    }
+
+    fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()> {
+        self.op_conv_tr1d(args)
+    }
+
+    fn layer_norm(&self, a: LayerNormArgs<'_, Self>) -> Result<()> {
+        let (x, g, b, out) = (
+            a.x.mem.ptr(),
+            a.gamma.mem.ptr(),
+            a.beta.mem.ptr(),
+            a.out.mem.ptr(),
+        );
+        let (n, dim, eps) = (a.n as i32, a.dim as i32, a.eps);
+        let cfg = Launch {
+            grid: a.n.div_ceil(LN_WARPS) as u32,
+            block: (LN_WARPS * 32) as u32,
+        };
+        self.launch(
+            Kernel::LayerNorm,
+            cfg,
+            &mut kargs![&x, &g, &b, &out, &n, &dim, &eps],
+        )
+    }
+
+    fn linear(&self, a: LinearArgs<'_, Self>) -> Result<()> {
+        self.blas.gemm(Gemm {
+            trans_a: true,
+            trans_b: false,
+            m: a.m,
+            n: a.n,
+            k: a.k,
+            a: a.w.mem.ptr(),
+            lda: a.k,
+            b: a.x.mem.ptr(),
+            ldb: a.k,
+            c: a.out.mem.ptr(),
+            ldc: a.m,
+            beta: 0.0,
+        })
+    }
+
+    fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {
+        self.op_attention(args)
+    }
+
+    fn gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
+        let (p, n) = (x.mem.ptr(), len as i64);
+        self.launch(Kernel::Gelu, self.grid_for(len), &mut kargs![&p, &n])
+    }
+
+    fn scale_add(
+        &self,
+        acc: &mut CudaBuf,
+        x: &CudaBuf,
+        scale: &CudaBuf,
+        n: usize,
+        dim: usize,
+    ) -> Result<()> {
+        let (a, xp, s) = (acc.mem.ptr(), x.mem.ptr(), scale.mem.ptr());
+        let (n32, d32) = (n as i32, dim as i32);
+        self.launch(
+            Kernel::ScaleAdd,
+            self.grid_for(n * dim),
+            &mut kargs![&a, &xp, &s, &n32, &d32],
+        )
+    }
+
+    fn advance_tokens(
+        &self,
+        tokens: &mut CudaInts,
+        slots: &CudaInts,
+        rows: usize,
+        count: i32,
+        dummy: usize,
+    ) -> Result<()> {
+        let (t, s) = (tokens.mem.ptr(), slots.mem.ptr());
+        let (r, d) = (rows as i32, dummy as i32);
+        self.launch(
+            Kernel::AdvanceTokens,
+            Launch {
+                grid: 1,
+                block: TOKENS_THREADS,
+            },
+            &mut kargs![&t, &s, &r, &count, &d],
+        )
+    }
+
+    fn zero_row(&self, buf: &mut CudaBuf, row: usize, row_len: usize) -> Result<()> {
+        need("zero_row", "buf", buf.len, (row + 1) * row_len)?;
+        self.bind()?;
+        let es = self.esize();
+        self.memset(buf.mem.ptr() + (row * row_len * es) as u64, row_len * es)
+    }
+
+    fn fill_ints(&self, ints: &mut CudaInts, index: usize, value: i32) -> Result<()> {
+        need("fill_ints", "ints", ints.len, index + 1)?;
+        self.bind()?;
+        self.memset32(ints.mem.ptr() + (index * 4) as u64, value, 1)
+    }
+
+    fn run(&self, key: usize, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
+        self.bind()?;
+        if self.replay(key)? {
+            return Ok(());
+        }
+        self.capture(key, program)
+    }
+}
