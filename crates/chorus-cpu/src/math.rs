@@ -131,7 +131,8 @@ mod tests {
             let x = -10.0 + i as f32 * 1e-3;
             let want = 0.5 * x as f64 * (1.0 + libm::erf(x as f64 / std::f64::consts::SQRT_2));
             let err = (gelu(x) as f64 - want).abs();
-            assert!(err <= 1e-6 * want.abs().max(1e-2), "x={x} err={err}");
+            // 1 + erf cancels for very negative x, in f32 as in PyTorch: bound the error absolutely there.
+            assert!(err <= 3e-7 * want.abs() + 4e-8 * (x as f64).abs(), "x={x} err={err}");
         }
     }
 }
