@@ -29,12 +29,22 @@ pub fn tiny_model() -> &'static LoadedModel {
     MODEL.get_or_init(|| chorus_mimi::random::random_model(&tiny_config(), 7).unwrap())
 }
 
-pub fn decoder(model: &LoadedModel, max_slots: usize, buckets: &[usize]) -> SlotDecoder<CpuBackend> {
+pub fn decoder(
+    model: &LoadedModel,
+    max_slots: usize,
+    buckets: &[usize],
+) -> SlotDecoder<CpuBackend> {
     let opts = DecoderOptions {
         max_slots,
         buckets: Buckets::new(buckets).unwrap(),
     };
-    SlotDecoder::from_weights(CpuBackend::new(None).unwrap(), &model.config, &model.weights, opts).unwrap()
+    SlotDecoder::from_weights(
+        CpuBackend::new(None).unwrap(),
+        &model.config,
+        &model.weights,
+        opts,
+    )
+    .unwrap()
 }
 
 /// Deterministic codes `[frames][n_q]` for a stream.
@@ -85,5 +95,8 @@ pub const SAME: f64 = 1e-5;
 pub fn assert_same(got: &[f32], want: &[f32], what: &str) {
     let e = rel_l2(got, want);
     assert!(e <= SAME, "{what}: relative L2 {e:e} > {SAME:e}");
-    assert!(want.iter().any(|v| v.abs() > 1e-6), "{what}: reference is silent");
+    assert!(
+        want.iter().any(|v| v.abs() > 1e-6),
+        "{what}: reference is silent"
+    );
 }
