@@ -1,1 +1,17 @@
-//! chorus-server (in progress).
+//! The streaming server: WebSocket streams, whole-file decode over HTTP, health and metrics.
+//!
+//! Every connection is one async task that owns one engine [`chorus_engine::Stream`]; it parses
+//! and validates everything a client sends (sizes, code ranges, message types) before anything
+//! reaches the engine, so a bad client fails alone. The protocol is specified in
+//! `docs/protocol.md`; [`protocol`] holds its types and codecs, [`loadgen`] a client that plays
+//! many streams against a server and checks every frame against a whole-file decode.
+
+mod http;
+pub mod loadgen;
+pub mod npy;
+pub mod protocol;
+mod server;
+pub mod wav;
+mod ws;
+
+pub use server::{Server, ServerConfig};

@@ -1,0 +1,160 @@
+//! Binding, routing, and the drain on shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use chorus_core::{Error, Result};
+use chorus_engine::Engine;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Default time a new connection has to send `open`.
+const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time one message may take to be written to a client before it is cut off.
+const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time a drain waits for streams to finish.
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default largest request body of the whole-file decode (about 2 hours of 8-codebook int64 codes).
+const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
+/// How often the drain checks whether every connection has ended.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
+/// Server knobs (the engine's queue bounds live in [`chorus_engine::EngineConfig`]).
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub open_timeout: Duration,
+    pub write_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            open_timeout: DEFAULT_OPEN_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// Counts live WebSocket connections, which the HTTP server's own graceful shutdown does not
+/// track once they are upgraded.
+#[derive(Default)]
+pub(crate) struct Connections(AtomicUsize);
+
+pub(crate) struct ConnectionGuard(Arc<Connections>);
+
+impl Connections {
+    pub(crate) fn enter(self: &Arc<Self>) -> ConnectionGuard {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        ConnectionGuard(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What every handler sees.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub engine: Arc<Engine>,
+    pub config: Arc<ServerConfig>,
+    pub shutdown: watch::Receiver<bool>,
+    pub connections: Arc<Connections>,
+}
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    engine: Arc<Engine>,
+    config: Arc<ServerConfig>,
+    shutdown: watch::Sender<bool>,
+    connections: Arc<Connections>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks a free port) and starts serving on the current runtime.
+    pub async fn bind(engine: Arc<Engine>, addr: SocketAddr, config: ServerConfig) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
+        let (tx, rx) = watch::channel(false);
+        let config = Arc::new(config);
+        let connections = Arc::new(Connections::default());
+        let state = AppState {
+            engine: engine.clone(),
+            config: config.clone(),
+            shutdown: rx.clone(),
+            connections: connections.clone(),
+        };
+        let app = Router::new()
+            .route("/v1/stream", get(crate::ws::upgrade))
+            .route("/v1/decode", post(crate::http::decode))
+            .route("/healthz", get(crate::http::healthz))
+            .route("/metrics", get(crate::http::metrics))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            .with_state(state);
+        let mut stop = rx;
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|v| *v).await;
+                })
+                .await
+        });
+        Ok(Self {
+            addr,
+            engine,
+            config,
+            shutdown: tx,
+            connections,
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The engine behind the server.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Drains: refuses new streams and connections, lets every open stream decode what it has
+    /// sent, closes each with 1001, then stops (streams still open after the drain timeout are
+    /// cut). Returns the number of connections cut.
+    pub async fn shutdown(self) -> Result<usize> {
+        self.engine.drain();
+        let _ = self.shutdown.send(true);
+        let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
+        while self.connections.count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        let cut = self.connections.count();
+        match tokio::time::timeout_at(deadline, self.task).await {
+            Ok(Ok(Ok(()))) | Err(_) => Ok(cut),
+            Ok(Ok(Err(e))) => Err(Error::io("Server::shutdown", self.addr.to_string(), e)),
+            Ok(Err(e)) => Err(Error::input("Server::shutdown", e.to_string())),
+        }
+    }
+}

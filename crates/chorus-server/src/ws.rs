@@ -1,0 +1,378 @@
+//! One WebSocket connection: the open handshake, then frames in and PCM out until the end.
+
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use chorus_core::{FRAME_SAMPLES, SAMPLE_RATE};
+use chorus_engine::{Stream, StreamError, StreamEvent, StreamInput};
+use tokio::sync::watch;
+
+use crate::protocol::{
+    close_code, encode_pcm, parse_client_message, parse_codes, parse_latents, ClientMessage,
+    ErrorCode, InputKind, PcmFormat, ProtocolError, ServerMessage, PROTOCOL_VERSION,
+};
+use crate::server::AppState;
+
+/// How long a closing connection waits for the client's close reply, so that the client reads
+/// the error before the socket goes (closing with unread input would reset the connection).
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+pub(crate) async fn upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> Response {
+    ws.on_upgrade(move |socket| async move {
+        let _guard = state.connections.enter();
+        Conn { socket, state }.run().await;
+    })
+}
+
+/// An open stream as the connection sees it.
+struct Session {
+    stream: Stream,
+    pcm: PcmFormat,
+    /// The client sent `close` or the server is draining: read no more input.
+    closing: bool,
+    draining: bool,
+    codes: Vec<u32>,
+    latents: Vec<f32>,
+}
+
+struct Conn {
+    socket: WebSocket,
+    state: AppState,
+}
+
+/// Why the connection ends.
+enum End {
+    /// The peer is gone or has been told; just drop the socket.
+    Quiet,
+    /// Send this error, then close.
+    Error(ProtocolError, Counted),
+}
+
+/// Whether an error was already counted in the metrics (the engine counts its own).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Yes,
+    No,
+}
+
+impl Conn {
+    async fn run(mut self) {
+        let end = match self.await_open().await {
+            Ok(mut session) => self.serve(&mut session).await,
+            Err(end) => end,
+        };
+        if let End::Error(err, counted) = end {
+            if counted == Counted::No {
+                self.state.engine.metrics().errors.inc(err.code.as_str());
+            }
+            let msg = ServerMessage::Error {
+                code: err.code,
+                message: err.message,
+            };
+            if self.send_json(&msg).await {
+                self.close(err.code.close_code(), err.code.as_str()).await;
+            }
+        }
+    }
+
+    async fn await_open(&mut self) -> Result<Session, End> {
+        let deadline = tokio::time::sleep(self.state.config.open_timeout);
+        tokio::pin!(deadline);
+        let mut shutdown = self.state.shutdown.clone();
+        loop {
+            let msg = tokio::select! {
+                _ = &mut deadline => {
+                    return Err(protocol_error(ErrorCode::OpenTimeout, "no `open` message in time"));
+                }
+                _ = stopping(&mut shutdown) => {
+                    return Err(protocol_error(ErrorCode::Draining, "the server is shutting down"));
+                }
+                msg = self.socket.recv() => msg,
+            };
+            match msg {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Binary(_))) => {
+                    return Err(protocol_error(
+                        ErrorCode::NotOpen,
+                        "binary frame before the stream was opened",
+                    ))
+                }
+                Some(Ok(Message::Text(text))) => match parse_client_message(&text) {
+                    Ok(ClientMessage::Open {
+                        version,
+                        input,
+                        n_q,
+                        pcm,
+                    }) => return self.open(version, input, n_q, pcm).await,
+                    Ok(other) => {
+                        return Err(protocol_error(
+                            ErrorCode::NotOpen,
+                            format!("`{}` before the stream was opened", message_name(&other)),
+                        ))
+                    }
+                    Err(e) => return Err(End::Error(e, Counted::No)),
+                },
+            }
+        }
+    }
+
+    async fn open(
+        &mut self,
+        version: u32,
+        input: InputKind,
+        n_q: Option<usize>,
+        pcm: PcmFormat,
+    ) -> Result<Session, End> {
+        if version != PROTOCOL_VERSION {
+            return Err(protocol_error(
+                ErrorCode::UnsupportedVersion,
+                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
+            ));
+        }
+        let engine = &self.state.engine;
+        let info = engine.info();
+        let stream_input = match (input, n_q) {
+            (InputKind::Codes, Some(n_q)) => StreamInput::Codes { n_q },
+            (InputKind::Codes, None) => {
+                return Err(protocol_error(
+                    ErrorCode::BadOpen,
+                    "a codes stream needs `n_q`",
+                ))
+            }
+            (InputKind::Latents, None) => StreamInput::Latents,
+            (InputKind::Latents, Some(_)) => {
+                return Err(protocol_error(
+                    ErrorCode::BadOpen,
+                    "a latents stream takes no `n_q`",
+                ))
+            }
+        };
+        let stream = engine.open(stream_input).map_err(|e| {
+            let code = ErrorCode::from_stream_error(&e);
+            End::Error(ProtocolError::new(code, e.to_string()), Counted::No)
+        })?;
+        let opened = ServerMessage::Opened {
+            version: PROTOCOL_VERSION,
+            stream_id: stream.id(),
+            input,
+            n_q,
+            pcm,
+            sample_rate: SAMPLE_RATE,
+            frame_samples: FRAME_SAMPLES,
+            codebook_size: info.codebook_size,
+            latent_dim: info.latent_dim,
+            max_pending_frames: engine.config().max_pending_frames,
+            max_frames_per_message: engine.config().max_pending_frames,
+        };
+        if !self.send_json(&opened).await {
+            return Err(End::Quiet);
+        }
+        Ok(Session {
+            stream,
+            pcm,
+            closing: false,
+            draining: false,
+            codes: Vec::new(),
+            latents: Vec::new(),
+        })
+    }
+
+    async fn serve(&mut self, s: &mut Session) -> End {
+        let mut shutdown = self.state.shutdown.clone();
+        loop {
+            tokio::select! {
+                ev = s.stream.recv() => {
+                    if let Some(end) = self.forward(s, ev).await {
+                        return end;
+                    }
+                }
+                msg = self.socket.recv(), if !s.closing => {
+                    if let Err(end) = self.handle_input(s, msg) {
+                        return end;
+                    }
+                }
+                _ = stopping(&mut shutdown), if !s.draining => {
+                    s.draining = true;
+                    if !s.closing {
+                        s.closing = true;
+                        // Frames received so far are decoded and delivered; then close 1001.
+                        if s.stream.finish().is_err() {
+                            return End::Quiet;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one engine event to the client; `Some` ends the connection.
+    async fn forward(&mut self, s: &mut Session, ev: StreamEvent) -> Option<End> {
+        match ev {
+            StreamEvent::Pcm { index, samples } => {
+                let bytes = encode_pcm(index, &samples, s.pcm);
+                let send = self.socket.send(Message::Binary(bytes.into()));
+                match tokio::time::timeout(self.state.config.write_timeout, send).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(_)) => Some(End::Quiet),
+                    Err(_) => {
+                        // The client has stopped reading and its socket is full: cut it off.
+                        self.state
+                            .engine
+                            .metrics()
+                            .errors
+                            .inc(ErrorCode::SlowConsumer.as_str());
+                        Some(End::Quiet)
+                    }
+                }
+            }
+            StreamEvent::ResetDone { next_frame } => {
+                if self
+                    .send_json(&ServerMessage::ResetDone { next_frame })
+                    .await
+                {
+                    None
+                } else {
+                    Some(End::Quiet)
+                }
+            }
+            StreamEvent::Finished { frames } => {
+                if self.send_json(&ServerMessage::Closed { frames }).await {
+                    let (code, reason) = if s.draining {
+                        (close_code::GOING_AWAY, "server shutting down")
+                    } else {
+                        (close_code::NORMAL, "stream closed")
+                    };
+                    self.close(code, reason).await;
+                }
+                Some(End::Quiet)
+            }
+            StreamEvent::Failed(e) => {
+                let code = ErrorCode::from_stream_error(&e);
+                Some(End::Error(
+                    ProtocolError::new(code, e.to_string()),
+                    Counted::Yes,
+                ))
+            }
+        }
+    }
+
+    /// Handles one client message on an open stream.
+    fn handle_input(
+        &mut self,
+        s: &mut Session,
+        msg: Option<Result<Message, axum::Error>>,
+    ) -> Result<(), End> {
+        let info = self.state.engine.info();
+        let max_frames = self.state.engine.config().max_pending_frames;
+        let submitted = match msg {
+            // A disconnect: dropping the stream frees the slot.
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Ok(()),
+            Some(Ok(Message::Binary(bytes))) => match s.stream.input() {
+                StreamInput::Codes { n_q } => {
+                    parse_codes(&bytes, n_q, info.codebook_size, max_frames, &mut s.codes)
+                        .map_err(|e| End::Error(e, Counted::No))?;
+                    s.stream.submit_codes(&s.codes)
+                }
+                StreamInput::Latents => {
+                    parse_latents(&bytes, info.latent_dim, max_frames, &mut s.latents)
+                        .map_err(|e| End::Error(e, Counted::No))?;
+                    s.stream.submit_latents(&s.latents)
+                }
+            },
+            Some(Ok(Message::Text(text))) => match parse_client_message(&text) {
+                Ok(ClientMessage::Reset) => s.stream.reset(),
+                Ok(ClientMessage::Close) => {
+                    s.closing = true;
+                    s.stream.finish()
+                }
+                Ok(ClientMessage::Open { .. }) => {
+                    return Err(protocol_error(
+                        ErrorCode::AlreadyOpen,
+                        "the stream is already open",
+                    ))
+                }
+                Err(e) => return Err(End::Error(e, Counted::No)),
+            },
+        };
+        match submitted {
+            Ok(()) => Ok(()),
+            // The engine ended the stream; its event says why and arrives next.
+            Err(StreamError::Finished) => Ok(()),
+            Err(e) => {
+                let code = match e {
+                    StreamError::InvalidFrame(_) => ErrorCode::BadFrameSize,
+                    ref other => ErrorCode::from_stream_error(other),
+                };
+                Err(End::Error(
+                    ProtocolError::new(code, e.to_string()),
+                    Counted::No,
+                ))
+            }
+        }
+    }
+
+    async fn send_json(&mut self, msg: &ServerMessage) -> bool {
+        let text = match serde_json::to_string(msg) {
+            Ok(t) => t,
+            Err(_) => return false,
+        };
+        let send = self.socket.send(Message::Text(text.into()));
+        matches!(
+            tokio::time::timeout(self.state.config.write_timeout, send).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Sends a close frame, then waits briefly for the client's close reply.
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let send = self.socket.send(Message::Close(Some(frame)));
+        if !matches!(
+            tokio::time::timeout(self.state.config.write_timeout, send).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+        let _ = tokio::time::timeout(CLOSE_LINGER, async {
+            while let Some(Ok(msg)) = self.socket.recv().await {
+                if matches!(msg, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Resolves once the server starts draining.
+async fn stopping(rx: &mut watch::Receiver<bool>) {
+    loop {
+        let stop = *rx.borrow_and_update();
+        if stop {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            // The server is gone without draining: nothing will ever signal.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn protocol_error(code: ErrorCode, message: impl Into<String>) -> End {
+    End::Error(ProtocolError::new(code, message), Counted::No)
+}
+
+fn message_name(m: &ClientMessage) -> &'static str {
+    match m {
+        ClientMessage::Open { .. } => "open",
+        ClientMessage::Reset => "reset",
+        ClientMessage::Close => "close",
+    }
+}
