@@ -175,6 +175,7 @@ impl Engine {
         s.slots[slot] = Some(Occupant {
             id,
             queue: VecDeque::from([Pending::Reset { ack: None }]),
+            counted: 0,
             in_ready: true,
             outbox: outbox.clone(),
         });
@@ -341,6 +342,9 @@ impl EngineLoop {
             occ.in_ready = false;
             let mut ended = false;
             while let Some(item) = occ.queue.pop_front() {
+                if item.counts() {
+                    occ.counted -= 1;
+                }
                 match item {
                     Pending::Reset { ack } => self.resets.push(ResetJob {
                         slot,

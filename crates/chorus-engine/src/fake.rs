@@ -39,6 +39,8 @@ pub struct FakeOptions {
     /// Sleep this long in every step (to model a slow device).
     pub step_delay: Duration,
     pub poison: Poison,
+    /// Make `reset` a no-op (a broken decoder, to show that tests catch lost resets).
+    pub ignore_reset: bool,
 }
 
 /// The slots of every step run, in order.
@@ -194,7 +196,9 @@ impl FrameDecoder for FakeDecoder {
     fn reset(&mut self, slot: usize) -> Result<()> {
         match self.digests.get_mut(slot) {
             Some(d) => {
-                *d = 0;
+                if !self.opts.ignore_reset {
+                    *d = 0;
+                }
                 Ok(())
             }
             None => Err(Error::UnknownSlot {

@@ -17,6 +17,13 @@ pub(crate) enum FrameData {
     Latent(Vec<f32>),
 }
 
+impl Pending {
+    /// Whether the item counts against the queue bound.
+    pub(crate) fn counts(&self) -> bool {
+        !matches!(self, Pending::Reset { ack: None })
+    }
+}
+
 impl FrameData {
     pub(crate) fn as_input(&self) -> FrameInput<'_> {
         match self {
@@ -44,6 +51,8 @@ pub(crate) enum Pending {
 pub(crate) struct Occupant {
     pub id: u64,
     pub queue: VecDeque<Pending>,
+    /// Items of `queue` that count against the bound (all but the new owner's reset).
+    pub counted: usize,
     /// Whether `(slot, id)` is in [`Sched::ready`] (a stream is there at most once).
     pub in_ready: bool,
     pub outbox: Arc<Outbox>,
@@ -91,9 +100,10 @@ impl Shared {
             // Released by the engine (slow consumer, failure): the outbox says why.
             _ => return Err(StreamError::Finished),
         };
-        if occ.queue.len() + items.len() > limit {
+        if occ.counted + items.len() > limit {
             return Err(StreamError::QueueFull { limit });
         }
+        occ.counted += items.len();
         occ.queue.extend(items);
         let enqueue = !occ.in_ready && !occ.queue.is_empty();
         if enqueue {

@@ -249,6 +249,7 @@ impl Stream {
         match s.slots[self.slot].as_mut() {
             Some(o) if o.id == self.id => {
                 o.queue.push_back(Pending::End { frames });
+                o.counted += 1;
                 if !o.in_ready {
                     o.in_ready = true;
                     s.ready.push_back((self.slot, self.id));

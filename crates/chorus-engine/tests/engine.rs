@@ -168,6 +168,9 @@ async fn a_client_too_far_ahead_is_refused() {
     };
     let (engine, _) = start(opts(2, 2), config);
     let mut stream = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
+    // A full bound right after opening fits: the slot's own reset does not count.
+    let mut full = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
+    full.submit_codes(&[0, 1, 2, 3]).unwrap();
     let five: Vec<u32> = (0..5).collect();
     assert_eq!(
         stream.submit_codes(&five),

@@ -1,0 +1,71 @@
+//! The load generator against a server with the fake decoder.
+
+mod common;
+
+use std::time::Duration;
+
+use chorus_server::loadgen::{run, LoadgenConfig, Rate};
+use common::*;
+
+fn config(server: &chorus_server::Server, streams: usize, rate: Rate) -> LoadgenConfig {
+    LoadgenConfig {
+        url: format!("ws://{}", server.local_addr()),
+        streams,
+        duration: Duration::from_millis(800),
+        rate,
+        n_q: 8,
+        seed: 42,
+        verify_streams: None,
+        window: 4,
+        wait_ready: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_streams_all_complete_and_match_the_whole_file_decode() {
+    let server = start(4, 4).await;
+    let report = run(config(&server, 3, Rate::Realtime)).await.unwrap();
+    assert_eq!(report.streams_completed, 3, "{}", report.summary());
+    assert_eq!(report.frames_sent, 30);
+    assert_eq!(report.frames_received, 30);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.verify.bit_exact);
+    assert_eq!(report.verify.frames_checked, 30);
+    assert!(report.latency_ms.p50 <= report.latency_ms.p99);
+    assert!(report.latency_ms.p99 <= report.latency_ms.max);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["verify"]["bit_exact"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_capacity_are_reported_busy() {
+    let server = start(2, 2).await;
+    let mut cfg = config(&server, 3, Rate::Max);
+    cfg.duration = Duration::from_millis(300);
+    let report = run(cfg).await.unwrap();
+    assert_eq!(report.streams_opened, 2, "{}", report.summary());
+    assert_eq!(report.errors.get("busy"), Some(&1));
+    assert!(report.verify.bit_exact, "{}", report.summary());
+    assert_eq!(report.frames_received, report.frames_sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mismatch_with_the_offline_decode_is_detected() {
+    // A decoder that ignores resets keeps state across streams in the same slot, so the
+    // whole-file decode (a new stream) cannot match what was streamed.
+    let server = start_with(
+        chorus_engine::fake::FakeOptions {
+            ignore_reset: true,
+            ..fake(1, 1)
+        },
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let mut cfg = config(&server, 1, Rate::Max);
+    cfg.duration = Duration::from_millis(200);
+    let report = run(cfg).await.unwrap();
+    assert_eq!(report.streams_completed, 1, "{}", report.summary());
+    assert!(!report.verify.bit_exact);
+    assert!(report.verify.frames_mismatched > 0, "{}", report.summary());
+}
