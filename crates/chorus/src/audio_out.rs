@@ -20,7 +20,9 @@ pub fn write_streams(out: &Path, streams: &[Vec<f32>], format: WavFormat) -> Res
                 vec![out.to_path_buf()]
             } else {
                 let stem = out.file_stem().and_then(|s| s.to_str()).unwrap_or("out");
-                (0..streams.len()).map(|i| out.with_file_name(format!("{stem}-{i}.wav"))).collect()
+                (0..streams.len())
+                    .map(|i| out.with_file_name(format!("{stem}-{i}.wav")))
+                    .collect()
             };
             for (p, s) in paths.iter().zip(streams) {
                 write_wav(p, s, format)?;
@@ -50,7 +52,11 @@ pub fn wav_bytes(pcm: &[f32], format: WavFormat) -> Result<Vec<u8>> {
         channels: 1,
         sample_rate: SAMPLE_RATE,
         bits_per_sample: if format == WavFormat::Pcm16 { 16 } else { 32 },
-        sample_format: if format == WavFormat::Pcm16 { hound::SampleFormat::Int } else { hound::SampleFormat::Float },
+        sample_format: if format == WavFormat::Pcm16 {
+            hound::SampleFormat::Int
+        } else {
+            hound::SampleFormat::Float
+        },
     };
     let mut cursor = std::io::Cursor::new(Vec::new());
     {

@@ -1,9 +1,11 @@
 //! `chorus bench`: frames per second, real-time streams and real-time factor per batch size.
 
 use crate::decode::parse_precision;
-use crate::device::{open_decoder, resolve, DecoderSpec, DeviceKind};
+use crate::device::{cuda_options, open_decoder, resolve, DecoderSpec, DeviceKind};
 use anyhow::{bail, Result};
 use chorus_core::{Buckets, Frame, FrameDecoder, FrameInput, Precision, FRAME_MS, FRAME_SAMPLES};
+use chorus_mimi::checkpoint::LoadedModel;
+use chorus_mimi::{DecoderOptions, SlotDecoder};
 use std::time::{Duration, Instant};
 
 /// Untimed steps before measuring.
@@ -12,6 +14,8 @@ const WARMUP_STEPS: usize = 3;
 const MIN_STEPS: usize = 10;
 /// Distinct random frames cycled through.
 const DISTINCT_FRAMES: usize = 64;
+/// CUDA-event-timed graph replays per bucket.
+const TIMED_REPLAYS: usize = 50;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -47,8 +51,12 @@ pub struct BenchRow {
     pub batch: usize,
     pub n_q: usize,
     pub steps: usize,
+    /// Wall time per step through the whole API (staging, replay, sync, copy-out).
     pub ms_per_step_median: f64,
     pub ms_per_step_p90: f64,
+    /// CUDA only: median device time of one graph replay (CUDA events).
+    pub device_ms_per_step_median: Option<f64>,
+    /// From device time on CUDA, from wall time on the CPU.
     pub frames_per_s: f64,
     pub realtime_streams: f64,
     pub rtf: f64,
@@ -57,12 +65,13 @@ pub struct BenchRow {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let model = crate::load(&args.model)?;
-    if model.is_random() {
-        eprintln!("note: random weights: the decoded audio is noise; timings are representative");
-    }
     let batches = Buckets::parse(&args.batch)?;
     if args.n_q == 0 || args.n_q > model.config.num_quantizers {
-        bail!("--n-q {} outside 1..={}", args.n_q, model.config.num_quantizers);
+        bail!(
+            "--n-q {} outside 1..={}",
+            args.n_q,
+            model.config.num_quantizers
+        );
     }
     let device = resolve(args.device);
     if !args.json {
@@ -79,21 +88,31 @@ pub fn run(args: BenchArgs) -> Result<()> {
             buckets: Buckets::new(&[b])?,
             threads: args.threads,
         };
-        let mut dec = open_decoder(&model, &spec)?;
-        let row = measure(dec.as_mut(), b, &args)?;
+        let row = if device == DeviceKind::Cuda {
+            measure_cuda(&model, &spec, &args)?
+        } else {
+            let mut dec = open_decoder(&model, &spec)?;
+            measure(dec.as_mut(), b, &args)?
+        };
         if args.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
-                "{:>6} {:>10.3} {:>10.3} {:>12.1} {:>10.1} {:>8.4}   [{} {}]",
+                "{:>6} {:>10.3} {:>10.3} {:>12.1} {:>10.1} {:>8.4}   [{} {}{}]",
                 row.batch,
-                row.ms_per_step_median,
+                row.device_ms_per_step_median
+                    .unwrap_or(row.ms_per_step_median),
                 row.ms_per_step_p90,
                 row.frames_per_s,
                 row.realtime_streams,
                 row.rtf,
                 row.backend,
-                row.precision
+                row.precision,
+                if row.device_ms_per_step_median.is_some() {
+                    ", device time"
+                } else {
+                    ", wall time"
+                }
             );
         }
     }
@@ -105,7 +124,9 @@ fn measure(dec: &mut dyn FrameDecoder, batch: usize, args: &BenchArgs) -> Result
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let codes: Vec<u32> = (0..DISTINCT_FRAMES * batch * args.n_q)
         .map(|_| {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((rng >> 33) % card) as u32
         })
         .collect();
@@ -138,13 +159,17 @@ fn measure(dec: &mut dyn FrameDecoder, batch: usize, args: &BenchArgs) -> Result
     let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
     let frames_per_s = (batch * times.len()) as f64 / total;
     let describe = dec.describe();
-    let backend = describe.split_whitespace().next().unwrap_or("?").to_string();
-    let precision = describe
-        .split(['(', ',', ')'])
-        .nth(1)
+    let backend = describe
+        .split_whitespace()
+        .next()
         .unwrap_or("?")
-        .trim()
         .to_string();
+    let precision = match (backend.as_str(), args.precision) {
+        (_, Some(p)) => p.name(),
+        ("cuda", None) => Precision::Bf16.name(),
+        _ => Precision::F32.name(),
+    }
+    .to_string();
     Ok(BenchRow {
         device: describe,
         backend,
@@ -154,9 +179,31 @@ fn measure(dec: &mut dyn FrameDecoder, batch: usize, args: &BenchArgs) -> Result
         steps: times.len(),
         ms_per_step_median: median,
         ms_per_step_p90: p90,
+        device_ms_per_step_median: None,
         frames_per_s,
         realtime_streams: frames_per_s * FRAME_MS as f64 / 1e3,
         rtf: median / FRAME_MS as f64,
         state_bytes_per_slot: dec.state_bytes().total(),
     })
+}
+
+/// On CUDA: the wall-time figures, then the median device time of back-to-back graph replays,
+/// from which frames per second and real-time streams are computed.
+fn measure_cuda(model: &LoadedModel, spec: &DecoderSpec, args: &BenchArgs) -> Result<BenchRow> {
+    let be = chorus_cuda::CudaBackend::new(cuda_options(spec))?;
+    let opts = DecoderOptions {
+        max_slots: spec.max_slots,
+        buckets: spec.buckets.clone(),
+    };
+    let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
+    dec.warmup()?;
+    let mut row = measure(&mut dec, spec.max_slots, args)?;
+    let mut times = dec.backend().time_replay(0, TIMED_REPLAYS)?;
+    times.sort_by(f32::total_cmp);
+    let device_ms = times[times.len() / 2] as f64;
+    row.device_ms_per_step_median = Some(device_ms);
+    row.frames_per_s = row.batch as f64 * 1e3 / device_ms;
+    row.realtime_streams = row.frames_per_s * FRAME_MS as f64 / 1e3;
+    row.rtf = device_ms / FRAME_MS as f64;
+    Ok(row)
 }

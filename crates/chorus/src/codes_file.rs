@@ -32,7 +32,10 @@ pub fn read_codes(path: &Path, cardinality: usize, max_codebooks: usize) -> Resu
             let a = read_npy(&bytes, &name)?;
             match a.data {
                 NpyData::Int(v) => (a.shape, v),
-                NpyData::Float(_) => bail!("{name}: codes must be an integer array, found dtype {}", a.descr),
+                NpyData::Float(_) => bail!(
+                    "{name}: codes must be an integer array, found dtype {}",
+                    a.descr
+                ),
             }
         }
         Some("safetensors") => read_safetensors_ints(&bytes, &name)?,
@@ -52,7 +55,9 @@ pub fn codes_from(
     let (streams, n_q, frames) = match *shape {
         [q, t] => (1, q, t),
         [b, q, t] => (b, q, t),
-        _ => bail!("{name}: codes must have rank 2 [n_q, T] or 3 [B, n_q, T], found shape {shape:?}"),
+        _ => {
+            bail!("{name}: codes must have rank 2 [n_q, T] or 3 [B, n_q, T], found shape {shape:?}")
+        }
     };
     let limit = max_codebooks.min(MAX_CODEBOOKS);
     if n_q == 0 || n_q > limit {
@@ -73,7 +78,12 @@ pub fn codes_from(
         }
         codes.push(v as u32);
     }
-    Ok(CodesBatch { streams, n_q, frames, codes })
+    Ok(CodesBatch {
+        streams,
+        n_q,
+        frames,
+        codes,
+    })
 }
 
 /// The single integer tensor of a safetensors file (or the one named `codes`).
@@ -85,31 +95,45 @@ fn read_safetensors_ints(bytes: &[u8], name: &str) -> Result<(Vec<usize>, Vec<i6
     let header = bytes
         .get(8..8usize.saturating_add(len))
         .ok_or_else(|| anyhow!("{name}: truncated safetensors header ({len} bytes announced)"))?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(header).with_context(|| format!("{name}: malformed safetensors header"))?;
-    let tensors: Vec<(&String, &serde_json::Value)> = header.iter().filter(|(k, _)| *k != "__metadata__").collect();
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header)
+        .with_context(|| format!("{name}: malformed safetensors header"))?;
+    let tensors: Vec<(&String, &serde_json::Value)> = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .collect();
     let (key, info) = match tensors.iter().find(|(k, _)| *k == "codes") {
         Some(t) => *t,
         None if tensors.len() == 1 => tensors[0],
-        None => bail!("{name}: expected one tensor or one named `codes`, found {}", tensors.len()),
+        None => bail!(
+            "{name}: expected one tensor or one named `codes`, found {}",
+            tensors.len()
+        ),
     };
     let dtype = info["dtype"].as_str().unwrap_or("?");
     let shape: Vec<usize> = info["shape"]
         .as_array()
         .ok_or_else(|| anyhow!("{name}: tensor `{key}` has no shape"))?
         .iter()
-        .map(|d| d.as_u64().map(|d| d as usize).ok_or_else(|| anyhow!("{name}: bad shape of `{key}`")))
+        .map(|d| {
+            d.as_u64()
+                .map(|d| d as usize)
+                .ok_or_else(|| anyhow!("{name}: bad shape of `{key}`"))
+        })
         .collect::<Result<_>>()?;
     let offsets: Vec<usize> = info["data_offsets"]
         .as_array()
-        .map(|o| o.iter().filter_map(|v| v.as_u64().map(|v| v as usize)).collect())
+        .map(|o| {
+            o.iter()
+                .filter_map(|v| v.as_u64().map(|v| v as usize))
+                .collect()
+        })
         .unwrap_or_default();
     let [start, end] = offsets[..] else {
         bail!("{name}: tensor `{key}` has malformed data_offsets");
     };
-    let data = bytes
-        .get(8 + len + start..8 + len + end)
-        .ok_or_else(|| anyhow!("{name}: tensor `{key}` data lies past the end of the file (truncated?)"))?;
+    let data = bytes.get(8 + len + start..8 + len + end).ok_or_else(|| {
+        anyhow!("{name}: tensor `{key}` data lies past the end of the file (truncated?)")
+    })?;
     let width = match dtype {
         "I64" | "U64" => 8,
         "I32" | "U32" => 4,
@@ -119,7 +143,11 @@ fn read_safetensors_ints(bytes: &[u8], name: &str) -> Result<(Vec<usize>, Vec<i6
     };
     let count: usize = shape.iter().product();
     if data.len() != count * width {
-        bail!("{name}: tensor `{key}` holds {} bytes, shape {shape:?} of {dtype} needs {}", data.len(), count * width);
+        bail!(
+            "{name}: tensor `{key}` holds {} bytes, shape {shape:?} of {dtype} needs {}",
+            data.len(),
+            count * width
+        );
     }
     let values = data
         .chunks_exact(width)
@@ -151,10 +179,20 @@ mod tests {
     #[test]
     fn rejects_out_of_range_rank_and_nq() {
         let e = codes_from("x", &[1, 2], &[0, 2048], 2048, 32).unwrap_err();
-        assert!(e.to_string().contains("code 2048 at stream 0, codebook 0, frame 1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("code 2048 at stream 0, codebook 0, frame 1"),
+            "{e}"
+        );
         assert!(codes_from("x", &[1, 1], &[-1], 2048, 32).is_err());
-        assert!(codes_from("x", &[4], &[0; 4], 2048, 32).unwrap_err().to_string().contains("rank"));
-        assert!(codes_from("x", &[33, 1], &[0; 33], 2048, 32).unwrap_err().to_string().contains("n_q = 33"));
+        assert!(codes_from("x", &[4], &[0; 4], 2048, 32)
+            .unwrap_err()
+            .to_string()
+            .contains("rank"));
+        assert!(codes_from("x", &[33, 1], &[0; 33], 2048, 32)
+            .unwrap_err()
+            .to_string()
+            .contains("n_q = 33"));
     }
 
     #[test]

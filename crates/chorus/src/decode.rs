@@ -37,7 +37,11 @@ pub fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
 
 pub fn run(args: DecodeArgs) -> Result<()> {
     let model = crate::load(&args.model)?;
-    let batch = read_codes(&args.codes, model.config.codebook_size, model.config.num_quantizers)?;
+    let batch = read_codes(
+        &args.codes,
+        model.config.codebook_size,
+        model.config.num_quantizers,
+    )?;
     let spec = DecoderSpec {
         device: args.device,
         precision: args.precision,
@@ -64,7 +68,10 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         let frames: Vec<Frame<'_>> = frame_codes
             .iter()
             .enumerate()
-            .map(|(slot, c)| Frame { slot, input: FrameInput::Codes(c) })
+            .map(|(slot, c)| Frame {
+                slot,
+                input: FrameInput::Codes(c),
+            })
             .collect();
         dec.step(&frames, &mut pcm)?;
         for (s, out) in streams.iter_mut().enumerate() {
@@ -77,7 +84,11 @@ pub fn run(args: DecodeArgs) -> Result<()> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let format = if args.float { WavFormat::Float32 } else { WavFormat::Pcm16 };
+    let format = if args.float {
+        WavFormat::Float32
+    } else {
+        WavFormat::Pcm16
+    };
     for p in write_streams(&args.out, &streams, format)? {
         eprintln!("wrote {}", p.display());
     }
@@ -89,8 +100,9 @@ fn progress(frames: usize) -> Option<indicatif::ProgressBar> {
         return None;
     }
     let bar = indicatif::ProgressBar::new(frames as u64);
-    let style = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} frames {per_sec} eta {eta}")
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} frames {per_sec} eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     Some(bar)
 }

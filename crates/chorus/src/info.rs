@@ -40,7 +40,11 @@ pub fn run(args: InfoArgs) -> Result<()> {
     );
     println!(
         "seanet:       filters {}, ratios {:?}, kernel {}, last kernel {}, residual kernel {}",
-        c.num_filters, c.upsampling_ratios, c.kernel_size, c.last_kernel_size, c.residual_kernel_size
+        c.num_filters,
+        c.upsampling_ratios,
+        c.kernel_size,
+        c.last_kernel_size,
+        c.residual_kernel_size
     );
     let spec = DecoderSpec {
         device: args.device,

@@ -13,7 +13,11 @@ use chorus_mimi::checkpoint::LoadedModel;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "chorus", version, about = "Streaming Mimi decoding for many concurrent streams")]
+#[command(
+    name = "chorus",
+    version,
+    about = "Streaming Mimi decoding for many concurrent streams"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,7 +35,8 @@ enum Command {
 
 /// Loads a model, saying so when the weights are random.
 pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
-    let model = chorus_mimi::checkpoint::load_model(spec).with_context(|| format!("loading model `{spec}`"))?;
+    let model = chorus_mimi::checkpoint::load_model(spec)
+        .with_context(|| format!("loading model `{spec}`"))?;
     if model.is_random() {
         eprintln!("warning: `--model random` uses random weights: its output is noise");
     }

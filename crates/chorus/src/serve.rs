@@ -1,0 +1,131 @@
+//! `chorus serve`: the streaming server on one device.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
+use chorus_engine::{Engine, EngineConfig, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES};
+use chorus_server::{Server, ServerConfig};
+
+use crate::decode::parse_precision;
+use crate::device::{open_decoder, DecoderSpec, DeviceKind};
+
+/// Default stream slots.
+const DEFAULT_MAX_STREAMS: usize = 64;
+/// Default seconds a drain waits for open streams.
+const DEFAULT_DRAIN_SECS: u64 = 30;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Model: `kyutai/mimi`, a local checkpoint path, or `random`.
+    #[arg(long, default_value = "kyutai/mimi")]
+    pub model: String,
+    /// Device to decode on.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceKind,
+    /// `f32` or `bf16` (default: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
+    /// Streams decoded at once (stream slots); more are refused as busy.
+    #[arg(long, default_value_t = DEFAULT_MAX_STREAMS)]
+    pub max_streams: usize,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Batch buckets, comma-separated (default 1,2,4,...,1024 capped at --max-streams).
+    #[arg(long)]
+    pub buckets: Option<String>,
+    /// CPU threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Frames a stream may send ahead of the decoder before it is cut off.
+    #[arg(long, default_value_t = DEFAULT_MAX_PENDING_FRAMES)]
+    pub max_pending_frames: usize,
+    /// Decoded frames a client may leave unread before it is cut off.
+    #[arg(long, default_value_t = DEFAULT_MAX_UNDELIVERED_FRAMES)]
+    pub max_undelivered_frames: usize,
+    /// Seconds SIGTERM waits for open streams to finish.
+    #[arg(long, default_value_t = DEFAULT_DRAIN_SECS)]
+    pub drain_timeout: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let buckets = match &args.buckets {
+        Some(b) => Buckets::parse(b)?,
+        None => Buckets::new(DEFAULT_BUCKETS)?,
+    };
+    let model = crate::load(&args.model)?;
+    let spec = DecoderSpec {
+        device: args.device,
+        precision: args.precision,
+        max_slots: args.max_streams,
+        buckets,
+        threads: args.threads,
+    };
+    // The decoder is built on the engine thread: a CUDA decoder stays on the thread that made it.
+    let factory: chorus_engine::DecoderFactory = Box::new(move || {
+        open_decoder(&model, &spec)
+            .map_err(|e| chorus_core::Error::config("serve::open_decoder", format!("{e:#}")))
+    });
+    let engine_config = EngineConfig {
+        max_pending_frames: args.max_pending_frames,
+        max_undelivered_frames: args.max_undelivered_frames,
+    };
+    let engine = Engine::start(factory, engine_config).context("starting the decoder")?;
+    eprintln!(
+        "decoder: {} ({} slots, largest batch {})",
+        engine.info().description,
+        engine.info().max_slots,
+        engine.info().largest_batch
+    );
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
+    let config = ServerConfig {
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+        ..ServerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::bind(Arc::new(engine), addr, config).await?;
+        println!("listening on http://{}", server.local_addr());
+        shutdown_signal().await;
+        eprintln!("draining: no new streams; finishing open ones");
+        let cut = server.shutdown().await?;
+        if cut > 0 {
+            eprintln!("drain timed out: {cut} connections cut");
+        }
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
