@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chorus_core::{BufRole, Precision, Result, StagingDims};
-use cudarc::driver::{sys, CudaContext, CudaGraph, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaGraph, CudaStream};
 
 use crate::blas::Blas;
 use crate::error::{check, cuda_error, OrCuda};
@@ -124,6 +124,8 @@ pub struct CudaBackend {
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
     pub(crate) registry: Registry,
+    pub(crate) profiling: AtomicBool,
+    pub(crate) profile: Mutex<Vec<(&'static str, CudaEvent, CudaEvent)>>,
     warmup_runs: usize,
     description: String,
 }
@@ -184,6 +186,8 @@ impl CudaBackend {
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
             registry: Registry::default(),
+            profiling: AtomicBool::new(false),
+            profile: Mutex::new(Vec::new()),
             warmup_runs: options.warmup_runs,
             description,
         })

@@ -18,6 +18,7 @@ mod kernels;
 mod loader;
 mod memory;
 mod ops;
+mod profile;
 
 pub use backend::{
     CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CUBLAS_WORKSPACE,
@@ -25,3 +26,4 @@ pub use backend::{
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
 pub use loader::{cuda_available, nvrtc_available};
+pub use profile::OpTime;

@@ -1,5 +1,5 @@
-//! Device and pinned host allocations, and the registry of buffers whose contents a warm-up must
-//! leave untouched (per-slot state and integer buffers).
+//! Device and pinned host allocations, and the registry of buffers whose contents warm-up runs
+//! must leave untouched (everything but weights: state, activations, integer buffers).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

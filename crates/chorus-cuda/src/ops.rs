@@ -69,14 +69,14 @@ impl Backend for CudaBackend {
     }
 
     fn zeros(&self, len: usize, role: BufRole) -> Result<CudaBuf> {
-        let mem = self.alloc(len * self.esize(), role == BufRole::State)?;
+        let mem = self.alloc(len * self.esize(), role != BufRole::Weight)?;
         self.memset(mem.ptr(), len * self.esize())?;
         self.sync()?;
         Ok(CudaBuf { mem, len })
     }
 
     fn upload(&self, data: &[f32], role: BufRole) -> Result<CudaBuf> {
-        let mem = self.alloc(data.len() * self.esize(), role == BufRole::State)?;
+        let mem = self.alloc(data.len() * self.esize(), role != BufRole::Weight)?;
         match self.precision {
             Precision::F32 => {
                 self.copy_htod(mem.ptr(), data.as_ptr() as *const u8, data.len() * 4)?
@@ -160,6 +160,7 @@ impl Backend for CudaBackend {
         codes: &mut CudaInts,
         latents: &mut CudaBuf,
     ) -> Result<()> {
+        let _timer = self.op_timer("stage_in");
         const OP: &str = "stage_in";
         let dims = staging.dims;
         let n_codes = dims.rows * dims.codebooks;
@@ -179,6 +180,7 @@ impl Backend for CudaBackend {
     }
 
     fn stage_out(&self, pcm: &CudaBuf, staging: &mut CudaStaging) -> Result<()> {
+        let _timer = self.op_timer("stage_out");
         let n = staging.dims.rows * staging.dims.samples;
         need("stage_out", "pcm", pcm.len, n)?;
         match &staging.dev_pcm {
@@ -191,6 +193,7 @@ impl Backend for CudaBackend {
     }
 
     fn embed_codes(&self, a: EmbedArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("embed_codes");
         let (codes, table, latents, out) = (
             a.codes.mem.ptr(),
             a.table.mem.ptr(),
@@ -211,14 +214,17 @@ impl Backend for CudaBackend {
     }
 
     fn conv1d(&self, args: Conv1dArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("conv1d");
         self.op_conv1d(args)
     }
 
     fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("conv_tr1d");
         self.op_conv_tr1d(args)
     }
 
     fn layer_norm(&self, a: LayerNormArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("layer_norm");
         let (x, g, b, out) = (
             a.x.mem.ptr(),
             a.gamma.mem.ptr(),
@@ -238,6 +244,7 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&self, a: LinearArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("linear");
         self.blas.gemm(Gemm {
             trans_a: true,
             trans_b: false,
@@ -255,10 +262,12 @@ impl Backend for CudaBackend {
     }
 
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("attention");
         self.op_attention(args)
     }
 
     fn gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
+        let _timer = self.op_timer("gelu");
         let (p, n) = (x.mem.ptr(), len as i64);
         self.launch(Kernel::Gelu, self.grid_for(len), &mut kargs![&p, &n])
     }
@@ -271,6 +280,7 @@ impl Backend for CudaBackend {
         n: usize,
         dim: usize,
     ) -> Result<()> {
+        let _timer = self.op_timer("scale_add");
         let (a, xp, s) = (acc.mem.ptr(), x.mem.ptr(), scale.mem.ptr());
         let (n32, d32) = (n as i32, dim as i32);
         self.launch(
@@ -315,6 +325,9 @@ impl Backend for CudaBackend {
 
     fn run(&self, key: usize, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
         self.bind()?;
+        if self.profiling() {
+            return program(self);
+        }
         if self.replay(key)? {
             return Ok(());
         }

@@ -1,0 +1,76 @@
+//! Device time per step of the Mimi slot decoder on CUDA (random weights of the real
+//! architecture, 8 codebooks): the median of CUDA-event-timed graph replays per bucket, then a
+//! per-op breakdown from one eager profiled run.
+//!
+//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays]`
+
+use chorus_core::{Backend, Buckets, Precision};
+use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_mimi::random::random_model;
+use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
+
+const SEED: u64 = 0xbe4c;
+const CODEBOOKS: usize = 8;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let precision = Precision::parse(args.get(1).map_or("bf16", String::as_str))?;
+    let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
+    let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    let model = random_model(&cfg, SEED)?;
+    let be = CudaBackend::new(CudaOptions {
+        precision,
+        ..Default::default()
+    })?;
+    let opts = DecoderOptions {
+        max_slots: buckets.largest(),
+        buckets: buckets.clone(),
+    };
+    let t0 = std::time::Instant::now();
+    let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
+    dec.warmup()?;
+    println!(
+        "replay_bench: {} ({}), setup + capture {:.1} s",
+        dec.backend().device_description(),
+        precision.name(),
+        t0.elapsed().as_secs_f64()
+    );
+    println!(
+        "{:>6} {:>6} {:>10} {:>10} {:>10} {:>12}",
+        "batch", "nodes", "p10 ms", "median ms", "p90 ms", "frames/s"
+    );
+    for (i, &b) in buckets.sizes().iter().enumerate() {
+        let mut t = dec.backend().time_replay(i, replays)?;
+        t.sort_by(f32::total_cmp);
+        let q = |f: f64| t[((t.len() - 1) as f64 * f) as usize];
+        let med = q(0.5);
+        println!(
+            "{b:>6} {:>6} {:>10.4} {:>10.4} {:>10.4} {:>12.0}",
+            dec.backend().graph_nodes(i).unwrap_or(0),
+            q(0.1),
+            med,
+            q(0.9),
+            b as f32 * 1e3 / med
+        );
+    }
+    for (i, &b) in buckets.sizes().iter().enumerate() {
+        dec.backend().set_profiling(true);
+        dec.replay_bucket(i)?;
+        dec.backend().set_profiling(false);
+        let prof = dec.backend().take_profile()?;
+        let total: f32 = prof.iter().map(|p| p.total_ms).sum();
+        let parts: Vec<String> = prof
+            .iter()
+            .map(|p| format!("{} {:.3}ms/{}", p.op, p.total_ms, p.calls))
+            .collect();
+        println!(
+            "profile batch {b}: eager sum {total:.3} ms: {}",
+            parts.join(", ")
+        );
+    }
+    Ok(())
+}

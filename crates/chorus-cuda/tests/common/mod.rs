@@ -1,0 +1,106 @@
+//! Helpers of the CUDA parity tests: device discovery (tests skip without a GPU), a
+//! deterministic generator, the error metric and the per-precision tolerances.
+#![allow(dead_code)]
+
+use chorus_core::{Backend, BufRole, Precision, Result};
+use chorus_cpu::CpuBackend;
+use chorus_cuda::{CudaBackend, CudaOptions};
+
+/// Relative L2 bound against the CPU backend, by precision.
+pub fn tolerance(p: Precision) -> f64 {
+    match p {
+        Precision::F32 => 1e-4,
+        Precision::Bf16 => 2e-2,
+    }
+}
+
+/// Both precisions, validation mode first.
+pub const PRECISIONS: [Precision; 2] = [Precision::F32, Precision::Bf16];
+
+/// A CUDA backend, or `None` (with a note) when this machine has no usable device.
+pub fn cuda(precision: Precision) -> Option<CudaBackend> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    let opts = CudaOptions {
+        precision,
+        ..Default::default()
+    };
+    Some(CudaBackend::new(opts).unwrap_or_else(|e| panic!("CudaBackend::new: {e}")))
+}
+
+pub fn cpu() -> CpuBackend {
+    CpuBackend::new(Some(2)).expect("cpu backend")
+}
+
+/// SplitMix64.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-scale, scale)`.
+    pub fn uniform(&mut self, scale: f32) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    pub fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.uniform(scale)).collect()
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// `||got - want|| / ||want||`.
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "non-finite output {g}");
+        let d = f64::from(g) - f64::from(w);
+        num += d * d;
+        den += f64::from(w) * f64::from(w);
+    }
+    assert!(
+        den > 0.0,
+        "the reference is all zeros: the test would prove nothing"
+    );
+    (num / den).sqrt()
+}
+
+/// Asserts parity and prints the error, so that the device log records every figure.
+pub fn assert_parity(what: &str, precision: Precision, got: &[f32], want: &[f32]) {
+    let err = rel_l2(got, want);
+    let tol = tolerance(precision);
+    eprintln!(
+        "parity {what} [{}]: rel L2 {err:.3e} (tolerance {tol:.0e})",
+        precision.name()
+    );
+    assert!(
+        err <= tol,
+        "{what} [{}]: relative L2 error {err:e} > {tol:e}",
+        precision.name()
+    );
+}
+
+/// Drops the dummy row (the last of `rows` rows of `row_len`): padded entries race on it.
+pub fn without_dummy(v: &[f32], row_len: usize) -> Vec<f32> {
+    v[..v.len() - row_len].to_vec()
+}
+
+pub fn up<B: Backend>(be: &B, data: &[f32], role: BufRole) -> Result<B::Buf> {
+    be.upload(data, role)
+}

@@ -1,0 +1,508 @@
+//! Each CUDA op against the CPU backend on random inputs, in f32 (TF32 off) and bf16. Every op
+//! runs inside `Backend::run`, so what is checked is the captured graph's replay. Skips (passes
+//! with a note) when no CUDA device is present.
+
+mod common;
+
+use chorus_core::{
+    AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
+    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result, StagingDims, NO_CODE,
+};
+use common::*;
+
+/// Slot rows used by the tests: not 0..rows, and padded with the dummy row.
+const MAX_SLOTS: usize = 7;
+const DUMMY: usize = MAX_SLOTS;
+const TOTAL_ROWS: usize = MAX_SLOTS + 1;
+const SLOTS: [i32; 4] = [5, 1, DUMMY as i32, 3];
+
+/// Inputs of a streaming convolution over two calls.
+struct ConvProblem {
+    geom: Conv1dGeom,
+    xs: [Vec<f32>; 2],
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    residual: Option<Vec<f32>>,
+    state: Vec<f32>,
+}
+
+impl ConvProblem {
+    fn new(seed: u64, geom: Conv1dGeom, bias: bool, residual: bool) -> Self {
+        let mut r = Rng::new(seed);
+        let n = geom.rows * geom.time;
+        Self {
+            xs: [r.vec(n * geom.c_in, 1.5), r.vec(n * geom.c_in, 1.5)],
+            w: r.vec(geom.c_out * geom.kernel * geom.c_in, 0.3),
+            bias: bias.then(|| r.vec(geom.c_out, 0.5)),
+            residual: residual.then(|| r.vec(n * geom.c_out, 1.0)),
+            state: r.vec(TOTAL_ROWS * geom.history() * geom.c_in, 1.0),
+            geom,
+        }
+    }
+}
+
+/// Outputs of both calls, then the final state.
+fn run_conv<B: Backend>(be: &B, p: &ConvProblem) -> Result<Vec<Vec<f32>>> {
+    let g = p.geom;
+    let w = be.upload(&p.w, BufRole::Weight)?;
+    let bias = p
+        .bias
+        .as_ref()
+        .map(|b| be.upload(b, BufRole::Weight))
+        .transpose()?;
+    let residual = p
+        .residual
+        .as_ref()
+        .map(|b| be.upload(b, BufRole::Activation))
+        .transpose()?;
+    let mut state = if g.history() > 0 {
+        Some(be.upload(&p.state, BufRole::State)?)
+    } else {
+        None
+    };
+    let mut slots = be.ints(g.rows, 0)?;
+    for (i, &s) in SLOTS.iter().take(g.rows).enumerate() {
+        be.fill_ints(&mut slots, i, s)?;
+    }
+    let mut out = be.zeros(g.rows * g.time * g.c_out, BufRole::Activation)?;
+    let mut results = Vec::new();
+    for (key, x) in p.xs.iter().enumerate() {
+        let x = be.upload(x, BufRole::Activation)?;
+        be.run(key, &mut |b: &B| {
+            b.conv1d(Conv1dArgs {
+                x: &x,
+                w: &w,
+                bias: bias.as_ref(),
+                state: state.as_mut(),
+                slots: &slots,
+                residual: residual.as_ref(),
+                out: &mut out,
+                geom: g,
+            })
+        })?;
+        results.push(be.download(&out)?);
+    }
+    if let Some(s) = &state {
+        results.push(without_dummy(&be.download(s)?, g.history() * g.c_in));
+    }
+    Ok(results)
+}
+
+fn check_conv(name: &str, p: ConvProblem) {
+    let want = run_conv(&cpu(), &p).expect("cpu conv");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_conv(&be, &p).expect("cuda conv");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        }
+    }
+}
+
+fn conv_geom(
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+    dilation: usize,
+    time: usize,
+    elu: bool,
+) -> Conv1dGeom {
+    Conv1dGeom {
+        rows: SLOTS.len(),
+        time,
+        c_in,
+        c_out,
+        kernel,
+        dilation,
+        elu_input: elu,
+    }
+}
+
+#[test]
+fn conv1d_dilation1_bias_residual() {
+    check_conv(
+        "conv k3 d1 bias+residual",
+        ConvProblem::new(1, conv_geom(16, 24, 3, 1, 5, false), true, true),
+    );
+}
+
+#[test]
+fn conv1d_dilation2_elu() {
+    check_conv(
+        "conv k3 d2 elu",
+        ConvProblem::new(2, conv_geom(32, 16, 3, 2, 6, true), true, false),
+    );
+}
+
+#[test]
+fn conv1d_history_longer_than_time() {
+    check_conv(
+        "conv k7 t2 elu",
+        ConvProblem::new(3, conv_geom(64, 40, 7, 1, 2, true), true, false),
+    );
+}
+
+#[test]
+fn conv1d_pointwise_elu_residual() {
+    check_conv(
+        "conv k1 elu residual",
+        ConvProblem::new(4, conv_geom(16, 32, 1, 1, 4, true), true, true),
+    );
+}
+
+#[test]
+fn conv1d_few_outputs_direct() {
+    check_conv(
+        "conv k3 c_out 1",
+        ConvProblem::new(5, conv_geom(64, 1, 3, 1, 9, true), true, false),
+    );
+}
+
+#[test]
+fn conv1d_unaligned_channels() {
+    check_conv(
+        "conv c_in 12",
+        ConvProblem::new(6, conv_geom(12, 20, 3, 2, 3, false), false, true),
+    );
+}
+
+/// Inputs of a streaming transposed convolution over two calls.
+struct ConvTrProblem {
+    geom: ConvTr1dGeom,
+    xs: [Vec<f32>; 2],
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    state: Vec<f32>,
+}
+
+fn run_convtr<B: Backend>(be: &B, p: &ConvTrProblem) -> Result<Vec<Vec<f32>>> {
+    let g = p.geom;
+    let w = be.upload(&p.w, BufRole::Weight)?;
+    let bias = p
+        .bias
+        .as_ref()
+        .map(|b| be.upload(b, BufRole::Weight))
+        .transpose()?;
+    let mut state = be.upload(&p.state, BufRole::State)?;
+    let mut slots = be.ints(g.rows, 0)?;
+    for (i, &s) in SLOTS.iter().take(g.rows).enumerate() {
+        be.fill_ints(&mut slots, i, s)?;
+    }
+    let mut out = be.zeros(g.rows * g.time * g.stride * g.c_out, BufRole::Activation)?;
+    let mut results = Vec::new();
+    for (key, x) in p.xs.iter().enumerate() {
+        let x = be.upload(x, BufRole::Activation)?;
+        be.run(key, &mut |b: &B| {
+            b.conv_tr1d(ConvTr1dArgs {
+                x: &x,
+                w: &w,
+                bias: bias.as_ref(),
+                state: &mut state,
+                slots: &slots,
+                out: &mut out,
+                geom: g,
+            })
+        })?;
+        results.push(be.download(&out)?);
+    }
+    results.push(without_dummy(&be.download(&state)?, g.tail() * g.c_out));
+    Ok(results)
+}
+
+fn check_convtr(name: &str, seed: u64, geom: ConvTr1dGeom, bias: bool) {
+    let mut r = Rng::new(seed);
+    let n = geom.rows * geom.time;
+    let w_len = if geom.depthwise {
+        geom.c_out * geom.kernel
+    } else {
+        geom.c_in * geom.kernel * geom.c_out
+    };
+    let p = ConvTrProblem {
+        xs: [r.vec(n * geom.c_in, 1.5), r.vec(n * geom.c_in, 1.5)],
+        w: r.vec(w_len, 0.3),
+        bias: bias.then(|| r.vec(geom.c_out, 0.5)),
+        state: r.vec(TOTAL_ROWS * geom.tail() * geom.c_out, 1.0),
+        geom,
+    };
+    let want = run_convtr(&cpu(), &p).expect("cpu convtr");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_convtr(&be, &p).expect("cuda convtr");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        }
+    }
+}
+
+fn convtr_geom(
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+    stride: usize,
+    time: usize,
+    depthwise: bool,
+    elu: bool,
+) -> ConvTr1dGeom {
+    ConvTr1dGeom {
+        rows: SLOTS.len(),
+        time,
+        c_in,
+        c_out,
+        kernel,
+        stride,
+        depthwise,
+        elu_input: elu,
+    }
+}
+
+#[test]
+fn conv_tr1d_dense_elu_bias() {
+    check_convtr(
+        "convtr dense k16 s8 elu",
+        11,
+        convtr_geom(32, 16, 16, 8, 2, false, true),
+        true,
+    );
+}
+
+#[test]
+fn conv_tr1d_dense_plain() {
+    check_convtr(
+        "convtr dense k10 s5",
+        12,
+        convtr_geom(24, 8, 10, 5, 3, false, false),
+        false,
+    );
+}
+
+#[test]
+fn conv_tr1d_depthwise() {
+    check_convtr(
+        "convtr depthwise k4 s2",
+        13,
+        convtr_geom(16, 16, 4, 2, 1, true, false),
+        false,
+    );
+}
+
+/// Attention over two calls, starting from random rings and token counts past the window and
+/// past the ring size (so the ring wraps).
+fn run_attention<B: Backend>(be: &B, seed: u64, geom: AttentionGeom) -> Result<Vec<Vec<f32>>> {
+    let mut r = Rng::new(seed);
+    let hd = geom.heads * geom.head_dim;
+    let kv_row = geom.ring * 2 * hd;
+    let mut kv = be.upload(&r.vec(TOTAL_ROWS * kv_row, 1.0), BufRole::State)?;
+    let start = [0, 37, 249, 250, 255, 300, 517, 0];
+    let mut tokens = be.ints(TOTAL_ROWS, 0)?;
+    for (i, &t) in start.iter().enumerate() {
+        be.fill_ints(&mut tokens, i, t)?;
+    }
+    let mut slots = be.ints(geom.rows, 0)?;
+    for (i, &s) in SLOTS.iter().take(geom.rows).enumerate() {
+        be.fill_ints(&mut slots, i, s)?;
+    }
+    let mut out = be.zeros(geom.rows * geom.time * hd, BufRole::Activation)?;
+    let mut results = Vec::new();
+    for key in 0..2 {
+        let qkv = be.upload(
+            &r.vec(geom.rows * geom.time * 3 * hd, 1.0),
+            BufRole::Activation,
+        )?;
+        be.run(key, &mut |b: &B| {
+            b.attention(AttentionArgs {
+                qkv: &qkv,
+                kv: &mut kv,
+                tokens: &tokens,
+                slots: &slots,
+                out: &mut out,
+                geom,
+            })?;
+            b.advance_tokens(&mut tokens, &slots, geom.rows, geom.time as i32, DUMMY)
+        })?;
+        results.push(be.download(&out)?);
+    }
+    results.push(without_dummy(&be.download(&kv)?, kv_row));
+    let counts: Vec<f32> = be
+        .download_ints(&tokens)?
+        .iter()
+        .map(|&t| t as f32 + 1.0)
+        .collect();
+    results.push(counts);
+    Ok(results)
+}
+
+#[test]
+fn attention_ring_wrap_beyond_window() {
+    let geom = AttentionGeom {
+        rows: SLOTS.len(),
+        time: 2,
+        heads: 2,
+        head_dim: 64,
+        ring: chorus_core::KV_RING,
+        window: 250,
+        rope_theta: 10_000.0,
+    };
+    let want = run_attention(&cpu(), 21, geom).expect("cpu attention");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_attention(&be, 21, geom).expect("cuda attention");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("attention part {i}"), precision, g, w);
+        }
+        assert_eq!(got[3], want[3], "token counters differ");
+    }
+}
+
+/// LayerNorm, linear, GELU and scale-add chained in one program (a transformer MLP half).
+fn run_dense<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
+    let (n, dim, inter) = (6, 64, 96);
+    let mut r = Rng::new(seed);
+    let mut h = be.upload(&r.vec(n * dim, 2.0), BufRole::Activation)?;
+    let gamma = be.upload(&r.vec(dim, 1.0), BufRole::Weight)?;
+    let beta = be.upload(&r.vec(dim, 0.5), BufRole::Weight)?;
+    let fc1 = be.upload(&r.vec(inter * dim, 0.2), BufRole::Weight)?;
+    let fc2 = be.upload(&r.vec(dim * inter, 0.2), BufRole::Weight)?;
+    let scale = be.upload(&r.vec(dim, 1.0), BufRole::Weight)?;
+    let mut norm = be.zeros(n * dim, BufRole::Activation)?;
+    let mut mid = be.zeros(n * inter, BufRole::Activation)?;
+    let mut proj = be.zeros(n * dim, BufRole::Activation)?;
+    be.run(0, &mut |b: &B| {
+        b.layer_norm(LayerNormArgs {
+            x: &h,
+            gamma: &gamma,
+            beta: &beta,
+            out: &mut norm,
+            n,
+            dim,
+            eps: 1e-5,
+        })?;
+        b.linear(LinearArgs {
+            x: &norm,
+            w: &fc1,
+            out: &mut mid,
+            n,
+            k: dim,
+            m: inter,
+        })?;
+        b.gelu(&mut mid, n * inter)?;
+        b.linear(LinearArgs {
+            x: &mid,
+            w: &fc2,
+            out: &mut proj,
+            n,
+            k: inter,
+            m: dim,
+        })?;
+        b.scale_add(&mut h, &proj, &scale, n, dim)
+    })?;
+    Ok(vec![
+        be.download(&norm)?,
+        be.download(&mid)?,
+        be.download(&proj)?,
+        be.download(&h)?,
+    ])
+}
+
+#[test]
+fn layer_norm_linear_gelu_scale_add() {
+    let want = run_dense(&cpu(), 31).expect("cpu dense");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_dense(&be, 31).expect("cuda dense");
+        for (i, name) in ["layer_norm", "linear+gelu", "linear", "scale_add"]
+            .iter()
+            .enumerate()
+        {
+            assert_parity(name, precision, &got[i], &want[i]);
+        }
+    }
+}
+
+/// Staging in, embedding, a stateful convolution, staging out: one program replayed over three
+/// steps with new staged inputs each time (the graph must read the staging afresh).
+fn run_staged<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
+    let (rows, codebooks, card, dim, c_out) = (SLOTS.len(), 4, 32, 16, 8);
+    let mut r = Rng::new(seed);
+    let table = be.upload(&r.vec(codebooks * card * dim, 1.0), BufRole::Weight)?;
+    let geom = Conv1dGeom {
+        rows,
+        time: 1,
+        c_in: dim,
+        c_out,
+        kernel: 3,
+        dilation: 1,
+        elu_input: true,
+    };
+    let w = be.upload(&r.vec(c_out * 3 * dim, 0.3), BufRole::Weight)?;
+    let mut state = be.zeros(TOTAL_ROWS * geom.history() * dim, BufRole::State)?;
+    let mut slots = be.ints(rows, 0)?;
+    let mut codes = be.ints(rows * codebooks, 0)?;
+    let mut latents = be.zeros(rows * dim, BufRole::Activation)?;
+    let mut emb = be.zeros(rows * dim, BufRole::Activation)?;
+    let mut out = be.zeros(rows * c_out, BufRole::Activation)?;
+    let mut staging = be.staging(StagingDims {
+        rows,
+        codebooks,
+        latent_dim: dim,
+        samples: c_out,
+    })?;
+    let mut results = Vec::new();
+    for step in 0..3 {
+        {
+            let v = be.staging_view(&mut staging)?;
+            v.slots.copy_from_slice(&SLOTS);
+            for c in v.codes.iter_mut() {
+                *c = r.below(card) as i32;
+            }
+            v.codes[step] = NO_CODE;
+            v.latents.copy_from_slice(&r.vec(rows * dim, 0.5));
+        }
+        be.run(0, &mut |b: &B| {
+            b.stage_in(&staging, &mut slots, &mut codes, &mut latents)?;
+            b.embed_codes(EmbedArgs {
+                codes: &codes,
+                table: &table,
+                latents: &latents,
+                out: &mut emb,
+                rows,
+                codebooks,
+                cardinality: card,
+                dim,
+            })?;
+            b.conv1d(Conv1dArgs {
+                x: &emb,
+                w: &w,
+                bias: None,
+                state: Some(&mut state),
+                slots: &slots,
+                residual: None,
+                out: &mut out,
+                geom,
+            })?;
+            b.stage_out(&out, &mut staging)
+        })?;
+        results.push(be.staging_view(&mut staging)?.pcm.to_vec());
+        results.push(be.download(&emb)?);
+    }
+    // A reset row reads as zeros; the other rows keep their state.
+    be.zero_row(&mut state, 1, geom.history() * dim)?;
+    results.push(without_dummy(&be.download(&state)?, geom.history() * dim));
+    Ok(results)
+}
+
+#[test]
+fn staged_program_replays_with_fresh_inputs() {
+    let want = run_staged(&cpu(), 41).expect("cpu staged");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_staged(&be, 41).expect("cuda staged");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("staged part {i}"), precision, g, w);
+        }
+        assert_eq!(
+            be.graph_nodes(0).map(|n| n > 0),
+            Some(true),
+            "no graph was captured"
+        );
+    }
+}

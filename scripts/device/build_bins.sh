@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds (on the development machine) the release binaries that scripts/gpu_check.sh runs on the
+# device machine, strips them, and copies them with the seed design into .device-bin/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=.device-bin
+mkdir -p "$BIN"
+msgs=$(cargo test -p chorus-cuda --release --no-run --message-format=json 2>/dev/null)
+for t in nvrtc_compile ops decoder oracle; do
+  exe=$(echo "$msgs" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('reason') == 'compiler-artifact' and m['target']['name'] == '$t' and m.get('executable'):
+        print(m['executable'])
+" | tail -1)
+  [ -n "$exe" ] && cp "$exe" "$BIN/$t" && strip "$BIN/$t"
+done
+cargo build -p chorus-cuda --release --example replay_bench
+cp target/release/examples/replay_bench "$BIN/" && strip "$BIN/replay_bench"
+if cargo build -p chorus --release 2>/dev/null; then cp target/release/chorus "$BIN/" && strip "$BIN/chorus"; fi
+[ -f ../shared/seeds/static_mimi_reference.py ] && cp ../shared/seeds/static_mimi_reference.py "$BIN/"
+ls -la "$BIN"
+du -sh "$BIN"
