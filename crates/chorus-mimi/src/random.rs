@@ -11,7 +11,7 @@
 use chorus_core::{HostTensor, Result};
 
 use crate::checkpoint::hf_layout::{build_weights, decoder_tensor_specs, seanet_plan};
-use crate::checkpoint::kyutai_layout::hf_to_kyutai_name;
+use crate::checkpoint::kyutai_layout::{hf_to_kyutai_name, KyutaiView};
 use crate::checkpoint::source::MemorySource;
 use crate::checkpoint::{parameter_count, Layout, LoadedModel};
 use crate::config::MimiConfig;
@@ -26,6 +26,8 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 const UNIFORM_BITS: u32 = 24;
 /// Gain of a residual block's last conv, so that each identity skip grows the signal gently.
 const RESBLOCK_OUT_GAIN: f64 = 0.5;
+/// Gain of the last conv, so that the noise sits in a typical audio range (peak near 1).
+const OUTPUT_CONV_GAIN: f64 = 0.25;
 
 /// FNV-1a over the bytes of `s`.
 pub fn fnv1a64(s: &str) -> u64 {
@@ -83,8 +85,11 @@ pub fn init_for(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> Init {
         return fixed(0.05, 0.0);
     }
     let fan_in = fan_in(c, hf_name, shape);
+    let conv_out = format!("decoder.layers.{}.conv.weight", seanet_plan(c).conv_out.0);
     let gain = if hf_name.contains(".block.3.") {
         RESBLOCK_OUT_GAIN
+    } else if hf_name == conv_out {
+        OUTPUT_CONV_GAIN
     } else {
         1.0
     };
@@ -161,9 +166,18 @@ pub fn random_tensors(c: &MimiConfig, seed: u64, layout: Layout) -> Vec<(String,
 /// A model of the real architecture with seeded random weights, normalised by the same code as
 /// an HF checkpoint. Its output is noise.
 pub fn random_model(c: &MimiConfig, seed: u64) -> Result<LoadedModel> {
+    random_model_in_layout(c, seed, Layout::HuggingFace)
+}
+
+/// Like [`random_model`], but drawn in `layout`'s names and loaded through that layout's view:
+/// `Kyutai` gives the weights an original-layout file from [`random_tensors`] would load to.
+pub fn random_model_in_layout(c: &MimiConfig, seed: u64, layout: Layout) -> Result<LoadedModel> {
     let source = format!("random weights (seed {seed:#x}): decoded audio is noise");
-    let tensors = random_tensors(c, seed, Layout::HuggingFace);
-    let weights = build_weights(c, &MemorySource::new(source.clone(), tensors))?;
+    let memory = MemorySource::new(source.clone(), random_tensors(c, seed, layout));
+    let weights = match layout {
+        Layout::Kyutai => build_weights(c, &KyutaiView::new(memory, c.num_attention_heads))?,
+        Layout::HuggingFace | Layout::Random => build_weights(c, &memory)?,
+    };
     Ok(LoadedModel {
         config: c.clone(),
         parameter_count: parameter_count(&weights),

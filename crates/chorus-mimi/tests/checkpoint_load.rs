@@ -14,7 +14,7 @@ use chorus_mimi::checkpoint::source::TensorSource;
 use chorus_mimi::checkpoint::{
     load_file, load_model, write_safetensors, Dtype, Layout, LoadedModel, SafetensorsFile,
 };
-use chorus_mimi::random::{random_model, random_tensors};
+use chorus_mimi::random::{random_model, random_model_in_layout, random_tensors};
 use chorus_mimi::{MimiConfig, MimiWeights};
 
 const SEED: u64 = 7;
@@ -632,5 +632,23 @@ fn shape_check_happens_before_reading() {
             .unwrap()
             .len(),
         1
+    );
+}
+
+#[test]
+fn random_kyutai_model_equals_loading_its_file() {
+    let c = small();
+    let dir = temp_dir();
+    let path = dir.join("tokenizer-random.safetensors");
+    write_safetensors(&path, &random_tensors(&c, SEED, Layout::Kyutai), Dtype::F32).unwrap();
+    let from_file = load_small(&path).unwrap();
+    let in_memory = random_model_in_layout(&c, SEED, Layout::Kyutai).unwrap();
+    assert!(in_memory.is_random());
+    assert_same_weights(&from_file.weights, &in_memory.weights);
+    // The two layouts are drawn under different names: different weights.
+    let hf = random_model(&c, SEED).unwrap();
+    assert_ne!(
+        hf.weights.transformer[0].q_proj,
+        in_memory.weights.transformer[0].q_proj
     );
 }

@@ -3,6 +3,8 @@
 
 use chorus_core::HostTensor;
 use chorus_mimi::checkpoint::hf_layout::decoder_tensor_specs;
+use chorus_mimi::checkpoint::kyutai_layout::KyutaiView;
+use chorus_mimi::checkpoint::source::{MemorySource, TensorSource};
 use chorus_mimi::checkpoint::Layout;
 use chorus_mimi::random::{init_for, random_tensor, random_tensors, uniform, RANDOM_MODEL_SEED};
 use chorus_mimi::MimiConfig;
@@ -80,4 +82,18 @@ fn draws_depend_on_seed_and_name_and_cover_the_range() {
     let mean = a.iter().sum::<f32>() / a.len() as f32;
     assert!(mean.abs() < 0.05, "mean {mean}");
     assert!(a.iter().any(|&v| v < -0.99) && a.iter().any(|&v| v > 0.99));
+}
+
+#[test]
+fn kyutai_view_matches_the_fixture_scripts_conversion() {
+    let g = golden();
+    let c: MimiConfig = serde_json::from_value(g["small_config"].clone()).unwrap();
+    let raw = random_tensors(&c, RANDOM_MODEL_SEED, Layout::Kyutai);
+    let view = KyutaiView::new(MemorySource::new("kyutai", raw), c.num_attention_heads);
+    let theirs = g["small"]["kyutai_as_hf"].as_array().unwrap();
+    assert_eq!(theirs.len(), decoder_tensor_specs(&c).len());
+    for entry in theirs {
+        let name = entry["name"].as_str().unwrap();
+        check(entry, name, &view.load(name).unwrap());
+    }
 }
