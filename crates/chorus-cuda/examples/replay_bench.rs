@@ -61,16 +61,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dec.backend().set_profiling(true);
         dec.replay_bucket(i)?;
         dec.backend().set_profiling(false);
-        let prof = dec.backend().take_profile()?;
-        let total: f32 = prof.iter().map(|p| p.total_ms).sum();
-        let parts: Vec<String> = prof
+        let calls = dec.backend().take_profile_calls()?;
+        let total: f32 = calls.iter().map(|c| c.1).sum();
+        let mut sums: Vec<(&str, f32, usize)> = Vec::new();
+        for &(op, ms) in &calls {
+            match sums.iter_mut().find(|s| s.0 == op) {
+                Some(s) => {
+                    s.1 += ms;
+                    s.2 += 1;
+                }
+                None => sums.push((op, ms, 1)),
+            }
+        }
+        let parts: Vec<String> = sums
             .iter()
-            .map(|p| format!("{} {:.3}ms/{}", p.op, p.total_ms, p.calls))
+            .map(|(op, ms, n)| format!("{op} {ms:.3}/{n}"))
             .collect();
         println!(
             "profile batch {b}: eager sum {total:.3} ms: {}",
             parts.join(", ")
         );
+        if i + 1 == buckets.sizes().len() {
+            let seq: Vec<String> = calls
+                .iter()
+                .filter(|c| c.0.starts_with("conv") || c.0 == "attention")
+                .map(|(op, ms)| format!("{op}:{ms:.3}"))
+                .collect();
+            println!(
+                "profile batch {b} conv/attention calls in order: {}",
+                seq.join(" ")
+            );
+        }
     }
     Ok(())
 }

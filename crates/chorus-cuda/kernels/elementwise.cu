@@ -30,22 +30,41 @@ extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, lon
 // acc[i, c] += scale[c] * x[i, c].
 extern "C" __global__ void scale_add(T* acc, const T* __restrict__ x, const T* __restrict__ scale, int n, int dim) {
     GRID_LOOP(i, (long long)n * dim) {
-        int c = (int)(i % dim);
+        int c = (int)(i % (unsigned)dim);
         st(acc + i, ld(acc + i) + ld(scale + c) * ld(x + i));
     }
 }
 
-// out[i, o] += bias[o] + residual[i, o]; either may be null.
-extern "C" __global__ void bias_residual(T* out, const T* __restrict__ bias, const T* __restrict__ residual, long long n, int c_out) {
-    GRID_LOOP(i, n * c_out) {
-        float v = ld(out + i);
+// out[i, o] += bias[o] + residual[i, o] (either may be null), C channels per thread.
+template <int C>
+__device__ __forceinline__ void bias_residual_body(T* out, const T* bias, const T* residual, long long n, int c_out) {
+    int chunks = c_out / C;
+    GRID_LOOP(i, n * chunks) {
+        int o = (int)(i % (unsigned)chunks) * C;
+        long long at = (long long)(i / (unsigned)chunks) * c_out + o;
+        float v[C], b[C];
+        load_c<C>(out + at, v);
         if (bias) {
-            v += ld(bias + (int)(i % c_out));
+            load_c<C>(bias + o, b);
+#pragma unroll
+            for (int e = 0; e < C; ++e) v[e] += b[e];
         }
         if (residual) {
-            v += ld(residual + i);
+            load_c<C>(residual + at, b);
+#pragma unroll
+            for (int e = 0; e < C; ++e) v[e] += b[e];
         }
-        st(out + i, v);
+        store_c<C>(out + at, v);
+    }
+}
+
+// c_out is a multiple of VEC when `vec` is set.
+extern "C" __global__ void bias_residual(T* out, const T* __restrict__ bias, const T* __restrict__ residual, long long n, int c_out,
+                                         int vec) {
+    if (vec) {
+        bias_residual_body<VEC>(out, bias, residual, n, c_out);
+    } else {
+        bias_residual_body<1>(out, bias, residual, n, c_out);
     }
 }
 
@@ -64,8 +83,8 @@ extern "C" __global__ void advance_tokens(int* tokens, const int* __restrict__ s
 extern "C" __global__ void embed_codes(const int* __restrict__ codes, const T* __restrict__ table, const T* __restrict__ latents,
                                        T* __restrict__ out, int rows, int codebooks, int cardinality, int dim) {
     GRID_LOOP(i, (long long)rows * dim) {
-        int r = (int)(i / dim);
-        int d = (int)(i % dim);
+        int r = (int)(i / (unsigned)dim);
+        int d = (int)(i % (unsigned)dim);
         float acc = ld(latents + i);
         for (int q = 0; q < codebooks; ++q) {
             int code = codes[r * codebooks + q];

@@ -72,9 +72,35 @@ __device__ __forceinline__ uint4 elu_vec(uint4 v) {
     return pack(f);
 }
 
-// Grid-stride loop over [0, n).
+// Grid-stride loop over [0, n). The host guarantees n < 2^31, so indices are 32-bit: index
+// decomposition by division is several times cheaper than in 64-bit.
 #define GRID_LOOP(i, n) \
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n); i += gridDim.x * blockDim.x)
+
+// C consecutive elements as f32: one 16-byte access when C == VEC, else C scalar loads.
+template <int C>
+__device__ __forceinline__ void load_c(const T* p, float* f) {
+    if constexpr (C == VEC) {
+        unpack(*reinterpret_cast<const uint4*>(p), f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < C; ++e) {
+            f[e] = ld(p + e);
+        }
+    }
+}
+
+template <int C>
+__device__ __forceinline__ void store_c(T* p, const float* f) {
+    if constexpr (C == VEC) {
+        *reinterpret_cast<uint4*>(p) = pack(f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < C; ++e) {
+            st(p + e, f[e]);
+        }
+    }
+}
 
 // Geometry of a stride-one causal convolution (mirrors the host struct `ConvDims`).
 struct ConvDims {

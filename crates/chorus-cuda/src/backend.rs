@@ -217,13 +217,19 @@ impl CudaBackend {
         }
     }
 
-    /// A grid-stride launch over `n` items.
-    pub(crate) fn grid_for(&self, n: usize) -> Launch {
+    /// A grid-stride launch over `n` items; kernels index in 32 bits, so `n` must stay below 2^31.
+    pub(crate) fn grid_for(&self, n: usize) -> Result<Launch> {
+        if n > i32::MAX as usize {
+            return Err(cuda_error(
+                "launch",
+                format!("{n} work items exceed the 32-bit index space of the kernels: use smaller buckets"),
+            ));
+        }
         let blocks = n.div_ceil(BLOCK as usize).min(self.max_blocks as usize) as u32;
-        Launch {
+        Ok(Launch {
             grid: blocks.max(1),
             block: BLOCK,
-        }
+        })
     }
 
     pub(crate) fn launch(

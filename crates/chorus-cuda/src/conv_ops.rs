@@ -10,6 +10,11 @@ use crate::kernels::{kargs, Kernel, Launch};
 /// Convolutions with at most this many output channels skip the GEMM (a GEMV-shaped product
 /// would waste the matrix units and re-read the im2col matrix).
 const DIRECT_CONV_MAX_C_OUT: usize = 4;
+/// Shared-memory floats of the direct convolution's input tile (`DIRECT_SMEM_FLOATS` in conv.cu).
+const DIRECT_SMEM_FLOATS: usize = 12288;
+/// Most output times per direct-convolution block, and its threads.
+const DIRECT_MAX_TILE: usize = 128;
+const DIRECT_THREADS: u32 = 128;
 /// Threads per attention block and the kernel's static limits (see `attention.cu`).
 const ATTN_THREADS: u32 = 128;
 const ATTN_MAX_TIME: usize = 4;
@@ -103,11 +108,25 @@ impl CudaBackend {
         let out = a.out.mem.ptr();
         let n = g.rows * g.time;
         if g.c_out <= DIRECT_CONV_MAX_C_OUT {
-            let w = a.w.mem.ptr();
+            // Times per block such that the padded input window fits the shared tile.
+            let fit = (DIRECT_SMEM_FLOATS / (g.c_in + 1)).saturating_sub(history);
+            let tile = fit.min(DIRECT_MAX_TILE);
+            if tile == 0 {
+                return Err(cuda_error(
+                    OP,
+                    format!("c_in {} too wide for the direct convolution", g.c_in),
+                ));
+            }
+            let blocks = g.rows * g.time.div_ceil(tile);
+            let cfg = Launch {
+                grid: u32::try_from(blocks).map_err(|_| cuda_error(OP, "too many blocks"))?,
+                block: DIRECT_THREADS,
+            };
+            let (w, tile) = (a.w.mem.ptr(), tile as i32);
             self.launch(
                 Kernel::ConvDirect,
-                self.grid_for(n * g.c_out),
-                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d],
+                cfg,
+                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d, &tile],
             )?;
         } else {
             let k_total = g.kernel * g.c_in;
@@ -128,7 +147,7 @@ impl CudaBackend {
                 };
                 self.launch(
                     Kernel::ConvGather,
-                    self.grid_for(n * g.kernel * chunks),
+                    self.grid_for(n * g.kernel * chunks)?,
                     &mut kargs![&x, &state_ptr, &slots, &col, &d, &vec],
                 )?;
                 col
@@ -150,17 +169,19 @@ impl CudaBackend {
             if bias != 0 || residual != 0 {
                 let count = n as i64;
                 let c_out = d.c_out;
+                let vec = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
+                let per_thread = if vec == 1 { self.vec_elems() } else { 1 };
                 self.launch(
                     Kernel::BiasResidual,
-                    self.grid_for(n * g.c_out),
-                    &mut kargs![&out, &bias, &residual, &count, &c_out],
+                    self.grid_for(n * g.c_out / per_thread)?,
+                    &mut kargs![&out, &bias, &residual, &count, &c_out, &vec],
                 )?;
             }
         }
         if history > 0 {
             self.launch(
                 Kernel::ConvState,
-                self.grid_for(g.rows * g.c_in),
+                self.grid_for(g.rows * g.c_in)?,
                 &mut kargs![&x, &state_ptr, &slots, &d],
             )?;
         }
@@ -174,7 +195,7 @@ impl CudaBackend {
         let items = if vec == 1 { n / self.vec_elems() } else { n };
         self.launch(
             Kernel::Elu,
-            self.grid_for(items),
+            self.grid_for(items)?,
             &mut kargs![&x, &out, &count, &vec],
         )
     }
@@ -246,10 +267,12 @@ impl CudaBackend {
         let state = a.state.mem.ptr();
         let slots = a.slots.mem.ptr();
         let out = a.out.mem.ptr();
+        let vec = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
+        let per_thread = if vec == 1 { self.vec_elems() } else { 1 };
         self.launch(
             Kernel::ConvTrOverlap,
-            self.grid_for(n * g.stride * g.c_out),
-            &mut kargs![&src, &w, &bias, &state, &slots, &out, &d],
+            self.grid_for(n * g.stride * g.c_out / per_thread)?,
+            &mut kargs![&src, &w, &bias, &state, &slots, &out, &d, &vec],
         )
     }
 

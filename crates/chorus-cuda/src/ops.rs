@@ -32,7 +32,7 @@ impl CudaBackend {
         let count = n as i64;
         self.launch(
             Kernel::CastF32ToT,
-            self.grid_for(n),
+            self.grid_for(n)?,
             &mut kargs![&src, &dst, &count],
         )
     }
@@ -41,7 +41,7 @@ impl CudaBackend {
         let count = n as i64;
         self.launch(
             Kernel::CastTToF32,
-            self.grid_for(n),
+            self.grid_for(n)?,
             &mut kargs![&src, &dst, &count],
         )
     }
@@ -208,7 +208,7 @@ impl Backend for CudaBackend {
         );
         self.launch(
             Kernel::EmbedCodes,
-            self.grid_for(a.rows * a.dim),
+            self.grid_for(a.rows * a.dim)?,
             &mut kargs![&codes, &table, &latents, &out, &rows, &codebooks, &card, &dim],
         )
     }
@@ -269,7 +269,7 @@ impl Backend for CudaBackend {
     fn gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
         let _timer = self.op_timer("gelu");
         let (p, n) = (x.mem.ptr(), len as i64);
-        self.launch(Kernel::Gelu, self.grid_for(len), &mut kargs![&p, &n])
+        self.launch(Kernel::Gelu, self.grid_for(len)?, &mut kargs![&p, &n])
     }
 
     fn scale_add(
@@ -285,7 +285,7 @@ impl Backend for CudaBackend {
         let (n32, d32) = (n as i32, dim as i32);
         self.launch(
             Kernel::ScaleAdd,
-            self.grid_for(n * dim),
+            self.grid_for(n * dim)?,
             &mut kargs![&a, &xp, &s, &n32, &d32],
         )
     }

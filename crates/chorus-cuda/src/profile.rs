@@ -72,14 +72,21 @@ impl CudaBackend {
         self.profiling.load(Ordering::Relaxed)
     }
 
-    /// Waits for the profiled work and returns the device time per op name, in first-seen order.
-    pub fn take_profile(&self) -> Result<Vec<OpTime>> {
+    /// Waits for the profiled work and returns each op call's device time in ms, in order.
+    pub fn take_profile_calls(&self) -> Result<Vec<(&'static str, f32)>> {
         self.bind()?;
         self.sync()?;
         let samples = std::mem::take(&mut *lock(&self.profile));
+        samples
+            .into_iter()
+            .map(|(op, start, end)| Ok((op, start.elapsed_ms(&end).or_cuda("cuEventElapsedTime")?)))
+            .collect()
+    }
+
+    /// Waits for the profiled work and returns the device time per op name, in first-seen order.
+    pub fn take_profile(&self) -> Result<Vec<OpTime>> {
         let mut out: Vec<OpTime> = Vec::new();
-        for (op, start, end) in samples {
-            let ms = start.elapsed_ms(&end).or_cuda("cuEventElapsedTime")?;
+        for (op, ms) in self.take_profile_calls()? {
             match out.iter_mut().find(|t| t.op == op) {
                 Some(t) => {
                     t.calls += 1;

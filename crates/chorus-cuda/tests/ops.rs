@@ -159,6 +159,14 @@ fn conv1d_few_outputs_direct() {
 }
 
 #[test]
+fn conv1d_few_outputs_many_tiles() {
+    check_conv(
+        "conv k3 d2 c_out 2 t300",
+        ConvProblem::new(7, conv_geom(64, 2, 3, 2, 300, true), true, true),
+    );
+}
+
+#[test]
 fn conv1d_unaligned_channels() {
     check_conv(
         "conv c_in 12",
