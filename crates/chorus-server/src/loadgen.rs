@@ -67,6 +67,9 @@ pub struct LoadgenConfig {
     pub verify_streams: Option<usize>,
     /// Frames in flight per stream at [`Rate::Max`] (capped by the server's queue bound).
     pub window: usize,
+    /// Streams (the first ones) whose PCM is kept to measure how far a mismatch is; every
+    /// other stream keeps only a hash per frame.
+    pub keep_pcm_streams: usize,
     /// How long to wait for `/healthz` to answer before starting.
     pub wait_ready: Duration,
 }
@@ -90,6 +93,12 @@ pub struct Verify {
     pub frames_mismatched: u64,
     /// Every checked frame matched (false when nothing was checked).
     pub bit_exact: bool,
+    /// Streams whose PCM was kept and compared sample by sample.
+    pub pcm_streams_compared: usize,
+    /// Largest |streamed - offline| over those streams.
+    pub max_abs_diff: f64,
+    /// ||streamed - offline|| / ||offline|| over those streams.
+    pub rel_l2: f64,
 }
 
 /// Results, printed as text or JSON.
@@ -132,7 +141,8 @@ impl LoadgenReport {
              latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}  mean {:.2}\n\
              deadline misses (> {} ms): {}\n\
              errors: {}\n\
-             bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched)",
+             bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
+             max abs diff {:.3e}, rel L2 {:.3e} over {} streams)",
             self.streams_opened,
             self.streams_completed,
             self.streams,
@@ -154,6 +164,9 @@ impl LoadgenReport {
             self.verify.streams_checked,
             self.verify.frames_checked,
             self.verify.frames_mismatched,
+            self.verify.max_abs_diff,
+            self.verify.rel_l2,
+            self.verify.pcm_streams_compared,
         )
     }
 }
@@ -244,6 +257,8 @@ struct StreamResult {
     sent: u64,
     latencies_ms: Vec<f64>,
     hashes: Vec<u64>,
+    /// The PCM itself, for the first `keep_pcm_streams` streams.
+    pcm: Vec<f32>,
     errors: Vec<String>,
     codebook_size: usize,
 }
@@ -501,6 +516,9 @@ async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
                         .push(now.duration_since(sent).as_secs_f64() * 1e3);
                 }
                 r.hashes.push(frame_hash(&pcm.samples));
+                if s < cfg.keep_pcm_streams {
+                    r.pcm.extend_from_slice(&pcm.samples);
+                }
                 progress.received.fetch_add(1, Ordering::Release);
                 progress.wake.notify_one();
             }
@@ -577,6 +595,7 @@ async fn verify(config: &LoadgenConfig, addr: &str, results: &mut [StreamResult]
         method: "server whole-file decode (POST /v1/decode?format=f32), 64-bit hash per frame",
         ..Verify::default()
     };
+    let (mut diff_sq, mut ref_sq) = (0f64, 0f64);
     for (&s, task) in chosen.iter().zip(tasks) {
         let r = &mut results[s];
         let pcm = match task.await {
@@ -603,11 +622,23 @@ async fn verify(config: &LoadgenConfig, addr: &str, results: &mut [StreamResult]
                 v.frames_mismatched += 1;
             }
         }
+        if !r.pcm.is_empty() {
+            v.pcm_streams_compared += 1;
+            for (a, b) in r.pcm.iter().zip(&samples) {
+                let d = (*a as f64 - *b as f64).abs();
+                v.max_abs_diff = v.max_abs_diff.max(d);
+                diff_sq += d * d;
+                ref_sq += (*b as f64) * (*b as f64);
+            }
+        }
         // Frames the offline decode lacks count as mismatches too.
         v.frames_mismatched += r.hashes.len() as u64 - checked;
         v.frames_checked += r.hashes.len() as u64;
     }
     v.bit_exact = v.frames_checked > 0 && v.frames_mismatched == 0;
+    if ref_sq > 0.0 {
+        v.rel_l2 = (diff_sq / ref_sq).sqrt();
+    }
     v
 }
 

@@ -17,6 +17,7 @@ fn config(server: &chorus_server::Server, streams: usize, rate: Rate) -> Loadgen
         seed: 42,
         verify_streams: None,
         window: 4,
+        keep_pcm_streams: 2,
         wait_ready: Duration::from_secs(5),
     }
 }

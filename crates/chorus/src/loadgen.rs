@@ -7,6 +7,8 @@ use chorus_server::loadgen::{LoadgenConfig, Rate};
 
 /// Default frames in flight per stream at `--rate max`.
 const DEFAULT_WINDOW: usize = 8;
+/// Default streams whose PCM is kept for the mismatch measure.
+const DEFAULT_KEEP_PCM_STREAMS: usize = 8;
 /// Default seconds to wait for the server to answer `/healthz`.
 const DEFAULT_WAIT_READY_SECS: f64 = 120.0;
 
@@ -43,6 +45,10 @@ pub struct LoadgenArgs {
     /// Frames in flight per stream at `--rate max`.
     #[arg(long, default_value_t = DEFAULT_WINDOW)]
     pub window: usize,
+    /// Streams whose PCM is kept to measure a mismatch (max abs diff, relative L2); the others
+    /// are checked through a hash per frame.
+    #[arg(long, default_value_t = DEFAULT_KEEP_PCM_STREAMS)]
+    pub keep_pcm_streams: usize,
     /// Seconds to wait for the server to come up.
     #[arg(long, default_value_t = DEFAULT_WAIT_READY_SECS)]
     pub wait_ready: f64,
@@ -70,6 +76,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         seed: args.seed,
         verify_streams: args.verify_streams,
         window: args.window,
+        keep_pcm_streams: args.keep_pcm_streams,
         wait_ready: Duration::from_secs_f64(args.wait_ready),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

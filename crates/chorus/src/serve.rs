@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
-use chorus_engine::{Engine, EngineConfig, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES};
+use chorus_engine::{
+    Engine, EngineConfig, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES,
+};
 use chorus_server::{Server, ServerConfig};
 
 use crate::decode::parse_precision;
