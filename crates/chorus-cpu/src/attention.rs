@@ -5,6 +5,7 @@
 //! parallel, reading the rings only. Writing all keys first is correct because the ring holds
 //! `window + time - 1` positions (checked), so no new key evicts one a query of this step needs.
 
+use crate::simd::dispatch;
 use crate::{check, math, CpuBackend};
 use chorus_core::{AttentionArgs, AttentionGeom, Error, Result};
 use rayon::prelude::*;
@@ -42,12 +43,13 @@ pub(crate) fn attention(be: &CpuBackend, a: AttentionArgs<'_, CpuBackend>) -> Re
     }
     let half = hd / 2;
     let rope_len = tokens_n * hd;
-    let task_len = g.window + hd;
+    // Per (row, head) task: its scores, its rotated query, and its `[time, head_dim]` output.
+    let task_len = g.window + hd + time * hd;
     let (qkv, kv) = (&a.qkv.0[..tokens_n * 3 * hdim], &mut a.kv.0);
     let (slots, tokens) = (&a.slots.0[..rows], &a.tokens.0);
     let out = &mut a.out.0[..tokens_n * hdim];
     be.scratch
-        .with(half + rope_len + tokens_n * task_len, |scratch| {
+        .with(half + rope_len + rows * g.heads * task_len, |scratch| {
             let (inv_freq, rest) = scratch.split_at_mut(half);
             let (rope, tasks) = rest.split_at_mut(rope_len);
             // transformers' default RoPE: inv_freq = 1 / theta^(2i / d), all in f32.
@@ -67,23 +69,38 @@ pub(crate) fn attention(be: &CpuBackend, a: AttentionArgs<'_, CpuBackend>) -> Re
             let kv: &[f32] = kv;
             let rope: &[f32] = rope;
             be.install(|| {
-                out.par_chunks_mut(hdim)
-                    .zip(tasks.par_chunks_mut(task_len))
+                // Each task reads one head's keys once per query of its row (they stay in cache).
+                tasks
+                    .par_chunks_mut(task_len)
                     .enumerate()
-                    .for_each(|(tok, (o, task))| {
-                        let s = slots[tok / time] as usize;
-                        let p = tokens[s] as usize + tok % time;
-                        let q = &qkv[tok * 3 * hdim..tok * 3 * hdim + hdim];
-                        let ring = &kv[s * g.ring * 2 * hdim..(s + 1) * g.ring * 2 * hdim];
-                        let tab = &rope[tok * hd..(tok + 1) * hd];
-                        attend_token(&g, o, task, q, ring, tab, p);
+                    .for_each(|(task, buf)| {
+                        let (r, h) = (task / g.heads, task % g.heads);
+                        let s = slots[r] as usize;
+                        let head = Head {
+                            g: &g,
+                            h,
+                            p0: tokens[s] as usize,
+                            qkv: &qkv[r * time * 3 * hdim..(r + 1) * time * 3 * hdim],
+                            ring: &kv[s * g.ring * 2 * hdim..(s + 1) * g.ring * 2 * hdim],
+                            rope: &rope[r * time * hd..(r + 1) * time * hd],
+                        };
+                        attend_head(&head, buf);
                     });
+                let tasks: &[f32] = tasks;
+                out.par_chunks_mut(hdim).enumerate().for_each(|(tok, o)| {
+                    let (r, t) = (tok / time, tok % time);
+                    for h in 0..g.heads {
+                        let at = (r * g.heads + h) * task_len + g.window + hd + t * hd;
+                        o[h * hd..(h + 1) * hd].copy_from_slice(&tasks[at..at + hd]);
+                    }
+                });
             });
         });
     Ok(())
 }
 
 /// `dst = rope(src)` with rotate-half pairing `(i, i + d/2)`, then scaled.
+#[inline(always)]
 fn rotate(dst: &mut [f32], src: &[f32], tab: &[f32], scale: f32) {
     let half = src.len() / 2;
     let (cos, sin) = tab.split_at(half);
@@ -120,43 +137,56 @@ fn write_ring(
     }
 }
 
-/// One query token, all heads: softmax over the window's keys, weighted sum of their values.
-fn attend_token(
-    g: &AttentionGeom,
-    o: &mut [f32],
-    task: &mut [f32],
-    q: &[f32],
-    ring: &[f32],
-    tab: &[f32],
-    p: usize,
-) {
-    let hd = g.head_dim;
-    let hdim = g.heads * hd;
-    let n_keys = g.window.min(p + 1);
-    let first = p + 1 - n_keys;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let (scores, qr) = task.split_at_mut(g.window);
-    let scores = &mut scores[..n_keys];
-    for h in 0..g.heads {
-        rotate(qr, &q[h * hd..(h + 1) * hd], tab, scale);
-        let mut max = f32::NEG_INFINITY;
-        for (i, sc) in scores.iter_mut().enumerate() {
-            let at = ((first + i) % g.ring) * 2 * hdim + h * hd;
-            *sc = math::dot(qr, &ring[at..at + hd]);
-            max = max.max(*sc);
+/// One (row, head) pair of a call.
+struct Head<'a> {
+    g: &'a AttentionGeom,
+    h: usize,
+    /// Position of the row's first new token.
+    p0: usize,
+    /// The row's `[time, 3 * heads * head_dim]` projections.
+    qkv: &'a [f32],
+    /// The slot's `[ring, 2, heads * head_dim]` ring.
+    ring: &'a [f32],
+    /// The row's `[time, head_dim]` cos/sin table.
+    rope: &'a [f32],
+}
+
+dispatch! {
+    /// Softmax attention of each new query of one head over its window; writes `[time, head_dim]`
+    /// at the end of `buf`.
+    fn attend_head(a: &Head<'_>, buf: &mut [f32]) {
+        let g = a.g;
+        let hd = g.head_dim;
+        let hdim = g.heads * hd;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (scores, rest) = buf.split_at_mut(g.window);
+        let (qr, outs) = rest.split_at_mut(hd);
+        for t in 0..g.time {
+            let p = a.p0 + t;
+            let n_keys = g.window.min(p + 1);
+            let first = p + 1 - n_keys;
+            let q = &a.qkv[t * 3 * hdim + a.h * hd..t * 3 * hdim + (a.h + 1) * hd];
+            rotate(qr, q, &a.rope[t * hd..(t + 1) * hd], scale);
+            let scores = &mut scores[..n_keys];
+            let mut max = f32::NEG_INFINITY;
+            for (i, sc) in scores.iter_mut().enumerate() {
+                let at = ((first + i) % g.ring) * 2 * hdim + a.h * hd;
+                *sc = math::dot(qr, &a.ring[at..at + hd]);
+                max = max.max(*sc);
+            }
+            let mut sum = 0.0;
+            for sc in scores.iter_mut() {
+                *sc = math::exp_nonpositive(*sc - max);
+                sum += *sc;
+            }
+            let o = &mut outs[t * hd..(t + 1) * hd];
+            o.fill(0.0);
+            for (i, &w) in scores.iter().enumerate() {
+                let at = ((first + i) % g.ring) * 2 * hdim + hdim + a.h * hd;
+                math::axpy(o, w, &a.ring[at..at + hd]);
+            }
+            let inv = 1.0 / sum;
+            o.iter_mut().for_each(|v| *v *= inv);
         }
-        let mut sum = 0.0;
-        for sc in scores.iter_mut() {
-            *sc = math::exp_nonpositive(*sc - max);
-            sum += *sc;
-        }
-        let oh = &mut o[h * hd..(h + 1) * hd];
-        oh.fill(0.0);
-        for (i, &w) in scores.iter().enumerate() {
-            let at = ((first + i) % g.ring) * 2 * hdim + hdim + h * hd;
-            math::axpy(oh, w, &ring[at..at + hd]);
-        }
-        let inv = 1.0 / sum;
-        oh.iter_mut().for_each(|v| *v *= inv);
     }
 }

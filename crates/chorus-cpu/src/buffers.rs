@@ -2,18 +2,57 @@
 
 use chorus_core::StagingDims;
 
+use std::sync::OnceLock;
+
 /// An f32 buffer: every role is stored as f32 on the CPU.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct CpuBuf(pub(crate) Vec<f32>);
+pub struct CpuBuf(pub(crate) Vec<f32>, pub(crate) OnceLock<Padded>);
+
+/// A copy of a weight matrix with its rows padded, derived on first use by an op that reads the
+/// matrix with a power-of-two row stride (such strides alias in the caches and cost `gemm` 3x).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Padded {
+    pub rows: usize,
+    pub cols: usize,
+    pub stride: usize,
+    pub data: Vec<f32>,
+}
+
+/// Floats added to each padded row: one cache line, which moves consecutive rows to new sets.
+const ROW_PAD: usize = 16;
 
 impl CpuBuf {
+    pub(crate) fn new(data: Vec<f32>) -> Self {
+        Self(data, OnceLock::new())
+    }
+
+    /// The buffer as a `[rows, cols]` matrix with padded row stride (copied once, then cached),
+    /// or `None` if it was first padded for another shape.
+    pub(crate) fn padded(&self, rows: usize, cols: usize) -> Option<&Padded> {
+        let p = self.1.get_or_init(|| {
+            let stride = cols + ROW_PAD;
+            let mut data = vec![0.0; rows * stride];
+            for (d, s) in data.chunks_exact_mut(stride).zip(self.0.chunks_exact(cols)) {
+                d[..cols].copy_from_slice(s);
+            }
+            Padded {
+                rows,
+                cols,
+                stride,
+                data,
+            }
+        });
+        (p.rows == rows && p.cols == cols).then_some(p)
+    }
+
     /// The elements.
     pub fn as_slice(&self) -> &[f32] {
         &self.0
     }
 
-    /// The elements, mutably.
+    /// The elements, mutably (drops any cached padded copy, which could go stale).
     pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        self.1 = OnceLock::new();
         &mut self.0
     }
 

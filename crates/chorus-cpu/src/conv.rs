@@ -16,6 +16,18 @@ use rayon::prelude::*;
 const IM2COL_MAX_TIME: usize = 64;
 /// Scratch elements one chunk of rows may use; bounds memory at large buckets.
 pub(crate) const CHUNK_SCRATCH_ELEMS: usize = 4 << 20;
+/// Scratch elements a chunk aims for when its weights are small: the chunk's activations then
+/// stay in L2 between the input copy and the GEMM instead of streaming through memory.
+const CACHE_CHUNK_ELEMS: usize = 256 << 10;
+/// Elements per task when one row's input is ELU'd in parallel.
+const FILL_GRAIN: usize = 16 << 10;
+
+/// Rows per chunk: enough that re-reading the weights per chunk costs no more than the chunk's own
+/// activations, few enough that those activations stay in cache when the weights are small.
+pub(crate) fn chunk_rows(rows: usize, per_row: usize, weights: usize) -> usize {
+    let budget = weights.clamp(CACHE_CHUNK_ELEMS, CHUNK_SCRATCH_ELEMS);
+    (budget / per_row.max(1)).clamp(1, rows.max(1))
+}
 
 pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<()> {
     const OP: &str = "conv1d";
@@ -65,7 +77,7 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
     let batched = rows > 1 && time <= IM2COL_MAX_TIME;
     let cols_row = if batched { time * kernel * ci } else { 0 };
     let per_row = len * ci + cols_row;
-    let chunk = (CHUNK_SCRATCH_ELEMS / per_row.max(1)).clamp(1, rows);
+    let chunk = chunk_rows(rows, per_row, w.len());
     let ctx = Ctx {
         time,
         ci,
@@ -122,22 +134,25 @@ struct Ctx {
     threads: usize,
 }
 
-/// `xin[r] = concat(state[slots[r]], f(x[r]))`, rows in parallel.
+/// `xin[r] = concat(state[slots[r]], f(x[r]))`; the ELU runs in parallel blocks.
 fn fill_input(c: &Ctx, xin: &mut [f32], x: &[f32], state: &[f32], slots: &[i32]) {
     let (len, state_row) = (c.hist + c.time, c.hist * c.ci);
-    xin.par_chunks_mut(len * c.ci)
-        .zip(x.par_chunks(c.time * c.ci))
-        .zip(slots.par_iter())
-        .for_each(|((dst, src), &s)| {
-            let s = s as usize;
-            let (h, body) = dst.split_at_mut(state_row);
-            h.copy_from_slice(&state[s * state_row..(s + 1) * state_row]);
-            if c.elu {
-                math::elu_into(body, src);
-            } else {
-                body.copy_from_slice(src);
-            }
-        });
+    for ((dst, src), &s) in xin
+        .chunks_exact_mut(len * c.ci)
+        .zip(x.chunks_exact(c.time * c.ci))
+        .zip(slots)
+    {
+        let s = s as usize;
+        let (h, body) = dst.split_at_mut(state_row);
+        h.copy_from_slice(&state[s * state_row..(s + 1) * state_row]);
+        if c.elu {
+            body.par_chunks_mut(FILL_GRAIN)
+                .zip(src.par_chunks(FILL_GRAIN))
+                .for_each(|(d, x)| math::elu_into(d, x));
+        } else {
+            body.copy_from_slice(src);
+        }
+    }
 }
 
 /// Writes `bias + residual` into `out`; returns whether the GEMM must accumulate onto it.

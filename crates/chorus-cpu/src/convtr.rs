@@ -5,7 +5,7 @@
 //! accumulator `[time * stride + tail, c_out]` that starts from the slot's stored tail. The first
 //! `time * stride` columns plus bias are the output; the rest is the new bias-free tail.
 
-use crate::conv::CHUNK_SCRATCH_ELEMS;
+use crate::conv::chunk_rows;
 use crate::gemm::MatMul;
 use crate::{check, math, CpuBackend};
 use chorus_core::{ConvTr1dArgs, ConvTr1dGeom, Error, Result};
@@ -55,7 +55,16 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
         acc_row: (time * stride + tail) * co,
         threads: be.threads,
     };
-    let (x, w) = (&a.x.0[..rows * time * ci], &a.w.0[..w_len]);
+    let x = &a.x.0[..rows * time * ci];
+    let padded = if g.depthwise {
+        None
+    } else {
+        a.w.padded(ci, kernel * co)
+    };
+    let (w, w_rs) = match padded {
+        Some(p) => (&p.data[..], p.stride),
+        None => (&a.w.0[..w_len], kernel * co),
+    };
     let out = &mut a.out.0[..rows * time * stride * co];
     let bias = a.bias.map(|b| &b.0[..co]);
     let slots = &a.slots.0[..rows];
@@ -64,7 +73,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
     let xe_row = if g.elu_input { time * ci } else { 0 };
     let y_row = if g.depthwise { 0 } else { time * kernel * co };
     let per_row = xe_row + y_row + ctx.acc_row;
-    let chunk = (CHUNK_SCRATCH_ELEMS / per_row).clamp(1, rows);
+    let chunk = chunk_rows(rows, per_row, w_len);
     let wt_len = if g.depthwise { kernel * co } else { 0 };
     be.scratch.with(chunk * per_row + wt_len, |scratch| {
         let (wt, scratch) = scratch.split_at_mut(wt_len);
@@ -97,7 +106,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
                     depthwise(&ctx, acc, xin, wt, state, sl);
                 } else {
                     let y = &mut y_all[..n * y_row];
-                    dense(&ctx, acc, y, xin, w, state, sl)?;
+                    dense(&ctx, acc, y, xin, (w, w_rs), state, sl)?;
                 }
                 let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
                 finish(&ctx, o, acc, bias, state, sl);
@@ -128,7 +137,7 @@ fn dense(
     acc: &mut [f32],
     y: &mut [f32],
     xin: &[f32],
-    w: &[f32],
+    (w, w_rs): (&[f32], usize),
     state: &[f32],
     slots: &[i32],
 ) -> Result<()> {
@@ -144,7 +153,7 @@ fn dense(
         lhs_rs: g.c_in,
         lhs_cs: 1,
         rhs: w,
-        rhs_rs: kco,
+        rhs_rs: w_rs,
         rhs_cs: 1,
         accumulate: false,
         threads: c.threads,

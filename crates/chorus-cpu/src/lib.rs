@@ -12,6 +12,8 @@
 //! - Scratch: one grow-only arena per backend (`scratch.rs`); ops process rows in chunks whose
 //!   scratch is bounded, and the arena only grows during the first step of a larger bucket, so
 //!   steady-state steps never allocate.
+//! - Dense transposed-convolution weights (`[c_in, kernel * c_out]`, a power-of-two row stride in
+//!   Mimi) are copied once, on first use, into a padded-stride layout cached in the buffer.
 //! - Per-slot state is read and written through the slot ids; state write-backs run in row order
 //!   because padded rows all name the dummy row.
 
@@ -24,6 +26,8 @@ mod elementwise;
 mod gemm;
 mod math;
 mod scratch;
+mod simd;
+mod skinny;
 
 pub use buffers::{CpuBuf, CpuInts, CpuStaging};
 
@@ -129,11 +133,11 @@ impl Backend for CpuBackend {
     }
 
     fn zeros(&self, len: usize, _role: BufRole) -> Result<CpuBuf> {
-        Ok(CpuBuf(vec![0.0; len]))
+        Ok(CpuBuf::new(vec![0.0; len]))
     }
 
     fn upload(&self, data: &[f32], _role: BufRole) -> Result<CpuBuf> {
-        Ok(CpuBuf(data.to_vec()))
+        Ok(CpuBuf::new(data.to_vec()))
     }
 
     fn ints(&self, len: usize, value: i32) -> Result<CpuInts> {

@@ -1,5 +1,7 @@
 //! Scalar math kernels written to auto-vectorize (branch-free, no libm calls in hot loops).
 
+use crate::simd::dispatch;
+
 /// Below this, `exp(x)` underflows f32's normal range; ELU saturates to -1 there anyway.
 const EXP_MIN_ARG: f32 = -87.0;
 /// Below this magnitude `expm1` uses its Taylor series, avoiding the cancellation of `exp(x) - 1`.
@@ -61,10 +63,12 @@ pub(crate) fn elu(x: f32) -> f32 {
     }
 }
 
-/// `dst[i] = elu(src[i])`.
-pub(crate) fn elu_into(dst: &mut [f32], src: &[f32]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = elu(s);
+dispatch! {
+    /// `dst[i] = elu(src[i])`.
+    pub(crate) fn elu_into(dst: &mut [f32], src: &[f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = elu(s);
+        }
     }
 }
 
@@ -74,10 +78,10 @@ pub(crate) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `sum a[i] * b[i]` with eight independent accumulators so the loop vectorizes.
-#[inline]
+/// `sum a[i] * b[i]` with sixteen independent accumulators so the loop vectorizes.
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
+    const LANES: usize = 16;
     let mut acc = [0.0_f32; LANES];
     let chunks = a.len() / LANES;
     for c in 0..chunks {
@@ -97,7 +101,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `y[i] += alpha * x[i]`.
-#[inline]
+#[inline(always)]
 pub(crate) fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     for (d, &s) in y.iter_mut().zip(x) {
         *d += alpha * s;
@@ -132,7 +136,10 @@ mod tests {
             let want = 0.5 * x as f64 * (1.0 + libm::erf(x as f64 / std::f64::consts::SQRT_2));
             let err = (gelu(x) as f64 - want).abs();
             // 1 + erf cancels for very negative x, in f32 as in PyTorch: bound the error absolutely there.
-            assert!(err <= 3e-7 * want.abs() + 4e-8 * (x as f64).abs(), "x={x} err={err}");
+            assert!(
+                err <= 3e-7 * want.abs() + 4e-8 * (x as f64).abs(),
+                "x={x} err={err}"
+            );
         }
     }
 }
