@@ -5,8 +5,8 @@
 //! counter `i + 1` from a per-tensor key `mix64(seed ^ fnv1a64(name))`. The top 24 bits map exactly
 //! to a uniform f32 in [-1, 1), then `value = u * scale + offset` in f32 (two roundings, no FMA),
 //! so numpy reproduces every bit with vectorised uint64 arithmetic. Scales keep the decoded PCM
-//! well-conditioned: variance-preserving fan-in scaling, layer norms near 1, small layer scales,
-//! cluster usage in [0.5, 1.5).
+//! well-conditioned (RMS about 0.2, peak about 1 on the real architecture): variance-preserving
+//! fan-in scaling, layer norms near 1, layer scales near 0.1, cluster usage in [0.5, 1.5).
 
 use chorus_core::{HostTensor, Result};
 

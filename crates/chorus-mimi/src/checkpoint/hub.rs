@@ -85,7 +85,8 @@ pub fn resolve(repo_id: &str) -> Result<HubFiles> {
             dir.display()
         )));
     }
-    let api = ApiBuilder::new()
+    // from_env picks up HF_ENDPOINT and the saved token; the cache dir follows our rules.
+    let api = ApiBuilder::from_env()
         .with_cache_dir(dir.clone())
         .with_progress(true)
         .build()
