@@ -55,30 +55,49 @@ extern "C" __global__ void conv_state(const T* __restrict__ x, T* state, const i
     }
 }
 
-// Shared-memory floats of the direct convolution's input tile (48 KB, the static limit).
-#define DIRECT_SMEM_FLOATS 12288
+// Shared-memory floats of the direct convolution's input tile and weights (48 KB together).
+#define DIRECT_SMEM_FLOATS 8192
+#define DIRECT_MAX_WEIGHTS 4096
 
 // Direct convolution for few output channels:
 // out[r, t, o] = bias + residual + sum_{j,c} w[o, j, c] xin[r, t + j*dil, c].
-// One block per (row, tile of `tile` times): the ELU'd input window is staged once in shared
-// memory (rows padded by one float so that consecutive times hit different banks).
+// One block per (row, tile of `tile` times): the weights and the ELU'd input window are staged
+// once in shared memory as f32 (window rows padded by one float so that consecutive times hit
+// different banks). c_in is a multiple of VEC when `vec` is set.
 extern "C" __global__ void conv_direct(const T* __restrict__ x, const T* __restrict__ state, const int* __restrict__ slots,
                                        const T* __restrict__ w, const T* __restrict__ bias, const T* __restrict__ residual,
-                                       T* __restrict__ out, ConvDims d, int tile) {
+                                       T* __restrict__ out, ConvDims d, int tile, int vec) {
     __shared__ float sx[DIRECT_SMEM_FLOATS];
+    __shared__ float sw[DIRECT_MAX_WEIGHTS];
     int tiles = (d.time + tile - 1) / tile;
     int r = blockIdx.x / tiles;
     int t0 = (blockIdx.x % tiles) * tile;
     int count = min(tile, d.time - t0);
     int span = count + d.history;
     int pitch = d.c_in + 1;
-    for (int idx = threadIdx.x; idx < span * d.c_in; idx += blockDim.x) {
-        int p = idx / d.c_in;
-        int c = idx % d.c_in;
+    int n_w = d.c_out * d.kernel * d.c_in;
+    for (int idx = threadIdx.x; idx < n_w; idx += blockDim.x) {
+        sw[idx] = ld(w + idx);
+    }
+    int chunk = vec ? VEC : 1;
+    int chunks = d.c_in / chunk;
+    for (int idx = threadIdx.x; idx < span * chunks; idx += blockDim.x) {
+        int p = idx / chunks;
+        int c0 = (idx % chunks) * chunk;
         bool apply;
-        const T* src = conv_src(x, state, slots, d, r, t0 + p, &apply);
-        float v = ld(src + c);
-        sx[p * pitch + c] = apply ? elu_f(v) : v;
+        const T* src = conv_src(x, state, slots, d, r, t0 + p, &apply) + c0;
+        float* dst = sx + p * pitch + c0;
+        if (vec) {
+            float f[VEC];
+            unpack(*reinterpret_cast<const uint4*>(src), f);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                dst[e] = apply ? elu_f(f[e]) : f[e];
+            }
+        } else {
+            float v = ld(src);
+            dst[0] = apply ? elu_f(v) : v;
+        }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < count * d.c_out; idx += blockDim.x) {
@@ -91,9 +110,9 @@ extern "C" __global__ void conv_direct(const T* __restrict__ x, const T* __restr
         }
         for (int j = 0; j < d.kernel; ++j) {
             const float* xs = sx + (tt + j * d.dilation) * pitch;
-            const T* wr = w + ((long long)o * d.kernel + j) * d.c_in;
+            const float* ws = sw + (o * d.kernel + j) * d.c_in;
             for (int c = 0; c < d.c_in; ++c) {
-                acc += ld(wr + c) * xs[c];
+                acc += ws[c] * xs[c];
             }
         }
         st(out + at, acc);

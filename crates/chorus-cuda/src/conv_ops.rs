@@ -10,8 +10,9 @@ use crate::kernels::{kargs, Kernel, Launch};
 /// Convolutions with at most this many output channels skip the GEMM (a GEMV-shaped product
 /// would waste the matrix units and re-read the im2col matrix).
 const DIRECT_CONV_MAX_C_OUT: usize = 4;
-/// Shared-memory floats of the direct convolution's input tile (`DIRECT_SMEM_FLOATS` in conv.cu).
-const DIRECT_SMEM_FLOATS: usize = 12288;
+/// Shared-memory floats of the direct convolution's input tile and weights (as in conv.cu).
+const DIRECT_SMEM_FLOATS: usize = 8192;
+const DIRECT_MAX_WEIGHTS: usize = 4096;
 /// Most output times per direct-convolution block, and its threads.
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
@@ -107,26 +108,25 @@ impl CudaBackend {
         let residual = a.residual.map_or(0u64, |r| r.mem.ptr());
         let out = a.out.mem.ptr();
         let n = g.rows * g.time;
-        if g.c_out <= DIRECT_CONV_MAX_C_OUT {
-            // Times per block such that the padded input window fits the shared tile.
-            let fit = (DIRECT_SMEM_FLOATS / (g.c_in + 1)).saturating_sub(history);
-            let tile = fit.min(DIRECT_MAX_TILE);
-            if tile == 0 {
-                return Err(cuda_error(
-                    OP,
-                    format!("c_in {} too wide for the direct convolution", g.c_in),
-                ));
-            }
+        // Times per direct-convolution block such that the padded input window fits its tile.
+        let tile = (DIRECT_SMEM_FLOATS / (g.c_in + 1))
+            .saturating_sub(history)
+            .min(DIRECT_MAX_TILE);
+        let direct = g.c_out <= DIRECT_CONV_MAX_C_OUT
+            && g.c_out * g.kernel * g.c_in <= DIRECT_MAX_WEIGHTS
+            && tile > 0;
+        if direct {
             let blocks = g.rows * g.time.div_ceil(tile);
             let cfg = Launch {
                 grid: u32::try_from(blocks).map_err(|_| cuda_error(OP, "too many blocks"))?,
                 block: DIRECT_THREADS,
             };
             let (w, tile) = (a.w.mem.ptr(), tile as i32);
+            let vec = i32::from(g.c_in.is_multiple_of(self.vec_elems()));
             self.launch(
                 Kernel::ConvDirect,
                 cfg,
-                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d, &tile],
+                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d, &tile, &vec],
             )?;
         } else {
             let k_total = g.kernel * g.c_in;
