@@ -38,11 +38,8 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
         check::at_least(OP, "bias", b.len(), co)?;
     }
     let state_row = tail * co;
-    let total_rows = if state_row == 0 {
-        usize::MAX
-    } else {
-        a.state.len() / state_row
-    };
+    // Stateless geometries (no history or tail) accept any slot id.
+    let total_rows = a.state.len().checked_div(state_row).unwrap_or(usize::MAX);
     for &s in &a.slots.0[..rows] {
         check::slot(OP, s, total_rows)?;
     }

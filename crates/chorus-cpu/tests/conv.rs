@@ -185,6 +185,22 @@ fn conv1d_matches_reference_over_geometries() {
     }
 }
 
+/// Long rows are processed a few rows at a time (bounded scratch): chunk edges must not matter.
+#[test]
+fn conv1d_rows_split_into_chunks() {
+    let be = backend();
+    for &(elu, dil) in &[(true, 1usize), (false, 2)] {
+        let case = Case {
+            geom: geom(3, 2100, 64, 4, 3, dil, elu),
+            bias: true,
+            residual: true,
+            slots: vec![2, 0, 3],
+            total_rows: 5,
+        };
+        check_case(&be, &case, 31 + dil as u64);
+    }
+}
+
 #[test]
 fn conv1d_padded_rows_only_touch_the_dummy_row() {
     let be = backend();

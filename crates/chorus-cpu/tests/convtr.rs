@@ -178,6 +178,33 @@ fn conv_tr1d_matches_reference_streamed() {
     }
 }
 
+/// Rows with large outputs are processed one chunk at a time: chunk edges must not matter.
+#[test]
+fn conv_tr1d_rows_split_into_chunks() {
+    let be = backend();
+    for &depthwise in &[false, true] {
+        let case = Case {
+            rows: 3,
+            c_in: 64,
+            // Dense: 8 * 72 output columns span two blocks of the few-row kernel.
+            c_out: if depthwise { 64 } else { 72 },
+            kernel: 8,
+            stride: 4,
+            depthwise,
+            elu: true,
+            bias: true,
+            slots: vec![1, 3, 0],
+            total_rows: 5,
+            chunks: if depthwise {
+                vec![1500, 700]
+            } else {
+                vec![300, 1]
+            },
+        };
+        check(&be, &case, 123);
+    }
+}
+
 #[test]
 fn conv_tr1d_padded_rows_only_touch_the_dummy_row() {
     let be = backend();
