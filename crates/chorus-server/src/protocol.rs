@@ -202,6 +202,13 @@ pub fn parse_client_message(text: &str) -> Result<ClientMessage, ProtocolError> 
             format!("unknown message type `{kind}` (expected open, reset or close)"),
         ));
     }
+    let fields = value.as_object().map_or(0, |o| o.len());
+    if kind != "open" && fields != 1 {
+        return Err(ProtocolError::new(
+            ErrorCode::BadJson,
+            format!("`{kind}` takes no fields besides `type`"),
+        ));
+    }
     serde_json::from_value(value).map_err(|e| {
         let code = if kind == "open" {
             ErrorCode::BadOpen
@@ -383,6 +390,15 @@ mod tests {
         assert_eq!(code("{nope"), ErrorCode::BadJson);
         assert_eq!(code(r#"{"kind":"open"}"#), ErrorCode::BadJson);
         assert_eq!(code(r#"{"type":"dance"}"#), ErrorCode::UnknownMessage);
+        assert_eq!(code(r#"{"type":"reset","now":true}"#), ErrorCode::BadJson);
+        assert_eq!(
+            code(r#"{"type":"open","version":1,"input":"codes","n_q":2,"extra":0}"#),
+            ErrorCode::BadOpen
+        );
+        assert_eq!(
+            code(r#"{"type":"open","version":1,"input":"codes","n_q":2,"pcm":"u8"}"#),
+            ErrorCode::BadOpen
+        );
         assert_eq!(
             code(r#"{"type":"open","version":1,"input":"pixels"}"#),
             ErrorCode::BadOpen
