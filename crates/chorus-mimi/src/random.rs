@@ -85,7 +85,10 @@ pub fn init_for(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> Init {
         return fixed(0.05, 0.0);
     }
     let fan_in = fan_in(c, hf_name, shape);
-    let conv_out = format!("decoder.layers.{}.conv.weight", seanet_plan(c).conv_out.0);
+    let conv_out = format!(
+        "decoder.layers.{}.conv.weight",
+        seanet_plan(c).conv_out.index
+    );
     let gain = if hf_name.contains(".block.3.") {
         RESBLOCK_OUT_GAIN
     } else if hf_name == conv_out {
@@ -105,8 +108,8 @@ fn fan_in(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> usize {
         seanet_plan(c)
             .stages
             .iter()
-            .find(|s| hf_name == format!("decoder.layers.{}.conv.weight", s.convtr.0))
-            .map(|s| s.convtr.4)
+            .find(|s| hf_name == format!("decoder.layers.{}.conv.weight", s.convtr.index))
+            .map(|s| s.convtr.stride)
     };
     match (convtr_stride, shape) {
         (Some(stride), [c_in, _, k]) => {

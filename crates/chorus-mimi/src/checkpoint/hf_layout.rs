@@ -28,58 +28,89 @@ pub struct TensorSpec {
     pub shape: Vec<usize>,
 }
 
-/// The SEANet decoder's module list, with the index of each weighted module in `decoder.layers`.
-#[derive(Clone, Debug)]
-pub struct SeanetPlan {
-    /// (index, c_in, c_out, kernel) of the first conv.
-    pub conv_in: (usize, usize, usize, usize),
-    /// Per ratio: (convtr index, c_in, c_out, kernel, stride) and the resblocks
-    /// (index, channels, hidden, kernel, dilation).
-    pub stages: Vec<StagePlan>,
-    pub conv_out: (usize, usize, usize, usize),
+/// One convolution of `MimiDecoder.layers`: its index there and its geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvPlan {
+    pub index: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: usize,
+    /// 1 for convolutions, the upsampling ratio for transposed convolutions.
+    pub stride: usize,
 }
 
-#[derive(Clone, Debug)]
+/// One residual block: conv `kernel` (channels -> hidden, `dilation`), conv 1 (hidden -> channels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResBlockPlan {
+    pub index: usize,
+    pub channels: usize,
+    pub hidden: usize,
+    pub kernel: usize,
+    pub dilation: usize,
+}
+
+/// One upsampling stage: ELU, transposed conv, residual blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagePlan {
-    pub convtr: (usize, usize, usize, usize, usize),
-    pub resblocks: Vec<(usize, usize, usize, usize, usize)>,
+    pub convtr: ConvPlan,
+    pub resblocks: Vec<ResBlockPlan>,
+}
+
+/// The SEANet decoder's weighted modules, indexed as in `decoder.layers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeanetPlan {
+    pub conv_in: ConvPlan,
+    pub stages: Vec<StagePlan>,
+    pub conv_out: ConvPlan,
 }
 
 /// Lays out `MimiDecoder.layers` as transformers builds it: conv, then per ratio
 /// (ELU, convtr, resblocks...), then ELU, conv.
 pub fn seanet_plan(c: &MimiConfig) -> SeanetPlan {
     let mut scale = 1usize << c.upsampling_ratios.len();
-    let conv_in = (0, c.hidden_size, scale * c.num_filters, c.kernel_size);
+    let conv_in = ConvPlan {
+        index: 0,
+        c_in: c.hidden_size,
+        c_out: scale * c.num_filters,
+        kernel: c.kernel_size,
+        stride: 1,
+    };
     let mut index = 1;
     let mut stages = Vec::new();
     for &ratio in &c.upsampling_ratios {
         let c_in = scale * c.num_filters;
         let c_out = c_in / 2;
-        // index is the ELU; the convtr follows it.
-        let convtr = (index + 1, c_in, c_out, ratio * 2, ratio);
+        // `index` is the ELU; the transposed conv follows it.
+        let convtr = ConvPlan {
+            index: index + 1,
+            c_in,
+            c_out,
+            kernel: ratio * 2,
+            stride: ratio,
+        };
         index += 2;
         let mut resblocks = Vec::new();
         for j in 0..c.num_residual_layers {
-            let dilation = c.dilation_growth_rate.pow(j as u32);
-            resblocks.push((
+            resblocks.push(ResBlockPlan {
                 index,
-                c_out,
-                c_out / c.compress,
-                c.residual_kernel_size,
-                dilation,
-            ));
+                channels: c_out,
+                hidden: c_out / c.compress,
+                kernel: c.residual_kernel_size,
+                dilation: c.dilation_growth_rate.pow(j as u32),
+            });
             index += 1;
         }
         stages.push(StagePlan { convtr, resblocks });
         scale /= 2;
     }
-    // index is the final ELU; the conv follows it.
-    let conv_out = (
-        index + 1,
-        c.num_filters,
-        c.audio_channels,
-        c.last_kernel_size,
-    );
+    // `index` is the final ELU; the conv follows it.
+    let conv_out = ConvPlan {
+        index: index + 1,
+        c_in: c.num_filters,
+        c_out: c.audio_channels,
+        kernel: c.last_kernel_size,
+        stride: 1,
+    };
     SeanetPlan {
         conv_in,
         stages,
@@ -129,20 +160,39 @@ pub fn decoder_tensor_specs(c: &MimiConfig) -> Vec<TensorSpec> {
         push(format!("{p}.weight"), weight);
         push(format!("{p}.bias"), vec![c_out]);
     };
-    let (i, c_in, c_out, kernel) = plan.conv_in;
+    let ConvPlan {
+        index: i,
+        c_in,
+        c_out,
+        kernel,
+        ..
+    } = plan.conv_in;
     conv(
         format!("decoder.layers.{i}.conv"),
         vec![c_out, c_in, kernel],
         c_out,
     );
     for stage in &plan.stages {
-        let (i, c_in, c_out, kernel, _) = stage.convtr;
+        let ConvPlan {
+            index: i,
+            c_in,
+            c_out,
+            kernel,
+            ..
+        } = stage.convtr;
         conv(
             format!("decoder.layers.{i}.conv"),
             vec![c_in, c_out, kernel],
             c_out,
         );
-        for &(i, ch, hidden, kernel, _) in &stage.resblocks {
+        for &ResBlockPlan {
+            index: i,
+            channels: ch,
+            hidden,
+            kernel,
+            ..
+        } in &stage.resblocks
+        {
             conv(
                 format!("decoder.layers.{i}.block.1.conv"),
                 vec![hidden, ch, kernel],
@@ -155,7 +205,13 @@ pub fn decoder_tensor_specs(c: &MimiConfig) -> Vec<TensorSpec> {
             );
         }
     }
-    let (i, c_in, c_out, kernel) = plan.conv_out;
+    let ConvPlan {
+        index: i,
+        c_in,
+        c_out,
+        kernel,
+        ..
+    } = plan.conv_out;
     conv(
         format!("decoder.layers.{i}.conv"),
         vec![c_out, c_in, kernel],
@@ -334,7 +390,13 @@ fn conv(
 
 fn seanet(c: &MimiConfig, src: &dyn TensorSource) -> Result<SeanetWeights> {
     let plan = seanet_plan(c);
-    let (i, c_in, c_out, kernel) = plan.conv_in;
+    let ConvPlan {
+        index: i,
+        c_in,
+        c_out,
+        kernel,
+        ..
+    } = plan.conv_in;
     let conv_in = conv(
         src,
         &format!("decoder.layers.{i}.conv"),
@@ -345,7 +407,13 @@ fn seanet(c: &MimiConfig, src: &dyn TensorSource) -> Result<SeanetWeights> {
         .stages
         .iter()
         .map(|stage| {
-            let (i, c_in, c_out, kernel, stride) = stage.convtr;
+            let ConvPlan {
+                index: i,
+                c_in,
+                c_out,
+                kernel,
+                stride,
+            } = stage.convtr;
             let base = format!("decoder.layers.{i}.conv");
             let convtr = ConvTrWeights {
                 weight: weight(src, &base, &[c_in, c_out, kernel])?,
@@ -356,18 +424,37 @@ fn seanet(c: &MimiConfig, src: &dyn TensorSource) -> Result<SeanetWeights> {
             let resblocks = stage
                 .resblocks
                 .iter()
-                .map(|&(i, ch, hidden, kernel, dilation)| {
-                    let p = format!("decoder.layers.{i}.block");
-                    Ok(ResBlockWeights {
-                        conv1: conv(src, &format!("{p}.1.conv"), [hidden, ch, kernel], dilation)?,
-                        conv2: conv(src, &format!("{p}.3.conv"), [ch, hidden, 1], 1)?,
-                    })
-                })
+                .map(
+                    |&ResBlockPlan {
+                         index: i,
+                         channels: ch,
+                         hidden,
+                         kernel,
+                         dilation,
+                     }| {
+                        let p = format!("decoder.layers.{i}.block");
+                        Ok(ResBlockWeights {
+                            conv1: conv(
+                                src,
+                                &format!("{p}.1.conv"),
+                                [hidden, ch, kernel],
+                                dilation,
+                            )?,
+                            conv2: conv(src, &format!("{p}.3.conv"), [ch, hidden, 1], 1)?,
+                        })
+                    },
+                )
                 .collect::<Result<Vec<_>>>()?;
             Ok(StageWeights { convtr, resblocks })
         })
         .collect::<Result<Vec<_>>>()?;
-    let (i, c_in, c_out, kernel) = plan.conv_out;
+    let ConvPlan {
+        index: i,
+        c_in,
+        c_out,
+        kernel,
+        ..
+    } = plan.conv_out;
     let conv_out = conv(
         src,
         &format!("decoder.layers.{i}.conv"),

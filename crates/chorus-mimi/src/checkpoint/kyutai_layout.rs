@@ -70,7 +70,11 @@ pub fn kyutai_to_hf_name(name: &str) -> String {
 /// Renames a decoder-side HF name to the original layout (the inverse of
 /// [`kyutai_to_hf_name`] on the names the decoder reads; q/k/v are fused separately).
 pub fn hf_to_kyutai_name(c: &MimiConfig, name: &str) -> String {
-    let convtr_layers: Vec<usize> = seanet_plan(c).stages.iter().map(|s| s.convtr.0).collect();
+    let convtr_layers: Vec<usize> = seanet_plan(c)
+        .stages
+        .iter()
+        .map(|s| s.convtr.index)
+        .collect();
     let mut out = name
         .replace(
             "quantizer.semantic_residual_vector_quantizer.layers",
