@@ -7,6 +7,8 @@ mod codes_file;
 mod decode;
 mod device;
 mod info;
+mod loadgen;
+mod serve;
 
 use anyhow::{Context, Result};
 use chorus_mimi::checkpoint::LoadedModel;
@@ -31,6 +33,10 @@ enum Command {
     Info(info::InfoArgs),
     /// Benchmark decoding throughput per batch size.
     Bench(bench::BenchArgs),
+    /// Serve streams over WebSocket, whole files over HTTP, and Prometheus metrics.
+    Serve(serve::ServeArgs),
+    /// Play N streams against a server and report latency, deadlines and exactness.
+    Loadgen(loadgen::LoadgenArgs),
 }
 
 /// Loads a model, saying so when the weights are random.
@@ -48,5 +54,7 @@ fn main() -> Result<()> {
         Command::Decode(a) => decode::run(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Loadgen(a) => loadgen::run(a),
     }
 }
