@@ -42,6 +42,16 @@ pub enum Layout {
     Random,
 }
 
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::HuggingFace => "Hugging Face",
+            Layout::Kyutai => "Kyutai original",
+            Layout::Random => "random (output is noise)",
+        })
+    }
+}
+
 /// A loaded model: configuration, normalised decoder weights, and where they came from.
 #[derive(Clone, Debug)]
 pub struct LoadedModel {
