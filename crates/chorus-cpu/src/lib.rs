@@ -125,7 +125,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_description(&self) -> String {
-        format!("CPU, {} threads, f32", self.threads)
+        format!("CPU, {} threads", self.threads)
     }
 
     fn bytes_per_element(&self, _role: BufRole) -> usize {

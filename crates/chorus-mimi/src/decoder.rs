@@ -298,7 +298,7 @@ impl<B: Backend> FrameDecoder for SlotDecoder<B> {
 
     fn describe(&self) -> String {
         format!(
-            "{} ({}, {})",
+            "{} {} ({})",
             self.be.name(),
             self.be.precision().name(),
             self.be.device_description()
