@@ -371,11 +371,18 @@ impl CudaBackend {
         program: &mut dyn FnMut(&Self) -> Result<()>,
     ) -> Result<()> {
         let saved = self.snapshot()?;
+        let mut warm = Ok(());
         for _ in 0..self.warmup_runs {
-            program(self)?;
+            warm = program(self);
+            if warm.is_err() {
+                break;
+            }
         }
-        self.sync()?;
+        // Roll back even after a failed warm-up, so that an error leaves slot state untouched.
+        let synced = self.sync();
         self.restore(saved)?;
+        warm?;
+        synced?;
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .or_cuda("cuStreamBeginCapture")?;
