@@ -27,7 +27,7 @@ pub enum StreamEvent {
     ResetDone { next_frame: u64 },
     /// Every submitted frame was delivered and the slot is free. Terminal.
     Finished { frames: u64 },
-    /// The stream was ended by the engine. Terminal.
+    /// The stream was ended by the engine, after the PCM it had already decoded. Terminal.
     Failed(StreamError),
 }
 
@@ -97,12 +97,10 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// Ends the stream now, dropping undelivered PCM: the reader learns why at once.
+    /// Ends the stream: the reader gets what was already decoded, then the reason.
     pub(crate) fn fail(&self, err: StreamError) {
         let mut st = self.lock();
         if st.terminal.is_none() {
-            st.events.clear();
-            st.pcm_queued = 0;
             st.terminal = Some(StreamEvent::Failed(err));
         }
         drop(st);

@@ -194,6 +194,8 @@ async fn a_reader_that_falls_behind_is_cut_off_alone() {
         good.submit_codes(&pair.concat()).unwrap();
     }
     assert_eq!(collect_pcm(&good, 0, 6).await, reference(&frames));
+    // What was decoded before the cut-off is still readable, then the reason.
+    collect_pcm(&slow, 0, 2).await;
     assert_eq!(
         next(&slow).await,
         StreamEvent::Failed(StreamError::SlowConsumer { limit: 2 })
