@@ -4,13 +4,12 @@
 //! pack (copy) the weights first, doubling the traffic. These kernels read each weight exactly once,
 //! in contiguous runs, and split the output columns across the pool.
 
+use crate::math;
 use crate::simd::dispatch;
 use rayon::prelude::*;
 
 /// Most lhs rows the skinny kernels handle.
 pub(crate) const SKINNY_MAX_M: usize = 4;
-/// Accumulator lanes of the dot-product kernel (one AVX-512 register).
-const LANES: usize = 16;
 /// Output columns per task for the dot-product kernel.
 const DOT_BLOCK: usize = 32;
 /// Output columns per task for the row-axpy kernel (its accumulator tile lives on the stack).
@@ -97,29 +96,10 @@ impl Skinny<'_> {
 
 #[inline(always)]
 fn dots<const M: usize>(s: &Skinny<'_>, d: Dst, j0: usize, j1: usize) {
-    let k = s.k;
-    let full = k / LANES * LANES;
     for j in j0..j1 {
-        let w = &s.w[j * s.w_stride..j * s.w_stride + k];
-        let mut acc = [[0.0_f32; LANES]; M];
-        for c in (0..full).step_by(LANES) {
-            // The range is exactly LANES long, so the conversion cannot fail.
-            let wc: &[f32; LANES] = w[c..c + LANES].try_into().expect("LANES-long slice");
-            for (i, a) in acc.iter_mut().enumerate() {
-                let at = i * s.lhs_rs + c;
-                // The range is exactly LANES long, so the conversion cannot fail.
-                let xc: &[f32; LANES] = s.lhs[at..at + LANES].try_into().expect("LANES-long slice");
-                for l in 0..LANES {
-                    a[l] += xc[l] * wc[l];
-                }
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            let x = &s.lhs[i * s.lhs_rs..i * s.lhs_rs + k];
-            let mut v: f32 = a.iter().sum();
-            for kk in full..k {
-                v += x[kk] * w[kk];
-            }
+        let w = &s.w[j * s.w_stride..j * s.w_stride + s.k];
+        for i in 0..M {
+            let v = math::dot(&s.lhs[i * s.lhs_rs..i * s.lhs_rs + s.k], w);
             // SAFETY: i < m and j < n lie in the checked destination; this task owns column j.
             unsafe { d.store(i, j, v, s.accumulate) };
         }
