@@ -373,6 +373,8 @@ struct Progress {
     wake: Notify,
     /// The reader has stopped: the sender stops too.
     stop: AtomicBool,
+    /// The sender has sent `close` after its last frame.
+    closed: AtomicBool,
 }
 
 async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
@@ -429,6 +431,7 @@ async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
         received: AtomicU64::new(0),
         wake: Notify::new(),
         stop: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
     });
     let window = cfg.window.clamp(1, max_pending.max(1)) as u64;
     // Stagger real-time streams across one frame period so that they do not all send at once.
@@ -482,6 +485,8 @@ async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
                 t += 1;
             }
             let close = serde_json::json!({"type": "close"}).to_string();
+            // Set first: the server's `closed` answer may arrive before this task runs again.
+            progress.closed.store(true, Ordering::Release);
             let _ = sink.send(Message::Text(close.into())).await;
             (t, sink)
         })
@@ -524,7 +529,12 @@ async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
             }
             Message::Text(t) => match serde_json::from_str::<ServerMessage>(&t) {
                 Ok(ServerMessage::Closed { .. }) => {
-                    r.completed = true;
+                    if progress.closed.load(Ordering::Acquire) {
+                        r.completed = true;
+                    } else {
+                        // The server ended the stream first: it is draining.
+                        r.errors.push("closed_by_server".into());
+                    }
                     break;
                 }
                 Ok(ServerMessage::Error { code, .. }) => {
