@@ -17,6 +17,7 @@ pub mod fake;
 mod metrics;
 mod sched;
 mod stream;
+mod worker;
 
 pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus};
 pub use error::StreamError;

@@ -1,0 +1,171 @@
+//! Load generator: plays N code streams against a server and checks every frame.
+//!
+//! Each stream sends seeded random codes, one frame per message, either on the real-time clock
+//! (one frame every 80 ms from a staggered start) or as fast as a window of frames in flight
+//! allows, and asks for f32 PCM. Latency is from a frame's send to its PCM's arrival. After the
+//! load phase, each checked stream's codes are decoded again as a whole file by the same server
+//! (`POST /v1/decode?format=f32`: same weights, backend and precision, but a different batch
+//! composition), and every streamed frame must equal that decode bit for bit (compared through a
+//! 64-bit hash of the frame's bytes).
+
+mod http;
+mod play;
+mod report;
+mod verify;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chorus_core::Result;
+use serde::Serialize;
+
+pub use http::http_request;
+use play::{play, StreamResult};
+pub use report::{Latency, LoadgenReport, Verify};
+
+/// Pause between health checks while waiting for the server.
+const READY_POLL: Duration = Duration::from_millis(100);
+/// Golden-ratio increment that separates the per-stream seeds.
+const SEED_STRIDE: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// How fast each stream sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rate {
+    /// One frame every 80 ms.
+    Realtime,
+    /// As fast as the window of frames in flight allows.
+    Max,
+}
+
+/// What to play.
+#[derive(Clone, Debug)]
+pub struct LoadgenConfig {
+    /// `ws://host:port`, `http://host:port` or `host:port`.
+    pub url: String,
+    pub streams: usize,
+    pub duration: Duration,
+    pub rate: Rate,
+    pub n_q: usize,
+    pub seed: u64,
+    /// Streams checked against a whole-file decode: `None` all, `Some(0)` none.
+    pub verify_streams: Option<usize>,
+    /// Frames in flight per stream at [`Rate::Max`] (capped by the server's queue bound).
+    pub window: usize,
+    /// Streams (the first ones) whose PCM is kept to measure how far a mismatch is; every
+    /// other stream keeps only a hash per frame.
+    pub keep_pcm_streams: usize,
+    /// How long to wait for `/healthz` to answer before starting.
+    pub wait_ready: Duration,
+}
+
+/// splitmix64: a small seeded generator, identical on every machine.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn for_stream(seed: u64, stream: usize) -> Self {
+        Self(seed ^ (stream as u64 + 1).wrapping_mul(SEED_STRIDE))
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(SEED_STRIDE);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn frame(&mut self, n_q: usize, card: usize, out: &mut Vec<u32>) {
+        out.clear();
+        out.extend((0..n_q).map(|_| (self.next() % card as u64) as u32));
+    }
+}
+
+/// 64-bit FNV-1a over a frame's f32 bytes.
+pub(crate) fn frame_hash(samples: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for s in samples {
+        for b in s.to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// `host:port` of a URL.
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
+/// Plays the configured load and checks the output.
+pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
+    let addr = host_port(&config.url);
+    wait_ready(&addr, config.wait_ready).await?;
+    let started = Instant::now();
+    let config = Arc::new(config);
+    let mut tasks = Vec::with_capacity(config.streams);
+    for s in 0..config.streams {
+        let (cfg, addr) = (config.clone(), addr.clone());
+        tasks.push(tokio::spawn(async move { play(s, &cfg, &addr).await }));
+    }
+    let mut results = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        results.push(t.await.unwrap_or_else(|e| StreamResult {
+            errors: vec![format!("task: {e}")],
+            ..StreamResult::default()
+        }));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let verify = verify::verify(&config, &addr, &mut results).await;
+    Ok(report::report(&config, &results, elapsed, verify))
+}
+
+async fn wait_ready(addr: &str, wait: Duration) -> Result<()> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match http_request(addr, "GET", "/healthz", Vec::new()).await {
+            Ok((200, _)) => return Ok(()),
+            Ok((status, body)) if Instant::now() >= deadline => {
+                return Err(http::net_err(
+                    "loadgen::wait_ready",
+                    addr,
+                    format!(
+                        "healthz answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    ),
+                ))
+            }
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            _ => tokio::time::sleep(READY_POLL).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_codes_repeat_and_differ_between_streams() {
+        let (mut a, mut b, mut c) = (
+            Rng::for_stream(1, 0),
+            Rng::for_stream(1, 0),
+            Rng::for_stream(1, 1),
+        );
+        let (mut x, mut y, mut z) = (Vec::new(), Vec::new(), Vec::new());
+        a.frame(8, 2048, &mut x);
+        b.frame(8, 2048, &mut y);
+        c.frame(8, 2048, &mut z);
+        assert_eq!(x, y);
+        assert_ne!(x, z);
+        assert!(x.iter().all(|&v| v < 2048));
+    }
+
+    #[test]
+    fn urls_reduce_to_host_and_port() {
+        assert_eq!(host_port("ws://127.0.0.1:80/v1/stream"), "127.0.0.1:80");
+        assert_eq!(host_port("http://localhost:9"), "localhost:9");
+        assert_eq!(host_port("127.0.0.1:7"), "127.0.0.1:7");
+    }
+}

@@ -1,0 +1,165 @@
+//! The load generator's report: latency percentiles, errors, the exactness check.
+
+use std::collections::BTreeMap;
+
+use chorus_core::FRAME_MS;
+use serde::Serialize;
+
+use super::play::StreamResult;
+use super::{LoadgenConfig, Rate};
+
+/// Frame latency percentiles, milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// The bit-exactness check.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verify {
+    pub method: &'static str,
+    pub streams_checked: usize,
+    pub frames_checked: u64,
+    pub frames_mismatched: u64,
+    /// Every checked frame matched (false when nothing was checked).
+    pub bit_exact: bool,
+    /// Streams whose PCM was kept and compared sample by sample.
+    pub pcm_streams_compared: usize,
+    /// Largest |streamed - offline| over those streams.
+    pub max_abs_diff: f64,
+    /// ||streamed - offline|| / ||offline|| over those streams.
+    pub rel_l2: f64,
+}
+
+/// Results, printed as text or JSON.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadgenReport {
+    pub url: String,
+    pub streams: usize,
+    pub n_q: usize,
+    pub rate: Rate,
+    pub duration_s: f64,
+    pub elapsed_s: f64,
+    pub streams_opened: usize,
+    pub streams_completed: usize,
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub frames_per_second: f64,
+    pub latency_ms: Latency,
+    pub deadline_ms: u64,
+    pub deadline_misses: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub verify: Verify,
+}
+
+impl LoadgenReport {
+    /// Human-readable summary.
+    pub fn summary(&self) -> String {
+        let l = &self.latency_ms;
+        let errors = if self.errors.is_empty() {
+            "none".to_string()
+        } else {
+            self.errors
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "streams: {} opened, {} completed of {} ({:?}, n_q {})\n\
+             frames: {} sent, {} received in {:.2} s = {:.1} frames/s\n\
+             latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}  mean {:.2}\n\
+             deadline misses (> {} ms): {}\n\
+             errors: {}\n\
+             bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
+             max abs diff {:.3e}, rel L2 {:.3e} over {} streams)",
+            self.streams_opened,
+            self.streams_completed,
+            self.streams,
+            self.rate,
+            self.n_q,
+            self.frames_sent,
+            self.frames_received,
+            self.elapsed_s,
+            self.frames_per_second,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.max,
+            l.mean,
+            self.deadline_ms,
+            self.deadline_misses,
+            errors,
+            if self.verify.bit_exact { "yes" } else { "NO" },
+            self.verify.streams_checked,
+            self.verify.frames_checked,
+            self.verify.frames_mismatched,
+            self.verify.max_abs_diff,
+            self.verify.rel_l2,
+            self.verify.pcm_streams_compared,
+        )
+    }
+}
+
+pub(crate) fn report(
+    config: &LoadgenConfig,
+    results: &[StreamResult],
+    elapsed: f64,
+    verify: Verify,
+) -> LoadgenReport {
+    let mut lat: Vec<f64> = results
+        .iter()
+        .flat_map(|r| r.latencies_ms.iter().copied())
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        // Nearest rank.
+        let rank = ((p / 100.0) * lat.len() as f64).ceil() as usize;
+        lat[rank.clamp(1, lat.len()) - 1]
+    };
+    let latency_ms = Latency {
+        p50: pct(50.0),
+        p90: pct(90.0),
+        p99: pct(99.0),
+        max: lat.last().copied().unwrap_or(0.0),
+        mean: if lat.is_empty() {
+            0.0
+        } else {
+            lat.iter().sum::<f64>() / lat.len() as f64
+        },
+    };
+    let mut errors = BTreeMap::new();
+    for e in results.iter().flat_map(|r| &r.errors) {
+        *errors.entry(e.clone()).or_insert(0) += 1;
+    }
+    let received = lat.len() as u64;
+    LoadgenReport {
+        url: config.url.clone(),
+        streams: config.streams,
+        n_q: config.n_q,
+        rate: config.rate,
+        duration_s: config.duration.as_secs_f64(),
+        elapsed_s: elapsed,
+        streams_opened: results.iter().filter(|r| r.opened).count(),
+        streams_completed: results.iter().filter(|r| r.completed).count(),
+        frames_sent: results.iter().map(|r| r.sent).sum(),
+        frames_received: received,
+        frames_per_second: if elapsed > 0.0 {
+            received as f64 / elapsed
+        } else {
+            0.0
+        },
+        deadline_ms: FRAME_MS,
+        deadline_misses: lat.iter().filter(|&&l| l > FRAME_MS as f64).count() as u64,
+        latency_ms,
+        errors,
+        verify,
+    }
+}
