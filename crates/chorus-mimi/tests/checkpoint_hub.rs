@@ -25,6 +25,10 @@ fn small() -> MimiConfig {
     }
 }
 
+const SMALL_JSON: &str = r#"{"hidden_size": 64, "num_filters": 8, "codebook_size": 16,
+    "codebook_dim": 8, "num_quantizers": 4, "upsample_groups": 64, "num_hidden_layers": 1,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4}"#;
+
 #[test]
 fn offline_resolution_uses_the_cache_or_explains_how_to_pass_a_path() {
     let cache = std::env::temp_dir().join(format!("chorus-hub-{}", std::process::id()));

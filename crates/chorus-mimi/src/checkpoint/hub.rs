@@ -3,11 +3,10 @@
 //! The cache directory follows `huggingface_hub`'s rules: `$HF_HUB_CACHE`, else
 //! `$HF_HOME/hub`, else `~/.cache/huggingface/hub`; `HF_HUB_OFFLINE=1` forbids the network.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use chorus_core::{Error, Result};
 use hf_hub::api::sync::ApiBuilder;
-use hf_hub::{Cache, Repo};
 
 const OP: &str = "hub";
 /// The weights file of an HF-layout repo.
@@ -65,6 +64,7 @@ pub fn looks_like_repo_id(spec: &str) -> bool {
 }
 
 /// Resolves `repo_id` to local files: the cache first, then a download unless offline.
+/// An HF-layout repo provides `model.safetensors`; a Kyutai repo a `tokenizer-*.safetensors`.
 pub fn resolve(repo_id: &str) -> Result<HubFiles> {
     let dir = cache_dir();
     let fetch_err = |reason: String| Error::Fetch {
@@ -72,16 +72,12 @@ pub fn resolve(repo_id: &str) -> Result<HubFiles> {
         model: repo_id.into(),
         reason: format!("{reason}; {LOCAL_HINT}"),
     };
-    let cached = Cache::new(dir.clone()).repo(Repo::model(repo_id.to_string()));
-    if let Some(weights) = cached.get(HF_WEIGHTS) {
-        return Ok(HubFiles {
-            weights,
-            config: cached.get(HF_CONFIG),
-        });
+    if let Some(files) = cached(&dir, repo_id) {
+        return Ok(files);
     }
     if offline() {
         return Err(fetch_err(format!(
-            "HF_HUB_OFFLINE is set and {HF_WEIGHTS} is not in the cache at {}",
+            "HF_HUB_OFFLINE is set and no checkpoint of it is in the cache at {}",
             dir.display()
         )));
     }
@@ -92,13 +88,50 @@ pub fn resolve(repo_id: &str) -> Result<HubFiles> {
         .build()
         .map_err(|e| fetch_err(format!("cannot start the hub client: {e}")))?;
     let repo = api.model(repo_id.to_string());
-    let weights = repo.get(HF_WEIGHTS).map_err(|e| {
-        fetch_err(format!(
-            "downloading {HF_WEIGHTS} into {} failed (no network?): {e}",
-            dir.display()
-        ))
-    })?;
+    let weights = match repo.get(HF_WEIGHTS) {
+        Ok(path) => path,
+        Err(first) => {
+            // No model.safetensors: a Kyutai repo names its codec `tokenizer-*.safetensors`.
+            let tokenizer = repo.info().ok().and_then(|info| {
+                let mut names = info
+                    .siblings
+                    .into_iter()
+                    .map(|s| s.rfilename)
+                    .filter(|n| n.starts_with(TOKENIZER_PREFIX) && n.ends_with(".safetensors"));
+                match (names.next(), names.next()) {
+                    (Some(one), None) => Some(one),
+                    _ => None,
+                }
+            });
+            let Some(name) = tokenizer else {
+                return Err(fetch_err(format!(
+                    "downloading {HF_WEIGHTS} into {} failed (no network?): {first}",
+                    dir.display()
+                )));
+            };
+            repo.get(&name).map_err(|e| {
+                fetch_err(format!(
+                    "downloading {name} into {} failed: {e}",
+                    dir.display()
+                ))
+            })?
+        }
+    };
     // A repo without config.json is still usable with the default configuration.
     let config = repo.get(HF_CONFIG).ok();
     Ok(HubFiles { weights, config })
+}
+
+/// Prefix of the codec checkpoint in Kyutai's repos.
+const TOKENIZER_PREFIX: &str = "tokenizer-";
+
+/// The checkpoint of `repo_id`'s main revision in the cache (`huggingface_hub`'s layout:
+/// `models--{owner}--{name}/refs/main` names a directory under `snapshots/`).
+fn cached(dir: &Path, repo_id: &str) -> Option<HubFiles> {
+    let repo_dir = dir.join(format!("models--{}", repo_id.replace('/', "--")));
+    let commit = std::fs::read_to_string(repo_dir.join("refs").join("main")).ok()?;
+    let snapshot = repo_dir.join("snapshots").join(commit.trim());
+    let weights = super::find_weights(&snapshot).ok()?;
+    let config = Some(snapshot.join(HF_CONFIG)).filter(|p| p.is_file());
+    Some(HubFiles { weights, config })
 }

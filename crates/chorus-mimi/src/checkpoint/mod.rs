@@ -128,7 +128,7 @@ fn read_config(path: &Path) -> Result<MimiConfig> {
 
 /// Picks the weights file of a directory: `model.safetensors`, else the only
 /// `tokenizer-*.safetensors`, else the only `*.safetensors`.
-fn find_weights(dir: &Path) -> Result<PathBuf> {
+pub(crate) fn find_weights(dir: &Path) -> Result<PathBuf> {
     let display = dir.display().to_string();
     let preferred = dir.join(hub::HF_WEIGHTS);
     if preferred.is_file() {
