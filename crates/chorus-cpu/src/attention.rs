@@ -168,17 +168,11 @@ dispatch! {
             let q = &a.qkv[t * 3 * hdim + a.h * hd..t * 3 * hdim + (a.h + 1) * hd];
             rotate(qr, q, &a.rope[t * hd..(t + 1) * hd], scale);
             let scores = &mut scores[..n_keys];
-            let mut max = f32::NEG_INFINITY;
             for (i, sc) in scores.iter_mut().enumerate() {
                 let at = ((first + i) % g.ring) * 2 * hdim + a.h * hd;
                 *sc = math::dot(qr, &a.ring[at..at + hd]);
-                max = max.max(*sc);
             }
-            let mut sum = 0.0;
-            for sc in scores.iter_mut() {
-                *sc = math::exp_nonpositive(*sc - max);
-                sum += *sc;
-            }
+            let sum = math::softmax_unnormalized(scores);
             let o = &mut outs[t * hd..(t + 1) * hd];
             o.fill(0.0);
             for (i, &w) in scores.iter().enumerate() {

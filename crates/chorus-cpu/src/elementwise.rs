@@ -49,20 +49,26 @@ pub(crate) fn layer_norm(be: &CpuBackend, a: LayerNormArgs<'_, CpuBackend>) -> R
         a.eps,
     );
     let out = &mut a.out.0[..n * dim];
+    let norm_row = |(o, xr): (&mut [f32], &[f32])| {
+        // Two-pass mean and biased variance in f32, as PyTorch's LayerNorm.
+        let mean = xr.iter().sum::<f32>() / dim as f32;
+        let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for i in 0..dim {
+            o[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
+        }
+    };
+    if n * dim <= ELEMENTWISE_GRAIN {
+        // Too small to repay the hand-off to the pool (a few microseconds).
+        out.chunks_mut(dim).zip(x.chunks(dim)).for_each(norm_row);
+        return Ok(());
+    }
     let grain = (ELEMENTWISE_GRAIN / dim.max(1)).max(1);
     be.install(|| {
         out.par_chunks_mut(dim)
             .zip(x.par_chunks(dim))
             .with_min_len(grain)
-            .for_each(|(o, xr)| {
-                // Two-pass mean and biased variance in f32, as PyTorch's LayerNorm.
-                let mean = xr.iter().sum::<f32>() / dim as f32;
-                let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
-                let inv = 1.0 / (var + eps).sqrt();
-                for i in 0..dim {
-                    o[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
-                }
-            });
+            .for_each(norm_row);
     });
     Ok(())
 }

@@ -112,6 +112,47 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// `x[i] = exp(x[i] - max x)`; returns the sum (the softmax denominator).
+#[inline(always)]
+pub(crate) fn softmax_unnormalized(x: &mut [f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut blocks = x.chunks_exact(LANES);
+    for b in &mut blocks {
+        for l in 0..LANES {
+            // `if` instead of `f32::max`: no NaN handling, so the loop vectorizes.
+            if b[l] > lanes[l] {
+                lanes[l] = b[l];
+            }
+        }
+    }
+    let mut max = lanes
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for &v in blocks.remainder() {
+        if v > max {
+            max = v;
+        }
+    }
+    let mut sums = [0.0_f32; LANES];
+    let mut blocks = x.chunks_exact_mut(LANES);
+    for b in &mut blocks {
+        let mut v = [0.0_f32; LANES];
+        v.copy_from_slice(b);
+        for l in 0..LANES {
+            v[l] = exp_nonpositive(v[l] - max);
+            sums[l] += v[l];
+        }
+        b.copy_from_slice(&v);
+    }
+    let mut sum: f32 = sums.iter().sum();
+    for v in blocks.into_remainder() {
+        *v = exp_nonpositive(*v - max);
+        sum += *v;
+    }
+    sum
+}
+
 /// `y[i] += alpha * x[i]`.
 #[inline(always)]
 pub(crate) fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
