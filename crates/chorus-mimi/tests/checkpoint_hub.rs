@@ -60,13 +60,7 @@ fn offline_resolution_uses_the_cache_or_explains_how_to_pass_a_path() {
     let c = small();
     let tensors = random_tensors(&c, 3, Layout::HuggingFace);
     write_safetensors(&snapshot.join("model.safetensors"), &tensors, Dtype::F32).unwrap();
-    std::fs::write(
-        snapshot.join("config.json"),
-        r#"{"hidden_size": 64, "num_filters": 8, "codebook_size": 16, "codebook_dim": 8,
-            "num_quantizers": 4, "upsample_groups": 64, "num_hidden_layers": 1,
-            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4}"#,
-    )
-    .unwrap();
+    std::fs::write(snapshot.join("config.json"), SMALL_JSON).unwrap();
     let m = load_model(REPO).unwrap();
     assert_eq!(m.layout, Layout::HuggingFace);
     assert_eq!(m.config, c);
@@ -75,5 +69,18 @@ fn offline_resolution_uses_the_cache_or_explains_how_to_pass_a_path() {
         "{}",
         m.source
     );
+
+    // A Kyutai repo: its snapshot holds a `tokenizer-*.safetensors` in the original layout.
+    let repo_dir = cache.join("models--kyutai--moshiko-pytorch-bf16");
+    let snapshot = repo_dir.join("snapshots").join(COMMIT);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::write(repo_dir.join("refs").join("main"), format!("{COMMIT}\n")).unwrap();
+    let file = snapshot.join("tokenizer-e351c8d8-checkpoint125.safetensors");
+    write_safetensors(&file, &random_tensors(&c, 3, Layout::Kyutai), Dtype::BF16).unwrap();
+    std::fs::write(snapshot.join("config.json"), SMALL_JSON).unwrap();
+    let m = load_model("kyutai/moshiko-pytorch-bf16").unwrap();
+    assert_eq!(m.layout, Layout::Kyutai);
+    assert!(m.source.contains("tokenizer-e351c8d8"), "{}", m.source);
     std::fs::remove_dir_all(&cache).ok();
 }
