@@ -471,3 +471,16 @@ async fn healthz_reports_slots_and_draining() {
 async fn pcm_frames_decode_helper_rejects_wrong_sizes() {
     assert!(decode_pcm(&[0u8; 10], PcmFormat::F32).is_none());
 }
+
+#[tokio::test]
+async fn a_connection_that_never_opens_is_told_and_closed() {
+    let config = ServerConfig {
+        open_timeout: Duration::from_millis(100),
+        ..ServerConfig::default()
+    };
+    let server = start_with(fake(1, 1), EngineConfig::default(), config).await;
+    let mut idle = connect(&server).await;
+    expect_error(&mut idle, "open_timeout", 1008).await;
+    // It held no slot: the only one is free.
+    let _ws = open(&server, 1, "f32").await;
+}
