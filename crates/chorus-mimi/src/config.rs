@@ -158,7 +158,7 @@ impl MimiConfig {
             ));
         }
         if self.head_dim() * self.num_attention_heads != self.hidden_size
-            || self.head_dim() % 2 != 0
+            || !self.head_dim().is_multiple_of(2)
         {
             return fail(format!(
                 "heads x head_dim must equal hidden_size with an even head_dim ({} x {} vs {})",
