@@ -1,19 +1,25 @@
-//! The CPU backend: f32 everywhere, every matmul through the `gemm` crate (SIMD picked at run
-//! time), parallel work on a rayon pool the backend owns.
+//! The CPU backend: f32 everywhere, parallel work on a rayon pool the backend owns.
 //!
 //! Design:
 //! - Buffers are plain `Vec`s ([`CpuBuf`], [`CpuInts`]); staging is host memory, so `stage_in` and
 //!   `stage_out` are copies and [`Backend::run`] simply calls the program.
+//! - Matrix products go through the `gemm` crate (SIMD picked at run time, arbitrary strides),
+//!   except products with at most four lhs rows (batch 1), which are bound by reading the weights
+//!   once: those use the streaming kernels of `skinny.rs`, which never copy the weights.
 //! - Activations are channels-last, which makes a causal convolution's im2col row a contiguous
 //!   slice of the `[history + time, c_in]` concatenation: long convolutions need no im2col copy
 //!   (see `conv.rs`); a dense transposed convolution is one GEMM plus an overlap-add (`convtr.rs`).
-//! - Parallelism: rows (or tokens) across the pool for row-wise work; large GEMMs parallelise
-//!   inside `gemm`. Every op runs inside the pool so `gemm` uses the backend's threads.
+//! - Parallelism: rows (or tokens, or output blocks) across the pool; large GEMMs parallelise
+//!   inside `gemm`. Ops run inside the pool (`ThreadPool::install`) so `gemm` uses its threads.
+//! - Hand-written loops are compiled for AVX-512, AVX2 and the baseline and picked at run time
+//!   (`simd.rs`).
 //! - Scratch: one grow-only arena per backend (`scratch.rs`); ops process rows in chunks whose
-//!   scratch is bounded, and the arena only grows during the first step of a larger bucket, so
-//!   steady-state steps never allocate.
+//!   scratch is bounded (and cache-sized when the weights are small), and the arena only grows
+//!   during the first step of a larger bucket, so steady-state steps allocate nothing of ours
+//!   (`gemm` itself allocates its packing buffers per call).
 //! - Dense transposed-convolution weights (`[c_in, kernel * c_out]`, a power-of-two row stride in
-//!   Mimi) are copied once, on first use, into a padded-stride layout cached in the buffer.
+//!   Mimi, which aliases in the caches) are copied once, on first use, into a padded-stride layout
+//!   cached in the buffer.
 //! - Per-slot state is read and written through the slot ids; state write-backs run in row order
 //!   because padded rows all name the dummy row.
 
