@@ -3,20 +3,10 @@
 // keys, writes k and v into the slot's KV ring, then attends each query over its window with a
 // softmax held in shared memory.
 
-#define ATTN_THREADS 128
+#define ATTN_THREADS 256
 #define ATTN_MAX_TIME 4
 #define ATTN_MAX_HEAD_DIM 128
 #define ATTN_MAX_KEYS 512
-
-// Loads 8 consecutive elements as f32 (16-byte aligned).
-__device__ __forceinline__ void load8(const T* p, float* f) {
-#if CHORUS_BF16
-    unpack(*reinterpret_cast<const uint4*>(p), f);
-#else
-    unpack(reinterpret_cast<const uint4*>(p)[0], f);
-    unpack(reinterpret_cast<const uint4*>(p)[1], f + 4);
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __restrict__ qkv, T* kv,
                                                                        const int* __restrict__ tokens,
@@ -24,6 +14,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
                                                                        AttnDims d) {
     __shared__ float sq[ATTN_MAX_TIME * ATTN_MAX_HEAD_DIM];
     __shared__ float sp[ATTN_MAX_TIME * ATTN_MAX_KEYS];
+    // Per key-group partial outputs: groups * ATTN_MAX_TIME * head_dim <= ATTN_THREADS * VEC * ATTN_MAX_TIME.
+    __shared__ float spart[ATTN_THREADS * VEC * ATTN_MAX_TIME];
     int r = blockIdx.x / d.heads;
     int h = blockIdx.x % d.heads;
     int slot = slots[r];
@@ -64,31 +56,35 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     }
     int nk = last - first + 1;
     float scale = rsqrtf((float)D);
-    for (int k = threadIdx.x; k < nk; k += blockDim.x) {
-        int kp = first + k;
-        const T* key = kv + ((ring_base + kp % d.ring) * 2) * hd + h * D;
-        float acc[ATTN_MAX_TIME];
+    // Scores: `chunks` consecutive lanes share one key, each loading one 16-byte chunk of it (so a
+    // key row is read as one contiguous segment), then reduce their partial dot products.
+    int chunks = D / VEC;
+    int groups = blockDim.x / chunks;
+    int g = threadIdx.x / chunks;
+    int c0 = (threadIdx.x % chunks) * VEC;
+#pragma unroll 2
+    for (int k0 = 0; k0 < nk; k0 += groups) {
+        int k = k0 + g;
+        int kp = first + (k < nk ? k : nk - 1);
+        float kf[VEC];
+        unpack(*reinterpret_cast<const uint4*>(kv + ((ring_base + kp % d.ring) * 2) * hd + h * D + c0), kf);
 #pragma unroll
         for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-            acc[t] = 0.f;
-        }
-        for (int c = 0; c < D; c += 8) {
-            float kf[8];
-            load8(key + c, kf);
+            if (t < d.time) {
+                float acc = 0.f;
 #pragma unroll
-            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                if (t < d.time) {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) {
-                        acc[t] += sq[t * D + c + e] * kf[e];
-                    }
+                for (int e = 0; e < VEC; ++e) {
+                    acc += sq[t * D + c0 + e] * kf[e];
+                }
+                for (int o = chunks / 2; o > 0; o >>= 1) {
+                    acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                }
+                int p = p0 + t;
+                if (c0 == 0 && k < nk) {
+                    bool visible = kp <= p && kp > p - d.window;
+                    sp[t * ATTN_MAX_KEYS + k] = visible ? acc * scale : NEG_INF;
                 }
             }
-        }
-        for (int t = 0; t < d.time; ++t) {
-            int p = p0 + t;
-            bool visible = kp <= p && kp > p - d.window;
-            sp[t * ATTN_MAX_KEYS + k] = visible ? acc[t] * scale : NEG_INF;
         }
     }
     __syncthreads();
@@ -121,18 +117,50 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     }
     __syncthreads();
 
-    // out[t, c] = sum_k p[t, k] v[k, c]; consecutive threads read consecutive channels.
+    // out[t, c] = sum_k p[t, k] v[k, c]. Each thread owns one 16-byte chunk of channels for the
+    // keys of its group (k = g, g + groups, ...), so every load is a 16-byte vector and many are
+    // in flight; the groups' partial sums are then reduced through shared memory.
+    float acc[ATTN_MAX_TIME][VEC];
+#pragma unroll
+    for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            acc[t][e] = 0.f;
+        }
+    }
+    if (g < groups) {
+        for (int k = g; k < nk; k += groups) {
+            float v[VEC];
+            unpack(*reinterpret_cast<const uint4*>(kv + ((ring_base + (first + k) % d.ring) * 2 + 1) * hd + h * D + c0), v);
+#pragma unroll
+            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                if (t < d.time) {
+                    float pk = sp[t * ATTN_MAX_KEYS + k];
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) {
+                        acc[t][e] += pk * v[e];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+            if (t < d.time) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    spart[(g * ATTN_MAX_TIME + t) * D + c0 + e] = acc[t][e];
+                }
+            }
+        }
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < d.time * D; idx += blockDim.x) {
         int t = idx / D;
         int c = idx % D;
-        const float* s = sp + t * ATTN_MAX_KEYS;
-        float acc = 0.f;
-        for (int k = 0; k < nk; ++k) {
-            float pk = s[k];
-            if (pk != 0.f) {
-                acc += pk * ld(kv + ((ring_base + (first + k) % d.ring) * 2 + 1) * hd + h * D + c);
-            }
+        float sum = 0.f;
+        for (int gg = 0; gg < groups; ++gg) {
+            sum += spart[(gg * ATTN_MAX_TIME + t) * D + c];
         }
-        st(out + ((long long)r * d.time + t) * hd + h * D + c, acc);
+        st(out + ((long long)r * d.time + t) * hd + h * D + c, sum);
     }
 }

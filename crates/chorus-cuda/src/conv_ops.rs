@@ -17,9 +17,11 @@ const DIRECT_MAX_WEIGHTS: usize = 4096;
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
 /// Threads per attention block and the kernel's static limits (see `attention.cu`).
-const ATTN_THREADS: u32 = 128;
+const ATTN_THREADS: u32 = 256;
 const ATTN_MAX_TIME: usize = 4;
 const ATTN_MAX_HEAD_DIM: usize = 128;
+/// A key row must span whole 16-byte vectors, and its lanes must tile a warp.
+const ATTN_MIN_HEAD_DIM: usize = 8;
 const ATTN_MAX_KEYS: usize = 512;
 
 /// Mirrors `ConvDims` in `prelude.cuh`.
@@ -282,15 +284,16 @@ impl CudaBackend {
         if g.time == 0
             || g.time > ATTN_MAX_TIME
             || g.head_dim > ATTN_MAX_HEAD_DIM
-            || !g.head_dim.is_multiple_of(8)
+            || !g.head_dim.is_power_of_two()
+            || g.head_dim < ATTN_MIN_HEAD_DIM
             || g.window + g.time - 1 > g.ring
             || g.window + g.time - 1 > ATTN_MAX_KEYS
         {
             return Err(cuda_error(
                 OP,
                 format!(
-                    "unsupported geometry {g:?}: time 1..={ATTN_MAX_TIME}, head_dim a multiple of 8 up to \
-                     {ATTN_MAX_HEAD_DIM}, window + time - 1 <= min(ring, {ATTN_MAX_KEYS})"
+                    "unsupported geometry {g:?}: time 1..={ATTN_MAX_TIME}, head_dim a power of two in \
+                     {ATTN_MIN_HEAD_DIM}..={ATTN_MAX_HEAD_DIM}, window + time - 1 <= min(ring, {ATTN_MAX_KEYS})"
                 ),
             ));
         }
