@@ -7,6 +7,7 @@
 //! many streams against a server and checks every frame against a whole-file decode.
 
 mod http;
+mod limits;
 pub mod loadgen;
 pub mod npy;
 pub mod protocol;
@@ -14,4 +15,5 @@ mod server;
 pub mod wav;
 mod ws;
 
+pub use limits::raise_open_file_limit;
 pub use server::{Server, ServerConfig};

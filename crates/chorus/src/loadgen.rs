@@ -5,6 +5,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use chorus_server::loadgen::{LoadgenConfig, Rate};
 
+/// File descriptors a load generator needs besides one per stream.
+const SPARE_FDS: u64 = 256;
 /// Default frames in flight per stream at `--rate max`.
 const DEFAULT_WINDOW: usize = 8;
 /// Default streams whose PCM is kept for the mismatch measure.
@@ -64,6 +66,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
     if args.streams == 0 || args.duration <= 0.0 {
         bail!("--streams and --duration must be positive");
     }
+    crate::serve::warn_fd_limit(args.streams as u64 + SPARE_FDS);
     let config = LoadgenConfig {
         url: args.url.clone(),
         streams: args.streams,

@@ -56,7 +56,11 @@ pub struct ServeArgs {
     pub drain_timeout: u64,
 }
 
+/// File descriptors a server needs besides one per stream.
+const SPARE_FDS: u64 = 256;
+
 pub fn run(args: ServeArgs) -> Result<()> {
+    warn_fd_limit(args.max_streams as u64 + SPARE_FDS);
     let buckets = match &args.buckets {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
@@ -107,6 +111,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Raises the open-file limit and warns when it is still below `needed`.
+pub(crate) fn warn_fd_limit(needed: u64) {
+    match chorus_server::raise_open_file_limit() {
+        Ok(limit) if limit < needed => eprintln!(
+            "warning: the open-file limit is {limit}, below the {needed} this run may need (ulimit -n)"
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: could not raise the open-file limit: {e}"),
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

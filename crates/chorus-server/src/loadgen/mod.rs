@@ -23,6 +23,8 @@ pub use http::http_request;
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
 
+/// Streams connecting at once (more would overflow the server's listen backlog).
+const CONNECT_CONCURRENCY: usize = 256;
 /// Pause between health checks while waiting for the server.
 const READY_POLL: Duration = Duration::from_millis(100);
 /// Golden-ratio increment that separates the per-stream seeds.
@@ -105,9 +107,13 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     let started = Instant::now();
     let config = Arc::new(config);
     let mut tasks = Vec::with_capacity(config.streams);
+    let gate = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
     for s in 0..config.streams {
         let (cfg, addr) = (config.clone(), addr.clone());
-        tasks.push(tokio::spawn(async move { play(s, &cfg, &addr).await }));
+        let gate = gate.clone();
+        tasks.push(tokio::spawn(
+            async move { play(s, &cfg, &addr, gate).await },
+        ));
     }
     let mut results = Vec::with_capacity(tasks.len());
     for t in tasks {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chorus_core::FRAME_MS;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{frame_hash, LoadgenConfig, Rate, Rng};
@@ -44,49 +44,57 @@ struct Progress {
     closed: AtomicBool,
 }
 
-pub(crate) async fn play(s: usize, cfg: &LoadgenConfig, addr: &str) -> StreamResult {
-    let mut r = StreamResult {
-        codebook_size: DEFAULT_CODEBOOK_SIZE,
-        ..StreamResult::default()
-    };
+/// An open WebSocket of the client.
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects and opens a codes stream; returns the socket, the server's queue bound and codebook
+/// size, or the error code to report.
+async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize), String> {
     let url = format!("ws://{addr}/v1/stream");
-    let mut ws = match tokio_tungstenite::connect_async(url.as_str()).await {
-        Ok((ws, _)) => ws,
-        Err(_) => {
-            r.errors.push("connect".into());
-            return r;
-        }
-    };
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .map_err(|_| "connect".to_string())?;
     let open = serde_json::json!({
         "type": "open", "version": PROTOCOL_VERSION, "input": "codes",
         "n_q": cfg.n_q, "pcm": "f32",
     });
-    if ws
-        .send(Message::Text(open.to_string().into()))
+    ws.send(Message::Text(open.to_string().into()))
         .await
-        .is_err()
-    {
-        r.errors.push("send".into());
-        return r;
-    }
-    let (max_pending, card) = match tokio::time::timeout(READ_TIMEOUT, ws.next()).await {
+        .map_err(|_| "send".to_string())?;
+    match tokio::time::timeout(READ_TIMEOUT, ws.next()).await {
         Ok(Some(Ok(Message::Text(t)))) => match serde_json::from_str::<ServerMessage>(&t) {
             Ok(ServerMessage::Opened {
                 max_pending_frames,
                 codebook_size,
                 ..
-            }) => (max_pending_frames, codebook_size),
-            Ok(ServerMessage::Error { code, .. }) => {
-                r.errors.push(code.as_str().into());
-                return r;
-            }
-            _ => {
-                r.errors.push("protocol".into());
-                return r;
-            }
+            }) => Ok((ws, max_pending_frames, codebook_size)),
+            Ok(ServerMessage::Error { code, .. }) => Err(code.as_str().into()),
+            _ => Err("protocol".into()),
         },
-        _ => {
-            r.errors.push("open_failed".into());
+        _ => Err("open_failed".into()),
+    }
+}
+
+/// Plays stream `s`; `gate` bounds how many streams connect at once.
+pub(crate) async fn play(
+    s: usize,
+    cfg: &LoadgenConfig,
+    addr: &str,
+    gate: Arc<Semaphore>,
+) -> StreamResult {
+    let mut r = StreamResult {
+        codebook_size: DEFAULT_CODEBOOK_SIZE,
+        ..StreamResult::default()
+    };
+    let opened = {
+        let _permit = gate.acquire_owned().await;
+        handshake(cfg, addr).await
+    };
+    let (ws, max_pending, card) = match opened {
+        Ok(o) => o,
+        Err(code) => {
+            r.errors.push(code);
             return r;
         }
     };
