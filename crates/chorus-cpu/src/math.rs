@@ -4,8 +4,6 @@ use crate::simd::dispatch;
 
 /// Below this, `exp(x)` underflows f32's normal range; ELU saturates to -1 there anyway.
 const EXP_MIN_ARG: f32 = -87.0;
-/// Below this magnitude `expm1` uses its Taylor series, avoiding the cancellation of `exp(x) - 1`.
-const EXPM1_SERIES_LIMIT: f32 = 0.5;
 /// 1.5 * 2^23: adding it rounds an f32 of magnitude < 2^22 to the nearest integer.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
@@ -31,25 +29,29 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     e * scale
 }
 
-/// `expm1(x)` for `x <= 0`, accurate in relative terms near zero.
+/// `expm1(x)` for `x <= 0`, accurate in relative terms near zero: with `x = n ln2 + r`,
+/// `|r| <= ln2 / 2`, `expm1(x) = 2^n expm1(r) + (2^n - 1)`, which is exactly `expm1(r)` when
+/// `n = 0` and cancels at most one bit otherwise (the reduction of FreeBSD's `expm1f`).
 #[inline(always)]
 fn expm1_nonpositive(x: f32) -> f32 {
-    // Taylor series to x^9/9!: the truncation error at |x| = 0.5 is below 3e-10.
-    let mut s = 1.0 / 362_880.0_f32;
-    s = s * x + 1.0 / 40_320.0;
-    s = s * x + 1.0 / 5_040.0;
-    s = s * x + 1.0 / 720.0;
-    s = s * x + 1.0 / 120.0;
-    s = s * x + 1.0 / 24.0;
-    s = s * x + 1.0 / 6.0;
-    s = s * x + 0.5;
-    let series = (s * x + 1.0) * x;
-    let direct = exp_nonpositive(x) - 1.0;
-    if x > -EXPM1_SERIES_LIMIT {
-        series
-    } else {
-        direct
-    }
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.max(EXP_MIN_ARG);
+    let shifted = x * std::f32::consts::LOG2_E + ROUND_MAGIC;
+    let n = shifted - ROUND_MAGIC;
+    let n_int = shifted.to_bits() as i32 - ROUND_MAGIC.to_bits() as i32;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    // Taylor series of expm1(r) to r^8/8!: the truncation error at |r| = ln2/2 is below 3e-10.
+    let mut p = 1.0 / 40_320.0_f32;
+    p = p * r + 1.0 / 5_040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    let em1_r = (p * r + 1.0) * r;
+    let scale = f32::from_bits(((n_int + 127) as u32) << 23);
+    scale * em1_r + (scale - 1.0)
 }
 
 /// ELU with alpha 1: `x` for `x > 0`, `expm1(x)` otherwise.
@@ -178,6 +180,13 @@ mod tests {
             let got = elu(x) as f64;
             let err = (got - want).abs() / want.abs().max(1e-30);
             worst = worst.max(err);
+        }
+        for e in 1..38 {
+            for m in [1.0_f32, 3.7, 6.9] {
+                let x = -m * 10f32.powi(-e);
+                let want = (x as f64).exp_m1();
+                worst = worst.max((elu(x) as f64 - want).abs() / want.abs());
+            }
         }
         assert!(worst < 5e-7, "worst relative error {worst}");
     }
