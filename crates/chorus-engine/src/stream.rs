@@ -107,6 +107,10 @@ impl Outbox {
         self.notify.notify_one();
     }
 
+    fn failed(&self) -> bool {
+        matches!(self.lock().terminal, Some(StreamEvent::Failed(_)))
+    }
+
     fn try_recv(&self) -> Option<StreamEvent> {
         let mut st = self.lock();
         match st.events.pop_front() {
@@ -271,6 +275,12 @@ impl Stream {
             // await is not lost (this handle is the only consumer).
             self.outbox.notify.notified().await;
         }
+    }
+
+    /// Whether the engine has ended the stream (its [`StreamEvent::Failed`] may still be queued
+    /// behind PCM).
+    pub fn is_failed(&self) -> bool {
+        self.outbox.failed()
     }
 
     /// The next event if one is ready.

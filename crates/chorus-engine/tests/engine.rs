@@ -194,6 +194,7 @@ async fn a_reader_that_falls_behind_is_cut_off_alone() {
         good.submit_codes(&pair.concat()).unwrap();
     }
     assert_eq!(collect_pcm(&good, 0, 6).await, reference(&frames));
+    assert!(slow.is_failed() && !good.is_failed());
     // What was decoded before the cut-off is still readable, then the reason.
     collect_pcm(&slow, 0, 2).await;
     assert_eq!(

@@ -218,12 +218,15 @@ impl Conn {
                     Ok(Ok(())) => None,
                     Ok(Err(_)) => Some(End::Quiet),
                     Err(_) => {
-                        // The client has stopped reading and its socket is full: cut it off.
-                        self.state
-                            .engine
-                            .metrics()
-                            .errors
-                            .inc(ErrorCode::SlowConsumer.as_str());
+                        // The client has stopped reading and its socket is full: cut it off
+                        // (counted here unless the engine already cut it off and counted it).
+                        if !s.stream.is_failed() {
+                            self.state
+                                .engine
+                                .metrics()
+                                .errors
+                                .inc(ErrorCode::SlowConsumer.as_str());
+                        }
                         Some(End::Quiet)
                     }
                 }
