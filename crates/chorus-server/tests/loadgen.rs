@@ -36,6 +36,10 @@ async fn realtime_streams_all_complete_and_match_the_whole_file_decode() {
     assert!(report.latency_ms.p99 <= report.latency_ms.max);
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["verify"]["bit_exact"], true);
+    let server = report.server.expect("server stats");
+    assert_eq!(server.frames_decoded, 30);
+    assert_eq!(server.decoder, "fake");
+    assert!(server.steps >= 8 && server.mean_batch >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

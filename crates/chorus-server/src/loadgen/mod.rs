@@ -11,6 +11,7 @@
 mod http;
 mod play;
 mod report;
+mod server_stats;
 mod verify;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use serde::Serialize;
 pub use http::http_request;
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
+pub use server_stats::ServerStats;
 
 /// Streams connecting at once (more would overflow the server's listen backlog).
 const CONNECT_CONCURRENCY: usize = 256;
@@ -104,6 +106,7 @@ pub fn host_port(url: &str) -> String {
 pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     let addr = host_port(&config.url);
     wait_ready(&addr, config.wait_ready).await?;
+    let before = server_stats::scrape(&addr).await;
     let started = Instant::now();
     let config = Arc::new(config);
     let mut tasks = Vec::with_capacity(config.streams);
@@ -123,8 +126,18 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
         }));
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let server = match (before, server_stats::scrape(&addr).await) {
+        (Some(b), Some(a)) => Some(server_stats::delta(
+            b,
+            a,
+            server_stats::decoder(&addr).await,
+        )),
+        _ => None,
+    };
     let verify = verify::verify(&config, &addr, &mut results).await;
-    Ok(report::report(&config, &results, elapsed, verify))
+    let mut report = report::report(&config, &results, elapsed, verify);
+    report.server = server;
+    Ok(report)
 }
 
 async fn wait_ready(addr: &str, wait: Duration) -> Result<()> {

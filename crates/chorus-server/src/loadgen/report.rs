@@ -6,7 +6,7 @@ use chorus_core::FRAME_MS;
 use serde::Serialize;
 
 use super::play::StreamResult;
-use super::{LoadgenConfig, Rate};
+use super::{LoadgenConfig, Rate, ServerStats};
 
 /// Frame latency percentiles, milliseconds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -54,6 +54,8 @@ pub struct LoadgenReport {
     pub deadline_misses: u64,
     pub errors: BTreeMap<String, u64>,
     pub verify: Verify,
+    /// The server's own counters over the load phase.
+    pub server: Option<ServerStats>,
 }
 
 impl LoadgenReport {
@@ -69,6 +71,19 @@ impl LoadgenReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let server = match &self.server {
+            Some(v) => format!(
+                "\nserver ({}): {} steps, mean batch {:.1}, mean step {:.2} ms, \
+                 mean queue delay {:.2} ms, {} server-side deadline misses",
+                v.decoder,
+                v.steps,
+                v.mean_batch,
+                v.mean_step_ms,
+                v.mean_queue_delay_ms,
+                v.deadline_misses
+            ),
+            None => String::new(),
+        };
         format!(
             "streams: {} opened, {} completed of {} ({:?}, n_q {})\n\
              frames: {} sent, {} received in {:.2} s = {:.1} frames/s\n\
@@ -76,7 +91,7 @@ impl LoadgenReport {
              deadline misses (> {} ms): {}\n\
              errors: {}\n\
              bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
-             max abs diff {:.3e}, rel L2 {:.3e} over {} streams)",
+             max abs diff {:.3e}, rel L2 {:.3e} over {} streams){}",
             self.streams_opened,
             self.streams_completed,
             self.streams,
@@ -101,6 +116,7 @@ impl LoadgenReport {
             self.verify.max_abs_diff,
             self.verify.rel_l2,
             self.verify.pcm_streams_compared,
+            server,
         )
     }
 }
@@ -161,5 +177,6 @@ pub(crate) fn report(
         latency_ms,
         errors,
         verify,
+        server: None,
     }
 }
