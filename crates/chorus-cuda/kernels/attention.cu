@@ -1,21 +1,35 @@
 // Streaming sliding-window attention: one block per (row, head). The block applies rotate-half
 // RoPE (Su et al. 2021, "RoFormer", eq. 34, in the HF rotate-half layout) to the step's queries and
 // keys, writes k and v into the slot's KV ring, then attends each query over its window with a
-// softmax held in shared memory.
+// softmax held in shared memory. Key and value rows are read by groups of `chunks` lanes, one
+// 16-byte vector each, so that every row is one contiguous segment.
 
-#define ATTN_THREADS 256
+// Small blocks: each block's work is a chain of dependent latencies (slot, position, keys, values),
+// so throughput comes from many resident blocks, not from wide ones.
+#define ATTN_THREADS 64
+#define ATTN_WARPS (ATTN_THREADS / 32)
 #define ATTN_MAX_TIME 4
-#define ATTN_MAX_HEAD_DIM 128
-#define ATTN_MAX_KEYS 512
+// Keys each lane group loads before using any of them (loads in flight per thread).
+#define ATTN_UNROLL 4
+
+// Address of ring entry `pos` (k: which = 0, v: which = 1), head h, channel c0.
+__device__ __forceinline__ const uint4* kv_vec(const T* kv, long long ring_base, int pos, int which, const AttnDims& d, int h,
+                                               int c0) {
+    int hd = d.heads * d.head_dim;
+    return reinterpret_cast<const uint4*>(kv + ((ring_base + pos % d.ring) * 2 + which) * hd + h * d.head_dim + c0);
+}
 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __restrict__ qkv, T* kv,
                                                                        const int* __restrict__ tokens,
                                                                        const int* __restrict__ slots, T* __restrict__ out,
                                                                        AttnDims d) {
-    __shared__ float sq[ATTN_MAX_TIME * ATTN_MAX_HEAD_DIM];
-    __shared__ float sp[ATTN_MAX_TIME * ATTN_MAX_KEYS];
-    // Per key-group partial outputs: groups * ATTN_MAX_TIME * head_dim <= ATTN_THREADS * VEC * ATTN_MAX_TIME.
-    __shared__ float spart[ATTN_THREADS * VEC * ATTN_MAX_TIME];
+    // Dynamic shared memory, sized by the host: queries [time, D], probabilities [time, kmax],
+    // per-warp partial outputs [warps, time, D].
+    extern __shared__ float smem[];
+    int kmax = d.window + d.time - 1;
+    float* sq = smem;
+    float* sp = sq + d.time * d.head_dim;
+    float* spart = sp + d.time * kmax;
     int r = blockIdx.x / d.heads;
     int h = blockIdx.x % d.heads;
     int slot = slots[r];
@@ -26,16 +40,19 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     long long ring_base = (long long)slot * d.ring;
 
     // RoPE on q and k, write k and v to ring entry p % ring.
+    float log2_theta = log2f(d.rope_theta);
     for (int idx = threadIdx.x; idx < d.time * half_d; idx += blockDim.x) {
         int t = idx / half_d;
         int i = idx % half_d;
         int p = p0 + t;
         const T* row = qkv + ((long long)r * d.time + t) * 3 * hd + h * D;
-        // angle = p * theta^(-2i/D), reduced in double so that long streams keep their phase.
-        double inv_freq = exp(-2.0 * i / D * log((double)d.rope_theta));
-        double angle = fmod((double)p * inv_freq, 6.283185307179586);
+        // inv_freq = theta^(-2i/D) as in f32 references; the angle is reduced modulo 2*pi in
+        // double so that long streams keep their phase.
+        float inv_freq = exp2f(-(float)(2 * i) / (float)D * log2_theta);
+        double turns = (double)p * (double)inv_freq * 0.15915494309189535;
+        float angle = (float)((turns - floor(turns)) * 6.283185307179586);
         float sn, cs;
-        sincosf((float)angle, &sn, &cs);
+        sincosf(angle, &sn, &cs);
         float q1 = ld(row + i), q2 = ld(row + i + half_d);
         sq[t * D + i] = q1 * cs - q2 * sn;
         sq[t * D + i + half_d] = q2 * cs + q1 * sn;
@@ -50,39 +67,46 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
 
     // Keys any query of this step can see: positions [first, p0 + time - 1].
     int last = p0 + d.time - 1;
-    int first = p0 - d.window + 1;
-    if (first < 0) {
-        first = 0;
-    }
+    int first = max(p0 - d.window + 1, 0);
     int nk = last - first + 1;
     float scale = rsqrtf((float)D);
-    // Scores: `chunks` consecutive lanes share one key, each loading one 16-byte chunk of it (so a
-    // key row is read as one contiguous segment), then reduce their partial dot products.
-    int chunks = D / VEC;
+    int chunks = D / VEC;  // a power of two dividing 32 (checked by the host)
     int groups = blockDim.x / chunks;
     int g = threadIdx.x / chunks;
     int c0 = (threadIdx.x % chunks) * VEC;
-#pragma unroll 2
-    for (int k0 = 0; k0 < nk; k0 += groups) {
-        int k = k0 + g;
-        int kp = first + (k < nk ? k : nk - 1);
-        float kf[VEC];
-        unpack(*reinterpret_cast<const uint4*>(kv + ((ring_base + kp % d.ring) * 2) * hd + h * D + c0), kf);
+
+    // Scores: each lane group takes keys g, g + groups, ...; partial dot products are reduced
+    // across the group's lanes with shuffles. Every lane runs every iteration (shuffles need the
+    // whole warp); lanes past the last key reload it and write nothing.
+    for (int k0 = 0; k0 < nk; k0 += groups * ATTN_UNROLL) {
+        uint4 raw[ATTN_UNROLL];
 #pragma unroll
-        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-            if (t < d.time) {
-                float acc = 0.f;
+        for (int u = 0; u < ATTN_UNROLL; ++u) {
+            int k = min(k0 + u * groups + g, nk - 1);
+            raw[u] = *kv_vec(kv, ring_base, first + k, 0, d, h, c0);
+        }
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    acc += sq[t * D + c0 + e] * kf[e];
-                }
-                for (int o = chunks / 2; o > 0; o >>= 1) {
-                    acc += __shfl_xor_sync(0xffffffffu, acc, o);
-                }
-                int p = p0 + t;
-                if (c0 == 0 && k < nk) {
-                    bool visible = kp <= p && kp > p - d.window;
-                    sp[t * ATTN_MAX_KEYS + k] = visible ? acc * scale : NEG_INF;
+        for (int u = 0; u < ATTN_UNROLL; ++u) {
+            int k = k0 + u * groups + g;
+            int kp = first + min(k, nk - 1);
+            float kf[VEC];
+            unpack(raw[u], kf);
+#pragma unroll
+            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                if (t < d.time) {
+                    float acc = 0.f;
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) {
+                        acc += sq[t * D + c0 + e] * kf[e];
+                    }
+                    for (int o = chunks / 2; o > 0; o >>= 1) {
+                        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                    }
+                    int p = p0 + t;
+                    if (c0 == 0 && k < nk) {
+                        bool visible = kp <= p && kp > p - d.window;
+                        sp[t * kmax + k] = visible ? acc * scale : NEG_INF;
+                    }
                 }
             }
         }
@@ -92,8 +116,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     // Softmax: one warp per query.
     int warp = threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    for (int t = warp; t < d.time; t += blockDim.x / 32) {
-        float* s = sp + t * ATTN_MAX_KEYS;
+    for (int t = warp; t < d.time; t += ATTN_WARPS) {
+        float* s = sp + t * kmax;
         float m = NEG_INF;
         for (int k = lane; k < nk; k += 32) {
             m = fmaxf(m, s[k]);
@@ -117,9 +141,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     }
     __syncthreads();
 
-    // out[t, c] = sum_k p[t, k] v[k, c]. Each thread owns one 16-byte chunk of channels for the
-    // keys of its group (k = g, g + groups, ...), so every load is a 16-byte vector and many are
-    // in flight; the groups' partial sums are then reduced through shared memory.
+    // out[t, c] = sum_k p[t, k] v[k, c]: each lane accumulates its chunk over its group's keys,
+    // the groups of a warp are summed with shuffles, then the warps through shared memory.
     float acc[ATTN_MAX_TIME][VEC];
 #pragma unroll
     for (int t = 0; t < ATTN_MAX_TIME; ++t) {
@@ -128,27 +151,48 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
             acc[t][e] = 0.f;
         }
     }
-    if (g < groups) {
-        for (int k = g; k < nk; k += groups) {
-            float v[VEC];
-            unpack(*reinterpret_cast<const uint4*>(kv + ((ring_base + (first + k) % d.ring) * 2 + 1) * hd + h * D + c0), v);
+    for (int k0 = 0; k0 < nk; k0 += groups * ATTN_UNROLL) {
+        uint4 raw[ATTN_UNROLL];
 #pragma unroll
-            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                if (t < d.time) {
-                    float pk = sp[t * ATTN_MAX_KEYS + k];
+        for (int u = 0; u < ATTN_UNROLL; ++u) {
+            int k = min(k0 + u * groups + g, nk - 1);
+            raw[u] = *kv_vec(kv, ring_base, first + k, 1, d, h, c0);
+        }
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        acc[t][e] += pk * v[e];
+        for (int u = 0; u < ATTN_UNROLL; ++u) {
+            int k = k0 + u * groups + g;
+            if (k < nk) {
+                float v[VEC];
+                unpack(raw[u], v);
+#pragma unroll
+                for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                    if (t < d.time) {
+                        float pk = sp[t * kmax + k];
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e) {
+                            acc[t][e] += pk * v[e];
+                        }
                     }
                 }
             }
         }
+    }
+#pragma unroll
+    for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            for (int o = chunks; o < 32; o <<= 1) {
+                acc[t][e] += __shfl_xor_sync(0xffffffffu, acc[t][e], o);
+            }
+        }
+    }
+    if (lane < chunks) {
 #pragma unroll
         for (int t = 0; t < ATTN_MAX_TIME; ++t) {
             if (t < d.time) {
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) {
-                    spart[(g * ATTN_MAX_TIME + t) * D + c0 + e] = acc[t][e];
+                    spart[(warp * d.time + t) * D + c0 + e] = acc[t][e];
                 }
             }
         }
@@ -158,8 +202,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
         int t = idx / D;
         int c = idx % D;
         float sum = 0.f;
-        for (int gg = 0; gg < groups; ++gg) {
-            sum += spart[(gg * ATTN_MAX_TIME + t) * D + c];
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            sum += spart[(w * d.time + t) * D + c];
         }
         st(out + ((long long)r * d.time + t) * hd + h * D + c, sum);
     }

@@ -229,6 +229,7 @@ impl CudaBackend {
         Ok(Launch {
             grid: blocks.max(1),
             block: BLOCK,
+            smem: 0,
         })
     }
 

@@ -17,7 +17,9 @@ const DIRECT_MAX_WEIGHTS: usize = 4096;
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
 /// Threads per attention block and the kernel's static limits (see `attention.cu`).
-const ATTN_THREADS: u32 = 256;
+const ATTN_THREADS: u32 = 64;
+/// Warps per attention block (partial outputs in shared memory).
+const ATTN_WARPS: usize = 2;
 const ATTN_MAX_TIME: usize = 4;
 const ATTN_MAX_HEAD_DIM: usize = 128;
 /// A key row must span whole 16-byte vectors, and its lanes must tile a warp.
@@ -122,6 +124,7 @@ impl CudaBackend {
             let cfg = Launch {
                 grid: u32::try_from(blocks).map_err(|_| cuda_error(OP, "too many blocks"))?,
                 block: DIRECT_THREADS,
+                smem: 0,
             };
             let (w, tile) = (a.w.mem.ptr(), tile as i32);
             let vec = i32::from(g.c_in.is_multiple_of(self.vec_elems()));
@@ -313,11 +316,15 @@ impl CudaBackend {
         let out = a.out.mem.ptr();
         let blocks =
             u32::try_from(g.rows * g.heads).map_err(|_| cuda_error(OP, "too many blocks"))?;
+        // Queries, probabilities and per-warp partial outputs, as laid out in attention.cu.
+        let kmax = g.window + g.time - 1;
+        let floats = g.time * g.head_dim + g.time * kmax + ATTN_WARPS * g.time * g.head_dim;
         self.launch(
             Kernel::Attention,
             Launch {
                 grid: blocks,
                 block: ATTN_THREADS,
+                smem: (floats * std::mem::size_of::<f32>()) as u32,
             },
             &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],
         )

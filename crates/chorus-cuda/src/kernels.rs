@@ -86,6 +86,8 @@ impl Kernel {
 pub(crate) struct Launch {
     pub grid: u32,
     pub block: u32,
+    /// Dynamic shared memory in bytes.
+    pub smem: u32,
 }
 
 /// The whole kernel source, as one translation unit.
@@ -301,7 +303,7 @@ impl Kernels {
                 cfg.block,
                 1,
                 1,
-                0,
+                cfg.smem,
                 stream,
                 args.as_mut_ptr(),
                 std::ptr::null_mut(),

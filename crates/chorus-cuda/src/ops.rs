@@ -235,6 +235,7 @@ impl Backend for CudaBackend {
         let cfg = Launch {
             grid: a.n.div_ceil(LN_WARPS) as u32,
             block: (LN_WARPS * 32) as u32,
+            smem: 0,
         };
         self.launch(
             Kernel::LayerNorm,
@@ -305,6 +306,7 @@ impl Backend for CudaBackend {
             Launch {
                 grid: 1,
                 block: TOKENS_THREADS,
+                smem: 0,
             },
             &mut kargs![&t, &s, &r, &count, &d],
         )
