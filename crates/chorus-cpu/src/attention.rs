@@ -168,19 +168,46 @@ dispatch! {
             let q = &a.qkv[t * 3 * hdim + a.h * hd..t * 3 * hdim + (a.h + 1) * hd];
             rotate(qr, q, &a.rope[t * hd..(t + 1) * hd], scale);
             let scores = &mut scores[..n_keys];
-            for (i, sc) in scores.iter_mut().enumerate() {
-                let at = ((first + i) % g.ring) * 2 * hdim + a.h * hd;
-                *sc = math::dot(qr, &a.ring[at..at + hd]);
-            }
-            let sum = math::softmax_unnormalized(scores);
             let o = &mut outs[t * hd..(t + 1) * hd];
-            o.fill(0.0);
-            for (i, &w) in scores.iter().enumerate() {
-                let at = ((first + i) % g.ring) * 2 * hdim + hdim + a.h * hd;
-                math::axpy(o, w, &a.ring[at..at + hd]);
-            }
+            let sum = scores_and_values(a, qr, first, scores, o);
             let inv = 1.0 / sum;
-            o.iter_mut().for_each(|v| *v *= inv);
+            outs[t * hd..(t + 1) * hd].iter_mut().for_each(|v| *v *= inv);
         }
     }
+}
+
+/// Scores of one rotated query against keys `first..first + scores.len()`, their softmax
+/// numerators, and the unnormalised value sum in `o`; returns the softmax denominator.
+#[inline(always)]
+fn scores_and_values(
+    a: &Head<'_>,
+    qr: &[f32],
+    first: usize,
+    scores: &mut [f32],
+    o: &mut [f32],
+) -> f32 {
+    let g = a.g;
+    let hd = qr.len();
+    let hdim = g.heads * hd;
+    // Ring entry of key i, without a division per key: the window wraps at most once.
+    let start = first % g.ring;
+    let entry = |i: usize| {
+        let e = start + i;
+        if e >= g.ring {
+            e - g.ring
+        } else {
+            e
+        }
+    };
+    for (i, sc) in scores.iter_mut().enumerate() {
+        let at = entry(i) * 2 * hdim + a.h * hd;
+        *sc = math::dot(qr, &a.ring[at..at + hd]);
+    }
+    let sum = math::softmax_unnormalized(scores);
+    o.fill(0.0);
+    for (i, &w) in scores.iter().enumerate() {
+        let at = entry(i) * 2 * hdim + hdim + a.h * hd;
+        math::axpy(o, w, &a.ring[at..at + hd]);
+    }
+    sum
 }

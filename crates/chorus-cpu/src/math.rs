@@ -111,7 +111,22 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     for i in chunks * LANES..a.len() {
         tail += a[i] * b[i];
     }
+    // A serial sum: LLVM then keeps the loop above at full vector width (a tree sum here made it
+    // pick 2-wide vectors).
     acc.iter().sum::<f32>() + tail
+}
+
+/// Sum of 16 lanes as a tree (four vector steps), not a 16-long serial chain of scalar adds.
+#[inline(always)]
+pub(crate) fn hsum(mut acc: [f32; 16]) -> f32 {
+    let mut width = 8;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0]
 }
 
 /// `x[i] = exp(x[i] - max x)`; returns the sum (the softmax denominator).
@@ -147,7 +162,7 @@ pub(crate) fn softmax_unnormalized(x: &mut [f32]) -> f32 {
         }
         b.copy_from_slice(&v);
     }
-    let mut sum: f32 = sums.iter().sum();
+    let mut sum = hsum(sums);
     for v in blocks.into_remainder() {
         *v = exp_nonpositive(*v - max);
         sum += *v;
