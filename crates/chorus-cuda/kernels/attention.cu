@@ -4,10 +4,10 @@
 // softmax held in shared memory. Key and value rows are read by groups of `chunks` lanes, one
 // 16-byte vector each, so that every row is one contiguous segment.
 
-// Small blocks: each block's work is a chain of dependent latencies (slot, position, keys, values),
-// so throughput comes from many resident blocks, not from wide ones.
-#define ATTN_THREADS 64
-#define ATTN_WARPS (ATTN_THREADS / 32)
+// The host picks the block width (a multiple of 32, at most ATTN_MAX_THREADS): each block's work is
+// a chain of dependent latencies (slot, position, keys, values), so large batches run narrow
+// blocks (many resident blocks) and small batches wide ones (more lanes per key window).
+#define ATTN_MAX_THREADS 256
 #define ATTN_MAX_TIME 4
 // Keys each lane group loads before using any of them (loads in flight per thread).
 #define ATTN_UNROLL 4
@@ -19,7 +19,7 @@ __device__ __forceinline__ const uint4* kv_vec(const T* kv, long long ring_base,
     return reinterpret_cast<const uint4*>(kv + ((ring_base + pos % d.ring) * 2 + which) * hd + h * d.head_dim + c0);
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __restrict__ qkv, T* kv,
+extern "C" __global__ void __launch_bounds__(ATTN_MAX_THREADS) attention(const T* __restrict__ qkv, T* kv,
                                                                        const int* __restrict__ tokens,
                                                                        const int* __restrict__ slots, T* __restrict__ out,
                                                                        AttnDims d) {
@@ -116,7 +116,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
     // Softmax: one warp per query.
     int warp = threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    for (int t = warp; t < d.time; t += ATTN_WARPS) {
+    int warps = blockDim.x / 32;
+    for (int t = warp; t < d.time; t += warps) {
         float* s = sp + t * kmax;
         float m = NEG_INF;
         for (int k = lane; k < nk; k += 32) {
@@ -202,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention(const T* __
         int t = idx / D;
         int c = idx % D;
         float sum = 0.f;
-        for (int w = 0; w < ATTN_WARPS; ++w) {
+        for (int w = 0; w < warps; ++w) {
             sum += spart[(w * d.time + t) * D + c];
         }
         st(out + ((long long)r * d.time + t) * hd + h * D + c, sum);

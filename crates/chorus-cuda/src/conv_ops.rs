@@ -17,9 +17,12 @@ const DIRECT_MAX_WEIGHTS: usize = 4096;
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
 /// Threads per attention block and the kernel's static limits (see `attention.cu`).
-const ATTN_THREADS: u32 = 64;
-/// Warps per attention block (partial outputs in shared memory).
-const ATTN_WARPS: usize = 2;
+/// Attention block widths: narrow blocks when there are enough (row, head) pairs to fill the GPU
+/// with resident blocks, wide ones otherwise.
+const ATTN_NARROW_THREADS: usize = 64;
+const ATTN_WIDE_THREADS: usize = 256;
+/// Resident narrow blocks per multiprocessor (the hardware's block limit).
+const ATTN_BLOCKS_PER_SM: usize = 32;
 const ATTN_MAX_TIME: usize = 4;
 const ATTN_MAX_HEAD_DIM: usize = 128;
 /// A key row must span whole 16-byte vectors, and its lanes must tile a warp.
@@ -317,13 +320,18 @@ impl CudaBackend {
         let blocks =
             u32::try_from(g.rows * g.heads).map_err(|_| cuda_error(OP, "too many blocks"))?;
         // Queries, probabilities and per-warp partial outputs, as laid out in attention.cu.
+        let threads = if (blocks as usize) < self.sm_count * ATTN_BLOCKS_PER_SM / 2 {
+            ATTN_WIDE_THREADS
+        } else {
+            ATTN_NARROW_THREADS
+        };
         let kmax = g.window + g.time - 1;
-        let floats = g.time * g.head_dim + g.time * kmax + ATTN_WARPS * g.time * g.head_dim;
+        let floats = g.time * g.head_dim + g.time * kmax + threads / 32 * g.time * g.head_dim;
         self.launch(
             Kernel::Attention,
             Launch {
                 grid: blocks,
-                block: ATTN_THREADS,
+                block: threads as u32,
                 smem: (floats * std::mem::size_of::<f32>()) as u32,
             },
             &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],

@@ -294,19 +294,26 @@ fn conv_tr1d_depthwise() {
 }
 
 /// Attention over two calls, starting from random rings and token counts past the window and
-/// past the ring size (so the ring wraps).
-fn run_attention<B: Backend>(be: &B, seed: u64, geom: AttentionGeom) -> Result<Vec<Vec<f32>>> {
+/// past the ring size (so the ring wraps). `slots` name rows of a state with `total_rows` rows,
+/// the last being the dummy.
+fn run_attention<B: Backend>(
+    be: &B,
+    seed: u64,
+    geom: AttentionGeom,
+    slots_of_rows: &[i32],
+    total_rows: usize,
+) -> Result<Vec<Vec<f32>>> {
     let mut r = Rng::new(seed);
     let hd = geom.heads * geom.head_dim;
     let kv_row = geom.ring * 2 * hd;
-    let mut kv = be.upload(&r.vec(TOTAL_ROWS * kv_row, 1.0), BufRole::State)?;
-    let start = [0, 37, 249, 250, 255, 300, 517, 0];
-    let mut tokens = be.ints(TOTAL_ROWS, 0)?;
-    for (i, &t) in start.iter().enumerate() {
-        be.fill_ints(&mut tokens, i, t)?;
+    let mut kv = be.upload(&r.vec(total_rows * kv_row, 1.0), BufRole::State)?;
+    let mut tokens = be.ints(total_rows, 0)?;
+    for i in 0..total_rows - 1 {
+        let start = [0, 37, 249, 250, 255, 300, 517][i % 7] + i / 7;
+        be.fill_ints(&mut tokens, i, start as i32)?;
     }
     let mut slots = be.ints(geom.rows, 0)?;
-    for (i, &s) in SLOTS.iter().take(geom.rows).enumerate() {
+    for (i, &s) in slots_of_rows.iter().enumerate() {
         be.fill_ints(&mut slots, i, s)?;
     }
     let mut out = be.zeros(geom.rows * geom.time * hd, BufRole::Activation)?;
@@ -325,7 +332,13 @@ fn run_attention<B: Backend>(be: &B, seed: u64, geom: AttentionGeom) -> Result<V
                 out: &mut out,
                 geom,
             })?;
-            b.advance_tokens(&mut tokens, &slots, geom.rows, geom.time as i32, DUMMY)
+            b.advance_tokens(
+                &mut tokens,
+                &slots,
+                geom.rows,
+                geom.time as i32,
+                total_rows - 1,
+            )
         })?;
         results.push(be.download(&out)?);
     }
@@ -339,6 +352,18 @@ fn run_attention<B: Backend>(be: &B, seed: u64, geom: AttentionGeom) -> Result<V
     Ok(results)
 }
 
+fn check_attention(name: &str, geom: AttentionGeom, slots: &[i32], total_rows: usize) {
+    let want = run_attention(&cpu(), 21, geom, slots, total_rows).expect("cpu attention");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_attention(&be, 21, geom, slots, total_rows).expect("cuda attention");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        }
+        assert_eq!(got[3], want[3], "token counters differ");
+    }
+}
+
 #[test]
 fn attention_ring_wrap_beyond_window() {
     let geom = AttentionGeom {
@@ -350,15 +375,27 @@ fn attention_ring_wrap_beyond_window() {
         window: 250,
         rope_theta: 10_000.0,
     };
-    let want = run_attention(&cpu(), 21, geom).expect("cpu attention");
-    for precision in PRECISIONS {
-        let Some(be) = cuda(precision) else { return };
-        let got = run_attention(&be, 21, geom).expect("cuda attention");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_parity(&format!("attention part {i}"), precision, g, w);
-        }
-        assert_eq!(got[3], want[3], "token counters differ");
-    }
+    check_attention("attention", geom, &SLOTS, TOTAL_ROWS);
+}
+
+/// Enough (row, head) pairs that the backend picks its narrow blocks for large batches.
+#[test]
+fn attention_many_rows_small_ring() {
+    let rows = 300;
+    let geom = AttentionGeom {
+        rows,
+        time: 2,
+        heads: 8,
+        head_dim: 64,
+        ring: 32,
+        window: 30,
+        rope_theta: 10_000.0,
+    };
+    // Every other slot of 2 * rows, in reverse, the last two entries padding.
+    let total = 2 * rows + 1;
+    let mut slots: Vec<i32> = (0..rows - 2).map(|i| (2 * (rows - 1 - i)) as i32).collect();
+    slots.extend([(total - 1) as i32; 2]);
+    check_attention("attention 300 rows", geom, &slots, total);
 }
 
 /// LayerNorm, linear, GELU and scale-add chained in one program (a transformer MLP half).
