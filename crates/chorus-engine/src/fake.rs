@@ -5,7 +5,7 @@
 //! change the output. [`FakeDecoder::reference`] decodes one stream offline the same way.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, StateBytes, FRAME_SAMPLES};
@@ -31,6 +31,47 @@ pub enum Poison {
     Backend,
 }
 
+/// Holds the fake decoder's steps until a test opens it: the test learns when a step is waiting
+/// at it, queues what it wants the next step to see, then opens it.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<GateState>, Condvar)>);
+
+#[derive(Debug, Default)]
+struct GateState {
+    open: bool,
+    waiting: bool,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // The state is two flags, consistent even after a panic elsewhere.
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks until a step is waiting at the gate.
+    pub fn wait_for_step(&self) {
+        let mut st = self.lock();
+        while !st.waiting && !st.open {
+            st = self.0 .1.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets every step through from now on.
+    pub fn open(&self) {
+        self.lock().open = true;
+        self.0 .1.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut st = self.lock();
+        st.waiting = true;
+        self.0 .1.notify_all();
+        while !st.open {
+            st = self.0 .1.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
 /// Knobs of the fake decoder.
 #[derive(Clone, Debug, Default)]
 pub struct FakeOptions {
@@ -38,6 +79,8 @@ pub struct FakeOptions {
     pub largest_batch: usize,
     /// Sleep this long in every step (to model a slow device).
     pub step_delay: Duration,
+    /// Steps wait here until it opens.
+    pub gate: Option<Gate>,
     pub poison: Poison,
     /// Make `reset` a no-op (a broken decoder, to show that tests catch lost resets).
     pub ignore_reset: bool,
@@ -163,6 +206,9 @@ impl FrameDecoder for FakeDecoder {
             .any(|f| matches!(f.input, FrameInput::Codes(c) if c.first() == Some(&POISON_CODE)));
         if poisoned && self.opts.poison == Poison::Validation {
             return Err(Error::input("FakeDecoder::step", "poisoned frame"));
+        }
+        if let Some(gate) = &self.opts.gate {
+            gate.pass();
         }
         if !self.opts.step_delay.is_zero() {
             std::thread::sleep(self.opts.step_delay);

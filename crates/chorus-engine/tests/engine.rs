@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chorus_core::{FrameInput, FRAME_SAMPLES};
-use chorus_engine::fake::{FakeDecoder, FakeOptions, Poison, StepLog, POISON_CODE};
+use chorus_engine::fake::{FakeDecoder, FakeOptions, Gate, Poison, StepLog, POISON_CODE};
 use chorus_engine::{Engine, EngineConfig, Stream, StreamError, StreamEvent, StreamInput};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -131,11 +131,13 @@ async fn full_engine_answers_busy_and_a_reused_slot_starts_clean() {
 #[tokio::test]
 async fn every_ready_stream_is_served_before_any_gets_a_second_frame() {
     let mut o = opts(5, 2);
-    o.step_delay = Duration::from_millis(30);
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
     let (engine, log) = start(o, EngineConfig::default());
-    // A first stream keeps the engine busy while the others queue all their frames.
+    // A first stream holds the engine in a step while the others queue all their frames.
     let mut blocker = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
     blocker.submit_codes(&[1]).unwrap();
+    gate.wait_for_step();
     let mut streams: Vec<Stream> = (0..4)
         .map(|_| engine.open(StreamInput::Codes { n_q: 1 }).unwrap())
         .collect();
@@ -143,6 +145,7 @@ async fn every_ready_stream_is_served_before_any_gets_a_second_frame() {
         let c: Vec<u32> = (0..3).map(|t| (s * 10 + t) as u32).collect();
         stream.submit_codes(&c).unwrap();
     }
+    gate.open();
     collect_pcm(&blocker, 0, 1).await;
     for stream in &streams {
         collect_pcm(stream, 0, 3).await;
@@ -213,14 +216,18 @@ async fn a_reader_that_falls_behind_is_cut_off_alone() {
 async fn a_frame_refused_by_validation_fails_only_its_stream() {
     let mut o = opts(3, 3);
     o.poison = Poison::Validation;
-    o.step_delay = Duration::from_millis(20);
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
     let (engine, log) = start(o, EngineConfig::default());
     let mut blocker = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
     blocker.submit_codes(&[0]).unwrap();
+    gate.wait_for_step();
+    // Both frames are queued while the engine is held, so the next step takes them together.
     let mut bad = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
     let mut good = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
     bad.submit_codes(&[POISON_CODE]).unwrap();
     good.submit_codes(&[7]).unwrap();
+    gate.open();
     collect_pcm(&blocker, 0, 1).await;
     assert!(matches!(
         next(&bad).await,

@@ -276,7 +276,8 @@ async fn a_client_sending_too_far_ahead_is_cut_off() {
     };
     let server = start_with(opts, config, ServerConfig::default()).await;
     let mut ws = open(&server, 1, "f32").await;
-    for t in 0..4 {
+    // 24 frames at once against a bound of 4 and one decode per 100 ms.
+    for t in 0..8 {
         send_codes(&mut ws, &[t, t + 1, t + 2]).await;
     }
     // PCM of the frames taken before the overflow may come first.
