@@ -5,8 +5,15 @@ use chorus_core::StagingDims;
 use std::sync::OnceLock;
 
 /// An f32 buffer: every role is stored as f32 on the CPU.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct CpuBuf(pub(crate) Vec<f32>, pub(crate) OnceLock<Padded>);
+
+/// Equality of contents; a cached padded copy is a derived layout, not part of the value.
+impl PartialEq for CpuBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
 
 /// A copy of a weight matrix with its rows padded, derived on first use by an op that reads the
 /// matrix with a power-of-two row stride (such strides alias in the caches and cost `gemm` 3x).
