@@ -2,7 +2,7 @@
 //! architecture, 8 codebooks): the median of CUDA-event-timed graph replays per bucket, then a
 //! per-op breakdown from one eager profiled run.
 //!
-//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays]`
+//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [tap-split|im2col]`
 
 use chorus_core::{Backend, Buckets, Precision};
 use chorus_cuda::{CudaBackend, CudaOptions};
@@ -19,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let precision = Precision::parse(args.get(1).map_or("bf16", String::as_str))?;
     let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
     let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
+    let tap_split = args.get(4).is_none_or(|s| s != "im2col");
     let cfg = MimiConfig {
         num_quantizers: CODEBOOKS,
         ..Default::default()
@@ -26,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = random_model(&cfg, SEED)?;
     let be = CudaBackend::new(CudaOptions {
         precision,
+        conv_tap_split: tap_split,
         ..Default::default()
     })?;
     let opts = DecoderOptions {
@@ -36,9 +38,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
     dec.warmup()?;
     println!(
-        "replay_bench: {} ({}), setup + capture {:.1} s",
+        "replay_bench: {} ({}, {}), setup + capture {:.1} s",
         dec.backend().device_description(),
         precision.name(),
+        if tap_split { "tap-split" } else { "im2col" },
         t0.elapsed().as_secs_f64()
     );
     // Fill every slot's KV ring past the window first: timing empty rings would measure attention

@@ -118,3 +118,75 @@ extern "C" __global__ void conv_direct(const T* __restrict__ x, const T* __restr
         st(out + at, acc);
     }
 }
+
+// Tap-split path (narrowing convolutions): xin is materialised once, one batched GEMM computes
+// z[j] = xin @ w[:, j, :]^T for every tap j, and a shift-add sums the taps. It moves fewer bytes
+// than im2col when c_out < c_in.
+
+// xin[r, u, c] = xin(r, u) for u in [0, time + history); c_in is a multiple of VEC when `vec` is set.
+extern "C" __global__ void conv_concat(const T* __restrict__ x, const T* __restrict__ state, const int* __restrict__ slots,
+                                       T* __restrict__ xin, ConvDims d, int vec) {
+    int chunk = vec ? VEC : 1;
+    unsigned chunks = d.c_in / chunk;
+    unsigned span = d.time + d.history;
+    GRID_LOOP(i, (unsigned)d.rows * span * chunks) {
+        int c0 = (int)(i % chunks) * chunk;
+        unsigned rest = i / chunks;
+        int u = (int)(rest % span);
+        int r = (int)(rest / span);
+        bool apply;
+        const T* src = conv_src(x, state, slots, d, r, u, &apply) + c0;
+        T* dst = xin + ((long long)r * span + u) * d.c_in + c0;
+        if (vec) {
+            uint4 v = *reinterpret_cast<const uint4*>(src);
+            *reinterpret_cast<uint4*>(dst) = apply ? elu_vec(v) : v;
+        } else {
+            float v = ld(src);
+            st(dst, apply ? elu_f(v) : v);
+        }
+    }
+}
+
+template <int C>
+__device__ __forceinline__ void shift_add_body(const T* z, const T* bias, const T* residual, T* out, const ConvDims& d) {
+    unsigned chunks = d.c_out / C;
+    unsigned span = d.time + d.history;
+    long long tap_stride = (long long)d.rows * span * d.c_out;
+    GRID_LOOP(i, (unsigned)d.rows * d.time * chunks) {
+        int o = (int)(i % chunks) * C;
+        unsigned rt = i / chunks;
+        int t = (int)(rt % (unsigned)d.time);
+        int r = (int)(rt / (unsigned)d.time);
+        float acc[C], v[C];
+#pragma unroll
+        for (int e = 0; e < C; ++e) acc[e] = 0.f;
+        if (bias) {
+            load_c<C>(bias + o, v);
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] += v[e];
+        }
+        long long at = ((long long)r * d.time + t) * d.c_out + o;
+        if (residual) {
+            load_c<C>(residual + at, v);
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] += v[e];
+        }
+        for (int j = 0; j < d.kernel; ++j) {
+            load_c<C>(z + j * tap_stride + ((long long)r * span + t + j * d.dilation) * d.c_out + o, v);
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] += v[e];
+        }
+        store_c<C>(out + at, acc);
+    }
+}
+
+// out[r, t, o] = bias + residual + sum_j z[j, r*span + t + j*dilation, o]; c_out is a multiple of
+// VEC when `vec` is set.
+extern "C" __global__ void conv_shift_add(const T* __restrict__ z, const T* __restrict__ bias, const T* __restrict__ residual,
+                                          T* __restrict__ out, ConvDims d, int vec) {
+    if (vec) {
+        shift_add_body<VEC>(z, bias, residual, out, d);
+    } else {
+        shift_add_body<1>(z, bias, residual, out, d);
+    }
+}

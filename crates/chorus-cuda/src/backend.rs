@@ -37,6 +37,8 @@ pub struct CudaOptions {
     pub cublas_workspace: usize,
     /// Eager runs of a program before its capture.
     pub warmup_runs: usize,
+    /// Narrowing convolutions use the tap-split path (else im2col + GEMM).
+    pub conv_tap_split: bool,
 }
 
 impl Default for CudaOptions {
@@ -47,6 +49,7 @@ impl Default for CudaOptions {
             kernel_cache_dir: None,
             cublas_workspace: DEFAULT_CUBLAS_WORKSPACE,
             warmup_runs: DEFAULT_WARMUP_RUNS,
+            conv_tap_split: true,
         }
     }
 }
@@ -121,6 +124,7 @@ pub struct CudaBackend {
     pub(crate) blas: Blas,
     pub(crate) max_blocks: u32,
     pub(crate) sm_count: usize,
+    pub(crate) tap_split: bool,
     pub(crate) scratch: Mutex<Scratch>,
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
@@ -184,6 +188,7 @@ impl CudaBackend {
             blas,
             max_blocks: (sms.max(1) as u32) * BLOCKS_PER_SM,
             sm_count: sms.max(1) as usize,
+            tap_split: options.conv_tap_split,
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),

@@ -133,6 +133,60 @@ impl Blas {
     }
 }
 
+/// Strides between the matrices of a batched GEMM, in elements.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batch {
+    pub count: usize,
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub stride_c: i64,
+}
+
+impl Blas {
+    /// Enqueues `batch.count` GEMMs of the same shape at the given strides.
+    pub(crate) fn gemm_batched(&self, g: Gemm, batch: Batch) -> Result<()> {
+        const OP: &str = "cublasGemmStridedBatchedEx";
+        let op = |t: bool| {
+            if t {
+                cublas::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublas::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let alpha = 1.0f32;
+        let beta = g.beta;
+        // SAFETY: as in `gemm`; every matrix of the batch lies inside the caller's buffers.
+        let code = unsafe {
+            cublas::cublasGemmStridedBatchedEx(
+                self.handle,
+                op(g.trans_a),
+                op(g.trans_b),
+                dim(g.m, OP)?,
+                dim(g.n, OP)?,
+                dim(g.k, OP)?,
+                &alpha as *const f32 as *const std::ffi::c_void,
+                g.a as *const std::ffi::c_void,
+                self.data_type,
+                dim(g.lda, OP)?,
+                batch.stride_a,
+                g.b as *const std::ffi::c_void,
+                self.data_type,
+                dim(g.ldb, OP)?,
+                batch.stride_b,
+                &beta as *const f32 as *const std::ffi::c_void,
+                g.c as *mut std::ffi::c_void,
+                self.data_type,
+                dim(g.ldc, OP)?,
+                batch.stride_c,
+                dim(batch.count, OP)?,
+                cublas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        status(code, OP).map_err(|e| cuda_error(OP, format!("{e} for {g:?} x {batch:?}")))
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: the handle was created once and is destroyed once.

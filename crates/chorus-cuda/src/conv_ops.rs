@@ -1,9 +1,9 @@
 //! Host side of the convolution and attention kernels: geometry checks, path choice, launches.
 
-use chorus_core::{AttentionArgs, Conv1dArgs, ConvTr1dArgs, Result};
+use chorus_core::{AttentionArgs, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, Result};
 
 use crate::backend::{CudaBackend, SCRATCH_ALIGN};
-use crate::blas::Gemm;
+use crate::blas::{Batch, Gemm};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 
@@ -136,6 +136,13 @@ impl CudaBackend {
                 cfg,
                 &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d, &tile, &vec],
             )?;
+        } else if self.tap_split && g.kernel > 1 && g.c_out < g.c_in {
+            self.conv_tap_split(
+                &d,
+                g,
+                (x, state_ptr, slots, a.w.mem.ptr()),
+                (bias, residual, out),
+            )?;
         } else {
             let k_total = g.kernel * g.c_in;
             let direct_input = g.kernel == 1 && history == 0;
@@ -194,6 +201,62 @@ impl CudaBackend {
             )?;
         }
         Ok(())
+    }
+
+    /// Narrowing convolution: xin once, one batched GEMM over the taps, a shift-add with bias and
+    /// residual (see conv.cu).
+    fn conv_tap_split(
+        &self,
+        d: &ConvDims,
+        g: Conv1dGeom,
+        (x, state, slots, w): (u64, u64, u64, u64),
+        (bias, residual, out): (u64, u64, u64),
+    ) -> Result<()> {
+        let es = self.esize();
+        let span = g.time + g.history();
+        let n_in = g.rows * span;
+        let xin_bytes = n_in * g.c_in * es;
+        let base = self.scratch(
+            xin_bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN + g.kernel * n_in * g.c_out * es,
+        )?;
+        let xin = base;
+        let z = base + (xin_bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN) as u64;
+        let vec_in = i32::from(g.c_in.is_multiple_of(self.vec_elems()));
+        let per_in = if vec_in == 1 { self.vec_elems() } else { 1 };
+        self.launch(
+            Kernel::ConvConcat,
+            self.grid_for(n_in * g.c_in / per_in)?,
+            &mut kargs![&x, &state, &slots, &xin, d, &vec_in],
+        )?;
+        self.blas.gemm_batched(
+            Gemm {
+                trans_a: true,
+                trans_b: false,
+                m: g.c_out,
+                n: n_in,
+                k: g.c_in,
+                a: w,
+                lda: g.kernel * g.c_in,
+                b: xin,
+                ldb: g.c_in,
+                c: z,
+                ldc: g.c_out,
+                beta: 0.0,
+            },
+            Batch {
+                count: g.kernel,
+                stride_a: g.c_in as i64,
+                stride_b: 0,
+                stride_c: (n_in * g.c_out) as i64,
+            },
+        )?;
+        let vec_out = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
+        let per_out = if vec_out == 1 { self.vec_elems() } else { 1 };
+        self.launch(
+            Kernel::ConvShiftAdd,
+            self.grid_for(g.rows * g.time * g.c_out / per_out)?,
+            &mut kargs![&z, &bias, &residual, &out, d, &vec_out],
+        )
     }
 
     /// out = ELU(x) over `n` elements.

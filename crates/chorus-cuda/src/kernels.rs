@@ -41,10 +41,12 @@ pub(crate) enum Kernel {
     ConvDirect,
     ConvTrOverlap,
     Attention,
+    ConvConcat,
+    ConvShiftAdd,
 }
 
 impl Kernel {
-    const ALL: [Kernel; 14] = [
+    const ALL: [Kernel; 16] = [
         Kernel::CastF32ToT,
         Kernel::CastTToF32,
         Kernel::Gelu,
@@ -59,6 +61,8 @@ impl Kernel {
         Kernel::ConvDirect,
         Kernel::ConvTrOverlap,
         Kernel::Attention,
+        Kernel::ConvConcat,
+        Kernel::ConvShiftAdd,
     ];
 
     fn symbol(self) -> &'static str {
@@ -77,6 +81,8 @@ impl Kernel {
             Kernel::ConvDirect => "conv_direct",
             Kernel::ConvTrOverlap => "convtr_overlap",
             Kernel::Attention => "attention",
+            Kernel::ConvConcat => "conv_concat",
+            Kernel::ConvShiftAdd => "conv_shift_add",
         }
     }
 }
