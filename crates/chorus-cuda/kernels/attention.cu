@@ -10,7 +10,7 @@
 #define ATTN_MAX_THREADS 256
 #define ATTN_MAX_TIME 4
 // Keys each lane group loads before using any of them (loads in flight per thread).
-#define ATTN_UNROLL 8
+#define ATTN_UNROLL 4
 
 // Address of ring entry `pos` (k: which = 0, v: which = 1), head h, channel c0.
 __device__ __forceinline__ const uint4* kv_vec(const T* kv, long long ring_base, int pos, int which, const AttnDims& d, int h,
