@@ -31,6 +31,7 @@ mod convtr;
 mod elementwise;
 mod gemm;
 mod math;
+mod rowdot;
 mod scratch;
 mod simd;
 mod skinny;
@@ -96,25 +97,16 @@ fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>) -> Result<()> {
     check::at_least(OP, "x", a.x.len(), n * k)?;
     check::at_least(OP, "w", a.w.len(), m * k)?;
     check::at_least(OP, "out", a.out.len(), n * m)?;
-    let threads = be.threads;
-    be.install(|| {
-        gemm::MatMul {
-            m: n,
-            n: m,
-            k,
-            dst: &mut a.out.0[..n * m],
-            dst_rs: m,
-            lhs: &a.x.0[..n * k],
-            lhs_rs: k,
-            lhs_cs: 1,
-            rhs: &a.w.0[..m * k],
-            rhs_rs: 1,
-            rhs_cs: k,
-            accumulate: false,
-            threads,
-        }
-        .run(OP)
-    })
+    let p = rowdot::RowDot {
+        n,
+        m,
+        k,
+        x: &a.x.0[..n * k],
+        w: &a.w.0[..m * k],
+        threads: be.threads,
+    };
+    be.install(|| p.run(&mut a.out.0[..n * m]));
+    Ok(())
 }
 
 impl Backend for CpuBackend {

@@ -1,0 +1,252 @@
+//! Batch-invariant product `out[i, j] = sum_kk x[i, kk] * w[j, kk]` (both operands contiguous in
+//! `kk`), used by `linear`.
+//!
+//! Every output element is summed in one fixed order, whatever the number of rows: 16 lane
+//! accumulators over the full 16-wide blocks of `kk` (one fused multiply-add per term), a tree sum
+//! of the lanes, then the leftover terms in order. Rows are processed in chunks of up to
+//! [`ROW_BLOCK`] and columns in groups of [`COL_BLOCK`]; the blocking only decides which elements
+//! share loads, never how one element is summed, so a row's result is the same bit for bit in a
+//! batch of 1 or of 64 (a decode stream's output then does not depend on its batch bucket).
+//!
+//! Columns are split into tiles of about [`TILE_ELEMS`] weights (kept in L2 and reused by every row
+//! chunk); tiles run in parallel across the pool.
+
+use crate::math;
+use crate::simd::dispatch;
+use rayon::prelude::*;
+
+/// Lanes per accumulator (one AVX-512 register).
+const LANES: usize = 16;
+/// Most lhs rows one micro-kernel call handles.
+const ROW_BLOCK: usize = 4;
+/// Output columns one micro-kernel call handles.
+const COL_BLOCK: usize = 4;
+/// Weights per column tile: 256 KiB of f32, well inside L2, reused across all row chunks.
+const TILE_ELEMS: usize = 64 << 10;
+
+/// One product; the caller has checked `x.len() >= n * k`, `w.len() >= m * k`,
+/// `out.len() >= n * m`.
+pub(crate) struct RowDot<'a> {
+    pub n: usize,
+    pub m: usize,
+    pub k: usize,
+    pub x: &'a [f32],
+    pub w: &'a [f32],
+    /// Threads from the current rayon pool (1: run on the calling thread).
+    pub threads: usize,
+}
+
+/// The destination `[n, m]`, shared by tasks that write disjoint column ranges.
+#[derive(Clone, Copy)]
+struct Dst {
+    ptr: *mut f32,
+    m: usize,
+}
+// SAFETY: tasks only write disjoint column ranges of the destination (see `store`).
+unsafe impl Send for Dst {}
+// SAFETY: as above; no task reads what another writes.
+unsafe impl Sync for Dst {}
+
+impl Dst {
+    /// # Safety
+    /// `(i, j)` must lie inside the `[n, m]` destination, and no other task may access column `j`
+    /// concurrently.
+    #[inline(always)]
+    unsafe fn store(self, i: usize, j: usize, v: f32) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *self.ptr.add(i * self.m + j) = v };
+    }
+}
+
+impl RowDot<'_> {
+    /// Writes the product into `out[..n * m]`.
+    pub(crate) fn run(&self, out: &mut [f32]) {
+        let (n, m, k) = (self.n, self.m, self.k);
+        if n == 0 || m == 0 {
+            return;
+        }
+        let out = &mut out[..n * m];
+        let d = Dst {
+            ptr: out.as_mut_ptr(),
+            m,
+        };
+        let tile = (TILE_ELEMS / k.max(1)).max(COL_BLOCK) / COL_BLOCK * COL_BLOCK;
+        let tiles = m.div_ceil(tile);
+        let task = |t: usize| {
+            let j1 = ((t + 1) * tile).min(m);
+            tile_task(self, d, t * tile, j1);
+        };
+        if self.threads > 1 && tiles > 1 {
+            (0..tiles).into_par_iter().for_each(task);
+        } else {
+            (0..tiles).for_each(task);
+        }
+    }
+}
+
+/// Every row chunk of one column tile `[j0, j1)`.
+fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU supports AVX-512F (checked just above), which implies FMA.
+        return unsafe { avx512::tile_task(p, d, j0, j1) };
+    }
+    portable_tile_task(p, d, j0, j1);
+}
+
+dispatch! {
+    fn portable_tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
+        for i0 in (0..p.n).step_by(ROW_BLOCK) {
+            match p.n - i0 {
+                1 => cols::<1>(p, d, i0, j0, j1),
+                2 => cols::<2>(p, d, i0, j0, j1),
+                3 => cols::<3>(p, d, i0, j0, j1),
+                _ => cols::<ROW_BLOCK>(p, d, i0, j0, j1),
+            }
+        }
+    }
+}
+
+/// Rows `[i0, i0 + R)` against columns `[j0, j1)`, `COL_BLOCK` columns at a time.
+#[inline(always)]
+fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
+    let k = p.k;
+    let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * k..(i0 + r + 1) * k]);
+    let mut j = j0;
+    while j + COL_BLOCK <= j1 {
+        micro::<R, COL_BLOCK>(k, &x, p.w, d, i0, j);
+        j += COL_BLOCK;
+    }
+    while j < j1 {
+        micro::<R, 1>(k, &x, p.w, d, i0, j);
+        j += 1;
+    }
+}
+
+/// `R x C` outputs at `(i0.., j0..)`; the per-element order is the one the module doc fixes.
+#[inline(always)]
+fn micro<const R: usize, const C: usize>(
+    k: usize,
+    x: &[&[f32]; R],
+    w: &[f32],
+    d: Dst,
+    i0: usize,
+    j0: usize,
+) {
+    let wr: [&[f32]; C] = std::array::from_fn(|c| &w[(j0 + c) * k..(j0 + c + 1) * k]);
+    let body = k / LANES * LANES;
+    let mut acc = [[[0.0_f32; LANES]; C]; R];
+    let mut o = 0;
+    while o < body {
+        for r in 0..R {
+            let xv = &x[r][o..o + LANES];
+            for c in 0..C {
+                let wv = &wr[c][o..o + LANES];
+                for l in 0..LANES {
+                    acc[r][c][l] = xv[l].mul_add(wv[l], acc[r][c][l]);
+                }
+            }
+        }
+        o += LANES;
+    }
+    for r in 0..R {
+        for c in 0..C {
+            let mut v = math::hsum(acc[r][c]);
+            for kk in body..k {
+                v = x[r][kk].mul_add(wr[c][kk], v);
+            }
+            // SAFETY: i0 + r < n and j0 + c < m (the callers' loops stay in range); this task
+            // owns the column tile holding j0 + c.
+            unsafe { d.store(i0 + r, j0 + c, v) };
+        }
+    }
+}
+
+/// The same arithmetic as `micro` in explicit AVX-512 (LLVM does not keep the portable version's
+/// 16 accumulator arrays in registers).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Dst, RowDot, COL_BLOCK, LANES, ROW_BLOCK};
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
+        for i0 in (0..p.n).step_by(ROW_BLOCK) {
+            match p.n - i0 {
+                1 => cols::<1>(p, d, i0, j0, j1),
+                2 => cols::<2>(p, d, i0, j0, j1),
+                3 => cols::<3>(p, d, i0, j0, j1),
+                _ => cols::<ROW_BLOCK>(p, d, i0, j0, j1),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    #[inline]
+    fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
+        let k = p.k;
+        let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * k..(i0 + r + 1) * k]);
+        let mut j = j0;
+        while j + COL_BLOCK <= j1 {
+            micro::<R, COL_BLOCK>(k, &x, p.w, d, i0, j);
+            j += COL_BLOCK;
+        }
+        while j < j1 {
+            micro::<R, 1>(k, &x, p.w, d, i0, j);
+            j += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    #[inline]
+    fn micro<const R: usize, const C: usize>(
+        k: usize,
+        x: &[&[f32]; R],
+        w: &[f32],
+        d: Dst,
+        i0: usize,
+        j0: usize,
+    ) {
+        let wr: [&[f32]; C] = std::array::from_fn(|c| &w[(j0 + c) * k..(j0 + c + 1) * k]);
+        let body = k / LANES * LANES;
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut o = 0;
+        while o < body {
+            // SAFETY: o + LANES <= body <= k, the length of every row slice in `wr` and `x`.
+            let wv: [__m512; C] =
+                std::array::from_fn(|c| unsafe { _mm512_loadu_ps(wr[c].as_ptr().add(o)) });
+            for r in 0..R {
+                // SAFETY: as above.
+                let xv = unsafe { _mm512_loadu_ps(x[r].as_ptr().add(o)) };
+                for c in 0..C {
+                    acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+                }
+            }
+            o += LANES;
+        }
+        for r in 0..R {
+            for c in 0..C {
+                let mut v = hsum(acc[r][c]);
+                for kk in body..k {
+                    v = x[r][kk].mul_add(wr[c][kk], v);
+                }
+                // SAFETY: i0 + r < n and j0 + c < m (the callers' loops stay in range); this task
+                // owns the column tile holding j0 + c.
+                unsafe { d.store(i0 + r, j0 + c, v) };
+            }
+        }
+    }
+
+    /// `math::hsum`'s tree (lane l plus lane l + 8, then + 4, + 2, + 1) in vector steps.
+    #[target_feature(enable = "avx512f,fma")]
+    #[inline]
+    fn hsum(v: __m512) -> f32 {
+        let lo = _mm512_castps512_ps256(v);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let s8 = _mm256_add_ps(lo, hi);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2));
+        _mm_cvtss_f32(s1)
+    }
+}
