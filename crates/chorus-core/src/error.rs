@@ -39,6 +39,15 @@ pub enum Error {
         code: i64,
         cardinality: usize,
     },
+    #[error("{op}: code {code} at stream {stream}, frame {frame}, codebook {codebook} is outside [0, {cardinality})")]
+    CodeOutOfRangeAt {
+        op: &'static str,
+        stream: usize,
+        frame: usize,
+        codebook: usize,
+        code: i64,
+        cardinality: usize,
+    },
     #[error("{op}: slot {slot} is outside [0, {max_slots})")]
     UnknownSlot {
         op: &'static str,

@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod buckets;
+pub mod codes;
 pub mod consts;
 pub mod decoder;
 pub mod error;

@@ -1,4 +1,5 @@
-//! Reading and writing NumPy `.npy` arrays (format versions 1-3, little-endian, C order).
+//! Reading and writing NumPy `.npy` arrays (format versions 1-3; any byte order and C or
+//! Fortran order on reading; little-endian C order on writing). Format: numpy `lib/format.py`.
 
 use crate::{Error, Result};
 
@@ -49,12 +50,7 @@ pub fn read_npy(bytes: &[u8], origin: &str) -> Result<NpyArray> {
     let descr = dict_value(header, "descr")
         .map(|v| v.trim_matches(|c| c == '\'' || c == '"').to_string())
         .ok_or_else(|| bad(origin, "header has no descr"))?;
-    if dict_value(header, "fortran_order").is_some_and(|v| v.starts_with("True")) {
-        return Err(bad(
-            origin,
-            "Fortran-ordered arrays are not supported; save with C order",
-        ));
-    }
+    let fortran = dict_value(header, "fortran_order").is_some_and(|v| v.starts_with("True"));
     let shape = parse_shape(header)
         .ok_or_else(|| bad(origin, format!("bad shape in header `{header}`")))?;
     let count = shape
@@ -81,13 +77,57 @@ pub fn read_npy(bytes: &[u8], origin: &str) -> Result<NpyArray> {
         ));
     }
     let body = &body[..needed];
-    let data = decode(&descr, body, width);
+    let swapped: Vec<u8>;
+    let body = if descr.starts_with('>') && width > 1 {
+        swapped = body
+            .chunks_exact(width)
+            .flat_map(|c| c.iter().rev().copied())
+            .collect();
+        &swapped
+    } else {
+        body
+    };
+    let mut data = decode(&descr, body, width);
+    if fortran && shape.len() > 1 {
+        data = match data {
+            NpyData::Int(v) => NpyData::Int(fortran_to_c(&v, &shape)),
+            NpyData::Float(v) => NpyData::Float(fortran_to_c(&v, &shape)),
+        };
+    }
     Ok(NpyArray { shape, descr, data })
+}
+
+/// Reorders column-major data of `shape` into row-major.
+fn fortran_to_c<T: Copy>(data: &[T], shape: &[usize]) -> Vec<T> {
+    let rank = shape.len();
+    let mut strides = vec![1usize; rank];
+    for i in 1..rank {
+        strides[i] = strides[i - 1] * shape[i - 1];
+    }
+    let mut index = vec![0usize; rank];
+    let mut out = Vec::with_capacity(data.len());
+    for _ in 0..data.len() {
+        out.push(
+            data[index
+                .iter()
+                .zip(&strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()],
+        );
+        for axis in (0..rank).rev() {
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+    out
 }
 
 fn dtype_width(descr: &str) -> Option<usize> {
     let (order, kind) = descr.split_at(1.min(descr.len()));
-    if order != "<" && order != "|" && order != "=" {
+    if !matches!(order, "<" | ">" | "|" | "=") {
         return None;
     }
     match kind {
@@ -236,13 +276,17 @@ mod tests {
     }
 
     #[test]
-    fn rejects_fortran_order() {
-        let mut bytes = write_npy_f32(&[2, 2], &[0.; 4]);
-        let at = bytes.windows(5).position(|w| w == b"False").unwrap();
-        bytes[at..at + 5].copy_from_slice(b"True ");
-        assert!(read_npy(&bytes, "f")
-            .unwrap_err()
-            .to_string()
-            .contains("Fortran"));
+    fn reads_big_endian_fortran_order() {
+        let header = "{'descr': '>i8', 'fortran_order': True, 'shape': (2, 3), }\n";
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        // Column-major: column t holds [row 0, row 1].
+        for v in [10i64, 20, 11, 21, 12, 22] {
+            bytes.extend_from_slice(&v.to_be_bytes());
+        }
+        let a = read_npy(&bytes, "f").unwrap();
+        assert_eq!(a.data, NpyData::Int(vec![10, 11, 12, 20, 21, 22]));
     }
 }

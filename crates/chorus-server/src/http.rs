@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::npy::read_codes;
 use crate::protocol::{ErrorCode, PROTOCOL_VERSION};
 use crate::server::AppState;
-use crate::wav::encode_wav;
+use crate::wav::{encode_wav, WavFormat};
 
 /// Output of `POST /v1/decode`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -43,9 +43,11 @@ pub(crate) async fn decode(
     Query(query): Query<DecodeQuery>,
     body: Bytes,
 ) -> Response {
-    let file = match read_codes(&body) {
+    let engine = &state.engine;
+    let info = engine.info();
+    let file = match read_codes(&body, info.codebook_size, info.max_codebooks) {
         Ok(f) => f,
-        Err(e @ chorus_core::Error::CodeOutOfRange { .. }) => {
+        Err(e @ chorus_core::Error::CodeOutOfRangeAt { .. }) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 &state,
@@ -62,22 +64,6 @@ pub(crate) async fn decode(
             )
         }
     };
-    let engine = &state.engine;
-    let card = engine.info().codebook_size;
-    if let Some(pos) = file.codes.iter().position(|&c| c as usize >= card) {
-        let msg = format!(
-            "code {} at frame {}, codebook {}, is outside [0, {card})",
-            file.codes[pos],
-            pos / file.n_q,
-            pos % file.n_q
-        );
-        return error(
-            StatusCode::BAD_REQUEST,
-            &state,
-            ErrorCode::CodeOutOfRange,
-            msg,
-        );
-    }
     let mut stream = match engine.open(StreamInput::Codes { n_q: file.n_q }) {
         Ok(s) => s,
         Err(e) => {
@@ -135,7 +121,7 @@ pub(crate) async fn decode(
             let bytes: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
         }
-        DecodeFormat::Wav => match encode_wav(&pcm) {
+        DecodeFormat::Wav => match encode_wav(&pcm, WavFormat::Pcm16) {
             Ok(bytes) => ([(header::CONTENT_TYPE, "audio/wav")], bytes).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
