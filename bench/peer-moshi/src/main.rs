@@ -67,7 +67,7 @@ fn parse_args() -> Result<Args> {
             _ => bail!("unknown flag {flag} (known: --batches, --warmup, --min-secs, --min-steps)"),
         }
     }
-    if args.batches.iter().any(|&b| b == 0) || args.min_steps == 0 {
+    if args.batches.contains(&0) || args.min_steps == 0 {
         bail!("batch sizes and --min-steps must be positive");
     }
     Ok(args)

@@ -45,7 +45,9 @@ pub struct RandomWeights {
 
 impl RandomWeights {
     pub fn new(seed: u64) -> Self {
-        Self { rng: Mutex::new(SplitMix64::new(seed)) }
+        Self {
+            rng: Mutex::new(SplitMix64::new(seed)),
+        }
     }
 
     fn values(&self, shape: &Shape, name: &str) -> Vec<f32> {
@@ -60,7 +62,11 @@ impl RandomWeights {
             _ => {
                 // Fan-in scaled normal keeps activations bounded through the deep conv stack.
                 let fan_in = (n / shape.dims().first().copied().unwrap_or(1).max(1)).max(1);
-                let std = if leaf == "bias" { 0.01 } else { 1.0 / (fan_in as f64).sqrt() };
+                let std = if leaf == "bias" {
+                    0.01
+                } else {
+                    1.0 / (fan_in as f64).sqrt()
+                };
                 // A poisoned lock only means another loader thread panicked; the state is still valid.
                 let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
                 (0..n).map(|_| (std * rng.next_normal()) as f32).collect()
