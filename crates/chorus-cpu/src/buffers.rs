@@ -15,13 +15,17 @@ impl PartialEq for CpuBuf {
     }
 }
 
-/// A copy of a weight matrix with its rows padded, derived on first use by an op that reads the
-/// matrix with a power-of-two row stride (such strides alias in the caches and cost `gemm` 3x).
+/// A derived copy of a weight matrix, made on first use: either its rows padded (for an op that
+/// reads the matrix with a power-of-two row stride, which aliases in the caches and costs `gemm`
+/// 3x) or its transpose (for the row-invariant product of `rowdot.rs`, which reads rows of `k`).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Padded {
     pub rows: usize,
     pub cols: usize,
+    /// Row stride of `data` (`cols + ROW_PAD` padded, `rows` transposed).
     pub stride: usize,
+    /// `data` holds the `[cols, rows]` transpose instead of padded rows.
+    pub transposed: bool,
     pub data: Vec<f32>,
 }
 
@@ -46,10 +50,32 @@ impl CpuBuf {
                 rows,
                 cols,
                 stride,
+                transposed: false,
                 data,
             }
         });
-        (p.rows == rows && p.cols == cols).then_some(p)
+        (p.rows == rows && p.cols == cols && !p.transposed).then_some(p)
+    }
+
+    /// The buffer as a `[rows, cols]` matrix, transposed to `[cols, rows]` (copied once, then
+    /// cached), or `None` if it was first derived for another shape or layout.
+    pub(crate) fn transposed(&self, rows: usize, cols: usize) -> Option<&Padded> {
+        let p = self.1.get_or_init(|| {
+            let mut data = vec![0.0; rows * cols];
+            for (r, s) in self.0.chunks_exact(cols).take(rows).enumerate() {
+                for (c, &v) in s.iter().enumerate() {
+                    data[c * rows + r] = v;
+                }
+            }
+            Padded {
+                rows,
+                cols,
+                stride: rows,
+                transposed: true,
+                data,
+            }
+        });
+        (p.rows == rows && p.cols == cols && p.transposed).then_some(p)
     }
 
     /// The elements.

@@ -4,15 +4,19 @@
 //! c_in]` (state columns, then the (ELU'd) new columns). With weights `[c_out, kernel, c_in]`, the
 //! im2col row of output `t` at dilation 1 is the contiguous run of `kernel * c_in` values starting at
 //! row `t` of `xin`, so long convolutions are one GEMM per row whose lhs rows overlap (row stride
-//! `c_in`), with no im2col copy. Short ones (a few time steps, many rows) instead copy an explicit
-//! im2col matrix for the whole chunk of rows so that one GEMM reads the weights once for all rows.
+//! `c_in`), with no im2col copy. Short ones (a few time steps) instead copy an explicit im2col
+//! matrix for the whole chunk of rows so that one product reads the weights once for all rows; that
+//! product is `rowdot.rs`, whose per-element summation order does not depend on the row count, so
+//! a row's output is the same in every batch bucket (long ones run one same-shape GEMM per row).
 
 use crate::gemm::MatMul;
+use crate::rowdot::RowDot;
 use crate::{check, math, CpuBackend};
 use chorus_core::{Conv1dArgs, Result};
 use rayon::prelude::*;
 
-/// Up to this many time steps, rows are batched into one GEMM through an explicit im2col copy.
+/// Up to this many time steps, rows are batched into one product through an explicit im2col copy
+/// (for a single row too, so that it sums in the same order as in a batch).
 const IM2COL_MAX_TIME: usize = 64;
 /// Scratch elements one chunk of rows may use; bounds memory at large buckets.
 pub(crate) const CHUNK_SCRATCH_ELEMS: usize = 4 << 20;
@@ -71,7 +75,7 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
     let bias = a.bias.map(|b| &b.0[..co]);
     let residual = a.residual.map(|r| &r.0[..rows * time * co]);
 
-    let batched = rows > 1 && time <= IM2COL_MAX_TIME;
+    let batched = time <= IM2COL_MAX_TIME;
     let cols_row = if batched { time * kernel * ci } else { 0 };
     let per_row = len * ci + cols_row;
     let chunk = chunk_rows(rows, per_row, w.len());
@@ -109,7 +113,7 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
                 let res = residual.map(|v| &v[r0 * time * co..(r0 + n) * time * co]);
                 let accumulate = prefill(o, bias, res, co);
                 if batched {
-                    gemm_im2col(&ctx, o, xin, &mut cols[..n * cols_row], w, accumulate)?;
+                    gemm_im2col(&ctx, o, xin, &mut cols[..n * cols_row], w, accumulate);
                 } else {
                     gemm_direct(&ctx, o, xin, w, accumulate)?;
                 }
@@ -227,7 +231,7 @@ fn gemm_direct(c: &Ctx, out: &mut [f32], xin: &[f32], w: &[f32], accumulate: boo
         .try_for_each(|(o, xr)| one_row(o, xr))
 }
 
-/// Copies the im2col matrix of every row, then runs one GEMM over all of them.
+/// Copies the im2col matrix of every row, then runs one row-invariant product over all of them.
 fn gemm_im2col(
     c: &Ctx,
     out: &mut [f32],
@@ -235,7 +239,7 @@ fn gemm_im2col(
     cols: &mut [f32],
     w: &[f32],
     accumulate: bool,
-) -> Result<()> {
+) {
     let (len, kc) = (c.hist + c.time, c.kernel * c.ci);
     cols.par_chunks_mut(c.time * kc)
         .zip(xin.par_chunks(len * c.ci))
@@ -248,20 +252,15 @@ fn gemm_im2col(
                 }
             }
         });
-    MatMul {
-        m: out.len() / c.co,
-        n: c.co,
+    RowDot {
+        n: out.len() / c.co,
+        m: c.co,
         k: kc,
-        dst: out,
-        dst_rs: c.co,
-        lhs: cols,
-        lhs_rs: kc,
-        lhs_cs: 1,
-        rhs: w,
-        rhs_rs: 1,
-        rhs_cs: kc,
+        x: cols,
+        x_rs: kc,
+        w,
         accumulate,
         threads: c.threads,
     }
-    .run("conv1d")
+    .run(out);
 }

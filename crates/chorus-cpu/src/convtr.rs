@@ -3,10 +3,13 @@
 //! Dense: `y[t] = f(x[t]) @ W` with `W = [c_in, kernel * c_out]` gives, for each input step, the
 //! `kernel` output columns it touches; they are overlap-added at stride `stride` into a per-row
 //! accumulator `[time * stride + tail, c_out]` that starts from the slot's stored tail. The first
-//! `time * stride` columns plus bias are the output; the rest is the new bias-free tail.
+//! `time * stride` columns plus bias are the output; the rest is the new bias-free tail. For short
+//! inputs the product runs on a cached transpose of `W` through `rowdot.rs`, so that a row's output
+//! does not depend on how many rows share the call.
 
 use crate::conv::chunk_rows;
 use crate::gemm::MatMul;
+use crate::rowdot::RowDot;
 use crate::{check, math, CpuBackend};
 use chorus_core::{ConvTr1dArgs, ConvTr1dGeom, Error, Result};
 use rayon::prelude::*;
@@ -53,14 +56,19 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
         threads: be.threads,
     };
     let x = &a.x.0[..rows * time * ci];
-    let padded = if g.depthwise {
+    let kco = kernel * co;
+    let transposed = (!g.depthwise && time <= ROW_INVARIANT_MAX_TIME)
+        .then(|| a.w.transposed(ci, kco))
+        .flatten();
+    let padded = if g.depthwise || transposed.is_some() {
         None
     } else {
-        a.w.padded(ci, kernel * co)
+        a.w.padded(ci, kco)
     };
-    let (w, w_rs) = match padded {
-        Some(p) => (&p.data[..], p.stride),
-        None => (&a.w.0[..w_len], kernel * co),
+    let w = match (transposed, padded) {
+        (Some(t), _) => DenseW::Rows(&t.data),
+        (None, Some(p)) => DenseW::Cols(&p.data, p.stride),
+        (None, None) => DenseW::Cols(&a.w.0[..w_len], kco),
     };
     let out = &mut a.out.0[..rows * time * stride * co];
     let bias = a.bias.map(|b| &b.0[..co]);
@@ -78,7 +86,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
             // [c_out, kernel] -> [kernel, c_out] so that the inner loop runs over channels.
             for c in 0..co {
                 for j in 0..kernel {
-                    wt[j * co + c] = w[c * kernel + j];
+                    wt[j * co + c] = a.w.0[c * kernel + j];
                 }
             }
         }
@@ -103,7 +111,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
                     depthwise(&ctx, acc, xin, wt, state, sl);
                 } else {
                     let y = &mut y_all[..n * y_row];
-                    dense(&ctx, acc, y, xin, (w, w_rs), state, sl)?;
+                    dense(&ctx, acc, y, xin, w, state, sl)?;
                 }
                 let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
                 finish(&ctx, o, acc, bias, state, sl);
@@ -111,6 +119,19 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
             Ok(())
         })
     })
+}
+
+/// Up to this many input steps a dense transposed convolution runs through `rowdot.rs` on the
+/// transposed weights, whose per-element order does not depend on the row count (longer ones run
+/// `gemm`, whose order does not change with the row count at Mimi's shapes either).
+const ROW_INVARIANT_MAX_TIME: usize = 64;
+
+/// The dense weights: `[kernel * c_out, c_in]` rows (transposed, row-invariant product) or the
+/// `[c_in, kernel * c_out]` matrix with its row stride.
+#[derive(Clone, Copy)]
+enum DenseW<'a> {
+    Rows(&'a [f32]),
+    Cols(&'a [f32], usize),
 }
 
 /// Geometry of one call plus derived sizes.
@@ -134,28 +155,41 @@ fn dense(
     acc: &mut [f32],
     y: &mut [f32],
     xin: &[f32],
-    (w, w_rs): (&[f32], usize),
+    w: DenseW<'_>,
     state: &[f32],
     slots: &[i32],
 ) -> Result<()> {
     let g = c.g;
     let kco = g.kernel * g.c_out;
-    MatMul {
-        m: slots.len() * g.time,
-        n: kco,
-        k: g.c_in,
-        dst: y,
-        dst_rs: kco,
-        lhs: xin,
-        lhs_rs: g.c_in,
-        lhs_cs: 1,
-        rhs: w,
-        rhs_rs: w_rs,
-        rhs_cs: 1,
-        accumulate: false,
-        threads: c.threads,
+    match w {
+        DenseW::Rows(wt) => RowDot {
+            n: slots.len() * g.time,
+            m: kco,
+            k: g.c_in,
+            x: xin,
+            x_rs: g.c_in,
+            w: wt,
+            accumulate: false,
+            threads: c.threads,
+        }
+        .run(y),
+        DenseW::Cols(w, w_rs) => MatMul {
+            m: slots.len() * g.time,
+            n: kco,
+            k: g.c_in,
+            dst: y,
+            dst_rs: kco,
+            lhs: xin,
+            lhs_rs: g.c_in,
+            lhs_cs: 1,
+            rhs: w,
+            rhs_rs: w_rs,
+            rhs_cs: 1,
+            accumulate: false,
+            threads: c.threads,
+        }
+        .run("conv_tr1d")?,
     }
-    .run("conv_tr1d")?;
     let step = g.stride * g.c_out;
     acc.par_chunks_mut(c.acc_row)
         .zip(y.par_chunks(g.time * kco))

@@ -102,7 +102,9 @@ fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>) -> Result<()> {
         m,
         k,
         x: &a.x.0[..n * k],
+        x_rs: k,
         w: &a.w.0[..m * k],
+        accumulate: false,
         threads: be.threads,
     };
     be.install(|| p.run(&mut a.out.0[..n * m]));

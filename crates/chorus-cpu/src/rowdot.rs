@@ -24,14 +24,19 @@ const COL_BLOCK: usize = 4;
 /// Weights per column tile: 256 KiB of f32, well inside L2, reused across all row chunks.
 const TILE_ELEMS: usize = 64 << 10;
 
-/// One product; the caller has checked `x.len() >= n * k`, `w.len() >= m * k`,
+/// One product; the caller has checked `x.len() >= (n - 1) * x_rs + k`, `w.len() >= m * k`,
 /// `out.len() >= n * m`.
 pub(crate) struct RowDot<'a> {
     pub n: usize,
     pub m: usize,
     pub k: usize,
+    /// Row `i` of the lhs is `x[i * x_rs..i * x_rs + k]`.
     pub x: &'a [f32],
+    pub x_rs: usize,
+    /// Row `j` of the weights is `w[j * k..(j + 1) * k]`.
     pub w: &'a [f32],
+    /// Add to the existing output instead of overwriting it.
+    pub accumulate: bool,
     /// Threads from the current rayon pool (1: run on the calling thread).
     pub threads: usize,
 }
@@ -52,9 +57,12 @@ impl Dst {
     /// `(i, j)` must lie inside the `[n, m]` destination, and no other task may access column `j`
     /// concurrently.
     #[inline(always)]
-    unsafe fn store(self, i: usize, j: usize, v: f32) {
+    unsafe fn store(self, i: usize, j: usize, v: f32, accumulate: bool) {
         // SAFETY: guaranteed by the caller.
-        unsafe { *self.ptr.add(i * self.m + j) = v };
+        unsafe {
+            let p = self.ptr.add(i * self.m + j);
+            *p = if accumulate { *p + v } else { v };
+        }
     }
 }
 
@@ -111,14 +119,14 @@ dispatch! {
 #[inline(always)]
 fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
     let k = p.k;
-    let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * k..(i0 + r + 1) * k]);
+    let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
     let mut j = j0;
     while j + COL_BLOCK <= j1 {
-        micro::<R, COL_BLOCK>(k, &x, p.w, d, i0, j);
+        micro::<R, COL_BLOCK>(&x, p, d, i0, j);
         j += COL_BLOCK;
     }
     while j < j1 {
-        micro::<R, 1>(k, &x, p.w, d, i0, j);
+        micro::<R, 1>(&x, p, d, i0, j);
         j += 1;
     }
 }
@@ -126,13 +134,13 @@ fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize)
 /// `R x C` outputs at `(i0.., j0..)`; the per-element order is the one the module doc fixes.
 #[inline(always)]
 fn micro<const R: usize, const C: usize>(
-    k: usize,
     x: &[&[f32]; R],
-    w: &[f32],
+    p: &RowDot<'_>,
     d: Dst,
     i0: usize,
     j0: usize,
 ) {
+    let (k, w, accumulate) = (p.k, p.w, p.accumulate);
     let wr: [&[f32]; C] = std::array::from_fn(|c| &w[(j0 + c) * k..(j0 + c + 1) * k]);
     let body = k / LANES * LANES;
     let mut acc = [[[0.0_f32; LANES]; C]; R];
@@ -157,7 +165,7 @@ fn micro<const R: usize, const C: usize>(
             }
             // SAFETY: i0 + r < n and j0 + c < m (the callers' loops stay in range); this task
             // owns the column tile holding j0 + c.
-            unsafe { d.store(i0 + r, j0 + c, v) };
+            unsafe { d.store(i0 + r, j0 + c, v, accumulate) };
         }
     }
 }
@@ -185,14 +193,15 @@ mod avx512 {
     #[inline]
     fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
         let k = p.k;
-        let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * k..(i0 + r + 1) * k]);
+        let x: [&[f32]; R] =
+            std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
         let mut j = j0;
         while j + COL_BLOCK <= j1 {
-            micro::<R, COL_BLOCK>(k, &x, p.w, d, i0, j);
+            micro::<R, COL_BLOCK>(&x, p, d, i0, j);
             j += COL_BLOCK;
         }
         while j < j1 {
-            micro::<R, 1>(k, &x, p.w, d, i0, j);
+            micro::<R, 1>(&x, p, d, i0, j);
             j += 1;
         }
     }
@@ -200,13 +209,13 @@ mod avx512 {
     #[target_feature(enable = "avx512f,fma")]
     #[inline]
     fn micro<const R: usize, const C: usize>(
-        k: usize,
         x: &[&[f32]; R],
-        w: &[f32],
+        p: &RowDot<'_>,
         d: Dst,
         i0: usize,
         j0: usize,
     ) {
+        let (k, w, accumulate) = (p.k, p.w, p.accumulate);
         let wr: [&[f32]; C] = std::array::from_fn(|c| &w[(j0 + c) * k..(j0 + c + 1) * k]);
         let body = k / LANES * LANES;
         let mut acc = [[_mm512_setzero_ps(); C]; R];
@@ -232,7 +241,7 @@ mod avx512 {
                 }
                 // SAFETY: i0 + r < n and j0 + c < m (the callers' loops stay in range); this task
                 // owns the column tile holding j0 + c.
-                unsafe { d.store(i0 + r, j0 + c, v) };
+                unsafe { d.store(i0 + r, j0 + c, v, accumulate) };
             }
         }
     }
