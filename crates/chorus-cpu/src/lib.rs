@@ -3,8 +3,12 @@
 //! Design:
 //! - Buffers are plain `Vec`s ([`CpuBuf`], [`CpuInts`]); staging is host memory, so `stage_in` and
 //!   `stage_out` are copies and [`Backend::run`] simply calls the program.
-//! - Matrix products go through the `gemm` crate (SIMD picked at run time, arbitrary strides),
-//!   except products with at most four lhs rows (batch 1), which are bound by reading the weights
+//! - Batch invariance: a stream's output must not depend on its batch bucket, so every product
+//!   whose row count varies with the bucket (`linear`, short convolutions) runs `rowdot.rs`, which
+//!   sums each output element in one fixed order whatever the row count; long convolutions run one
+//!   same-shape product per row.
+//! - Other matrix products go through the `gemm` crate (SIMD picked at run time, arbitrary
+//!   strides), except products with at most four lhs rows, which are bound by reading the weights
 //!   once: those use the streaming kernels of `skinny.rs`, which never copy the weights.
 //! - Activations are channels-last, which makes a causal convolution's im2col row a contiguous
 //!   slice of the `[history + time, c_in]` concatenation: long convolutions need no im2col copy

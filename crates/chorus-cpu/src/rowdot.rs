@@ -259,3 +259,56 @@ mod avx512 {
         _mm_cvtss_f32(s1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs one whole product through `tile` on a fresh output.
+    fn product(p: &RowDot<'_>, tile: fn(&RowDot<'_>, Dst, usize, usize)) -> Vec<f32> {
+        let mut out = vec![f32::NAN; p.n * p.m];
+        let d = Dst {
+            ptr: out.as_mut_ptr(),
+            m: p.m,
+        };
+        tile(p, d, 0, p.m);
+        out
+    }
+
+    #[test]
+    fn portable_and_dispatched_kernels_agree_bit_for_bit() {
+        // k leaves a partial 16-lane block and m a partial column group, so every path runs.
+        let (n, m, k) = (7, 11, 83);
+        let gen = |len: usize, seed: u32| -> Vec<f32> {
+            (0..len as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32 / 1e7 - 0.8)
+                .collect()
+        };
+        let (x, w) = (gen(n * k, 1), gen(m * k, 2));
+        let p = RowDot {
+            n,
+            m,
+            k,
+            x: &x,
+            x_rs: k,
+            w: &w,
+            accumulate: false,
+            threads: 1,
+        };
+        let fast = product(&p, tile_task);
+        let portable = product(&p, portable_tile_task);
+        assert!(fast.iter().all(|v| v.is_finite()));
+        assert!(fast == portable, "dispatched and portable kernels differ");
+        let want: Vec<f32> = (0..n * m)
+            .map(|e| {
+                let (i, j) = (e / m, e % m);
+                (0..k)
+                    .map(|kk| x[i * k + kk] as f64 * w[j * k + kk] as f64)
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        for (g, w) in fast.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+    }
+}
