@@ -11,8 +11,11 @@ use common::*;
 
 /// Largest lhs row count the linear check covers (35 streams of 2 tokens, past every bucket edge).
 const LINEAR_MAX_ROWS: usize = 70;
-/// Largest row count the convolution checks cover.
+/// Every row count up to this one is checked for the convolutions...
 const CONV_MAX_ROWS: usize = 9;
+/// ...and these larger batch buckets too (long convolutions use `gemm`, whose blocking changes
+/// with the total row count).
+const CONV_BIG_ROWS: [usize; 2] = [16, 32];
 
 fn upload(be: &CpuBackend, v: &[f32]) -> CpuBuf {
     be.upload(v, BufRole::Activation).unwrap()
@@ -115,7 +118,7 @@ fn conv1d_rows_do_not_depend_on_the_row_count() {
         let w = upload(&be, &rng.vec(co * kernel * ci, 0.05));
         let b = upload(&be, &rng.vec(co, 0.1));
         let alone = conv_copies(&be, g1, &x_row, &hist_row, &w, &b);
-        for rows in 1..=CONV_MAX_ROWS {
+        for rows in (1..=CONV_MAX_ROWS).chain(CONV_BIG_ROWS) {
             let got = conv_copies(&be, Conv1dGeom { rows, ..g1 }, &x_row, &hist_row, &w, &b);
             for (r, row) in got.chunks_exact(time * co).enumerate() {
                 assert!(
@@ -191,7 +194,7 @@ fn conv_tr1d_rows_do_not_depend_on_the_row_count() {
         let w = upload(&be, &rng.vec(w_len, 0.05));
         let b = upload(&be, &rng.vec(co, 0.1));
         let alone = convtr_copies(&be, g1, &x_row, &tail_row, &w, &b);
-        for rows in 1..=CONV_MAX_ROWS {
+        for rows in (1..=CONV_MAX_ROWS).chain(CONV_BIG_ROWS) {
             let got = convtr_copies(&be, ConvTr1dGeom { rows, ..g1 }, &x_row, &tail_row, &w, &b);
             for (r, row) in got.chunks_exact(time * stride * co).enumerate() {
                 assert!(
