@@ -8,6 +8,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod oracle;
 pub mod prepare;
 pub mod program;
 pub mod random;

@@ -76,12 +76,7 @@ pub fn alone(model: &LoadedModel, frames: &[Vec<u32>]) -> Vec<Vec<f32>> {
 /// Relative L2 error of `got` against `want`.
 pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0f64, 0f64);
-    for (g, w) in got.iter().zip(want) {
-        num += (*g as f64 - *w as f64).powi(2);
-        den += (*w as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
+    chorus_mimi::oracle::rel_l2(got, want)
 }
 
 /// Frame `i` of a multi-row PCM buffer.
