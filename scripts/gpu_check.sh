@@ -6,11 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device-bin
-# The CUDA libraries: the toolkit's, then the ones PyTorch's wheels ship.
-for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-[ -d /usr/local/cuda/include ] && export CHORUS_CUDA_INCLUDE=/usr/local/cuda/include
+source scripts/device/cuda_env.sh
 export RUST_BACKTRACE=1
 status=0
 section() { echo; echo "=================== $* ==================="; }
@@ -28,9 +24,8 @@ section "(b') oracle fixtures"
 if [ -x "$BIN"/oracle ]; then "$BIN"/oracle --test-threads=1 --nocapture 2>&1 || status=1; else echo "no oracle test binary"; fi
 section "(c) chorus bench --device cuda --model random"
 if [ -x "$BIN"/chorus ]; then
-  for p in bf16 f32; do
-    "$BIN"/chorus bench --device cuda --model random --batch 1,64,1024 --n-q 8 --precision "$p" --seconds 2 2>&1 || status=1
-  done
+  "$BIN"/chorus bench --device cuda --model random --batch 1,2,4,8,16,32,64,128,256,512,1024 --n-q 8 --precision bf16 --seconds 1 2>&1 || status=1
+  "$BIN"/chorus bench --device cuda --model random --batch 1,64,1024 --n-q 8 --precision f32 --seconds 1 2>&1 || status=1
 else echo "MISSING $BIN/chorus"; fi
 section "(c') replay_bench: device time per step and per-op breakdown"
 if [ -x "$BIN"/replay_bench ]; then
