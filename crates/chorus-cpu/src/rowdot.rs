@@ -23,6 +23,8 @@ const ROW_BLOCK: usize = 4;
 const COL_BLOCK: usize = 4;
 /// Weights per column tile: 256 KiB of f32, well inside L2, reused across all row chunks.
 const TILE_ELEMS: usize = 64 << 10;
+/// Column tiles per pool thread at least (when the columns allow), for load balance.
+const TILES_PER_THREAD: usize = 4;
 
 /// One product; the caller has checked `x.len() >= (n - 1) * x_rs + k`, `w.len() >= m * k`,
 /// `out.len() >= n * m`.
@@ -78,7 +80,10 @@ impl RowDot<'_> {
             ptr: out.as_mut_ptr(),
             m,
         };
-        let tile = (TILE_ELEMS / k.max(1)).max(COL_BLOCK) / COL_BLOCK * COL_BLOCK;
+        // Cache-sized tiles, but enough of them to keep every thread busy.
+        let cache_cols = TILE_ELEMS / k.max(1);
+        let balance_cols = m.div_ceil(self.threads.max(1) * TILES_PER_THREAD);
+        let tile = cache_cols.min(balance_cols).max(1).div_ceil(COL_BLOCK) * COL_BLOCK;
         let tiles = m.div_ceil(tile);
         let task = |t: usize| {
             let j1 = ((t + 1) * tile).min(m);
