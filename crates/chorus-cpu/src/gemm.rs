@@ -1,7 +1,6 @@
-//! Bounds-checked matrix product: the `gemm` crate (runtime SIMD dispatch, arbitrary strides), or
-//! the streaming kernels of `skinny.rs` when the lhs has only a few rows.
+//! Bounds-checked matrix product through the `gemm` crate (runtime SIMD dispatch, arbitrary
+//! strides), for the long convolutions; short ones and every `linear` use `rowdot.rs`.
 
-use crate::skinny::{Skinny, SKINNY_MAX_M};
 use chorus_core::{Error, Result};
 use gemm::Parallelism;
 
@@ -63,25 +62,6 @@ impl MatMul<'_> {
         let rhs_need = span(k, self.rhs_rs, n, self.rhs_cs);
         if rhs_need > self.rhs.len() {
             return Err(oob(op, "gemm rhs", rhs_need, self.rhs.len()));
-        }
-        if m <= SKINNY_MAX_M && self.lhs_cs == 1 && (self.rhs_rs == 1 || self.rhs_cs == 1) {
-            let dots = self.rhs_rs == 1;
-            let s = Skinny {
-                m,
-                n,
-                k,
-                lhs: self.lhs,
-                lhs_rs: self.lhs_rs,
-                w: self.rhs,
-                w_stride: if dots { self.rhs_cs } else { self.rhs_rs },
-                accumulate: self.accumulate,
-            };
-            if dots {
-                s.run_dots(self.dst, self.dst_rs, self.threads);
-            } else {
-                s.run_axpy(self.dst, self.dst_rs, self.threads);
-            }
-            return Ok(());
         }
         let parallelism = if self.threads > 1 {
             Parallelism::Rayon(self.threads)

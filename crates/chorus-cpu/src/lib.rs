@@ -7,9 +7,8 @@
 //!   whose row count varies with the bucket (`linear`, short convolutions) runs `rowdot.rs`, which
 //!   sums each output element in one fixed order whatever the row count; long convolutions run one
 //!   same-shape product per row.
-//! - Other matrix products go through the `gemm` crate (SIMD picked at run time, arbitrary
-//!   strides), except products with at most four lhs rows, which are bound by reading the weights
-//!   once: those use the streaming kernels of `skinny.rs`, which never copy the weights.
+//! - The long convolutions' products go through the `gemm` crate (SIMD picked at run time,
+//!   arbitrary strides).
 //! - Activations are channels-last, which makes a causal convolution's im2col row a contiguous
 //!   slice of the `[history + time, c_in]` concatenation: long convolutions need no im2col copy
 //!   (see `conv.rs`); a dense transposed convolution is one GEMM plus an overlap-add (`convtr.rs`).
@@ -38,7 +37,6 @@ mod math;
 mod rowdot;
 mod scratch;
 mod simd;
-mod skinny;
 
 pub use buffers::{CpuBuf, CpuInts, CpuStaging};
 
