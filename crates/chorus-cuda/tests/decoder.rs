@@ -70,3 +70,65 @@ fn cuda_decoder_matches_cpu_decoder() {
         eprintln!("decoder on {}", dec.describe());
     }
 }
+
+#[test]
+fn cuda_single_stream_decode_with_reset_flag() {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    let model = random_model(&cfg, SEED).expect("random model");
+    let mut rng = Rng::new(SEED + 1);
+    let frames: Vec<Vec<u32>> = (0..6)
+        .map(|_| {
+            (0..CODEBOOKS)
+                .map(|_| rng.below(cfg.codebook_size) as u32)
+                .collect()
+        })
+        .collect();
+    let mut cpu_dec =
+        chorus_mimi::StreamDecoder::new(cpu(), &model.config, &model.weights).expect("cpu");
+    for precision in [Precision::F32, Precision::Bf16] {
+        let Some(be) = cuda(precision) else { return };
+        let mut dec =
+            chorus_mimi::StreamDecoder::new(be, &model.config, &model.weights).expect("cuda");
+        // Frames 0-2, then frames 3-5 as a new utterance (reset on frame 3).
+        let mut fresh_run = Vec::new();
+        for (t, c) in frames.iter().enumerate() {
+            let reset = t == 3;
+            let want = cpu_dec
+                .decode(chorus_core::FrameInput::Codes(c), reset)
+                .expect("cpu decode")
+                .to_vec();
+            let got = dec
+                .decode(chorus_core::FrameInput::Codes(c), reset)
+                .expect("cuda decode")
+                .to_vec();
+            assert_parity(&format!("single-stream frame {t}"), precision, &got, &want);
+            if t >= 3 {
+                fresh_run.push(got);
+            }
+        }
+        // The reset utterance equals a fresh decoder's, bit for bit on the same backend.
+        let be = cuda(precision).expect("cuda");
+        let mut fresh =
+            chorus_mimi::StreamDecoder::new(be, &model.config, &model.weights).expect("cuda");
+        for (i, c) in frames[3..].iter().enumerate() {
+            let pcm = fresh
+                .decode(chorus_core::FrameInput::Codes(c), false)
+                .expect("decode");
+            assert!(
+                pcm == fresh_run[i].as_slice(),
+                "frame {} after reset differs from a fresh stream",
+                i + 3
+            );
+        }
+        // CPU ran both precisions' sequences: start it over for the next precision.
+        cpu_dec =
+            chorus_mimi::StreamDecoder::new(cpu(), &model.config, &model.weights).expect("cpu");
+    }
+}

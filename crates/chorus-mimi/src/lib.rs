@@ -12,9 +12,11 @@ pub mod oracle;
 pub mod prepare;
 pub mod program;
 pub mod random;
+pub mod single;
 pub mod state;
 pub mod weights;
 
 pub use config::MimiConfig;
 pub use decoder::{DecoderOptions, SlotDecoder};
+pub use single::StreamDecoder;
 pub use weights::MimiWeights;

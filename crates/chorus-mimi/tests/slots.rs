@@ -296,3 +296,24 @@ fn streams_run_past_the_window_and_around_the_ring() {
     }
     assert!(want[139].iter().all(|v| v.is_finite()));
 }
+
+#[test]
+fn single_stream_decode_with_reset_flag_matches_the_slot_decoder() {
+    let m = tiny_model();
+    let first = codes(81, 5, 8);
+    let second = codes(82, 4, 8);
+    let (want_first, want_second) = (alone(m, &first), alone(m, &second));
+    let be = chorus_cpu::CpuBackend::new(None).unwrap();
+    let mut d = chorus_mimi::StreamDecoder::new(be, &m.config, &m.weights).unwrap();
+    for (t, c) in first.iter().enumerate() {
+        let pcm = d.decode(FrameInput::Codes(c), false).unwrap();
+        assert_same(pcm, &want_first[t], &format!("first utterance frame {t}"));
+    }
+    // `reset` on the first frame of the next utterance: it decodes as a fresh stream.
+    for (t, c) in second.iter().enumerate() {
+        let pcm = d.decode(FrameInput::Codes(c), t == 0).unwrap();
+        assert_same(pcm, &want_second[t], &format!("second utterance frame {t}"));
+    }
+    let bad = [4096u32];
+    assert!(d.decode(FrameInput::Codes(&bad), false).is_err());
+}
