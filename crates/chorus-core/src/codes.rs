@@ -1,7 +1,7 @@
 //! Code sequences from files: shape and range validated against a model.
 
 use crate::npy::{read_npy, NpyData};
-use crate::{Error, Result, MAX_CODEBOOKS};
+use crate::{Error, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES, MAX_CODEBOOKS};
 
 const OP: &str = "codes";
 
@@ -105,6 +105,61 @@ impl CodesBatch {
         }
         out
     }
+}
+
+/// One stream's codes, `[n_q, frames]` row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamCodes<'a> {
+    pub n_q: usize,
+    pub frames: usize,
+    pub codes: &'a [u32],
+}
+
+impl CodesBatch {
+    /// Each stream's codes.
+    pub fn streams(&self) -> Vec<StreamCodes<'_>> {
+        self.codes
+            .chunks(self.n_q * self.frames)
+            .map(|codes| StreamCodes {
+                n_q: self.n_q,
+                frames: self.frames,
+                codes,
+            })
+            .collect()
+    }
+}
+
+/// Decodes streams side by side, stream i in slot i, one frame of each per step, for as many
+/// frames as the shortest has; calls `after_step` after each step. Returns each stream's PCM.
+pub fn decode_streams(
+    dec: &mut dyn FrameDecoder,
+    streams: &[StreamCodes<'_>],
+    mut after_step: impl FnMut(),
+) -> Result<Vec<Vec<f32>>> {
+    let frames = streams.iter().map(|s| s.frames).min().unwrap_or(0);
+    let mut out = vec![Vec::with_capacity(frames * FRAME_SAMPLES); streams.len()];
+    let mut codes: Vec<Vec<u32>> = streams.iter().map(|s| Vec::with_capacity(s.n_q)).collect();
+    let mut pcm = vec![0f32; streams.len() * FRAME_SAMPLES];
+    for t in 0..frames {
+        for (c, s) in codes.iter_mut().zip(streams) {
+            c.clear();
+            c.extend((0..s.n_q).map(|q| s.codes[q * s.frames + t]));
+        }
+        let inputs: Vec<Frame<'_>> = codes
+            .iter()
+            .enumerate()
+            .map(|(slot, c)| Frame {
+                slot,
+                input: FrameInput::Codes(c),
+            })
+            .collect();
+        dec.step(&inputs, &mut pcm)?;
+        for (s, o) in out.iter_mut().enumerate() {
+            o.extend_from_slice(&pcm[s * FRAME_SAMPLES..(s + 1) * FRAME_SAMPLES]);
+        }
+        after_step();
+    }
+    Ok(out)
 }
 
 /// Serialises one stream's frame-major codes `[frames, n_q]` as an `.npy` `[n_q, frames]` array.

@@ -5,8 +5,9 @@
 
 use crate::checkpoint::{load_model, write_safetensors, Dtype, Layout, LoadedModel};
 use crate::{MimiConfig, SlotDecoder};
+use chorus_core::codes::{decode_streams, StreamCodes};
 use chorus_core::npy::{read_npy, NpyArray, NpyData};
-use chorus_core::{Backend, Error, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES};
+use chorus_core::{Backend, Error, Result, FRAME_SAMPLES};
 use std::path::{Path, PathBuf};
 
 const OP: &str = "oracle";
@@ -127,28 +128,15 @@ pub fn decode_cases<B: Backend>(
     dec: &mut SlotDecoder<B>,
     cases: &[OracleCase],
 ) -> Result<Vec<Vec<f32>>> {
-    let frames = cases.iter().map(|c| c.frames).min().unwrap_or(0);
-    let mut got = vec![Vec::with_capacity(frames * FRAME_SAMPLES); cases.len()];
-    let mut pcm = vec![0f32; cases.len() * FRAME_SAMPLES];
-    for t in 0..frames {
-        let codes: Vec<Vec<u32>> = cases
-            .iter()
-            .map(|c| (0..c.n_q).map(|q| c.codes[q * c.frames + t]).collect())
-            .collect();
-        let inputs: Vec<Frame<'_>> = codes
-            .iter()
-            .enumerate()
-            .map(|(slot, c)| Frame {
-                slot,
-                input: FrameInput::Codes(c),
-            })
-            .collect();
-        dec.step(&inputs, &mut pcm)?;
-        for (s, out) in got.iter_mut().enumerate() {
-            out.extend_from_slice(&pcm[s * FRAME_SAMPLES..(s + 1) * FRAME_SAMPLES]);
-        }
-    }
-    Ok(got)
+    let streams: Vec<StreamCodes<'_>> = cases
+        .iter()
+        .map(|c| StreamCodes {
+            n_q: c.n_q,
+            frames: c.frames,
+            codes: &c.codes,
+        })
+        .collect();
+    decode_streams(dec, &streams, || ())
 }
 
 /// Relative L2 error of `got` against `want`, in f64.

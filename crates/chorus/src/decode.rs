@@ -4,7 +4,8 @@ use crate::audio_out::{write_streams, WavFormat};
 use crate::codes_file::read_codes;
 use crate::device::{open_decoder, DecoderSpec, DeviceKind};
 use anyhow::Result;
-use chorus_core::{Buckets, Frame, FrameInput, Precision, FRAME_SAMPLES};
+use chorus_core::codes::decode_streams;
+use chorus_core::{Buckets, Precision};
 use std::path::PathBuf;
 
 /// Frames above which a progress bar is drawn.
@@ -58,29 +59,11 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         dec.describe()
     );
     let bar = progress(batch.frames);
-    let mut streams = vec![Vec::with_capacity(batch.frames * FRAME_SAMPLES); batch.streams];
-    let mut frame_codes = vec![Vec::new(); batch.streams];
-    let mut pcm = vec![0f32; batch.streams * FRAME_SAMPLES];
-    for t in 0..batch.frames {
-        for (s, codes) in frame_codes.iter_mut().enumerate() {
-            batch.frame(s, t, codes);
-        }
-        let frames: Vec<Frame<'_>> = frame_codes
-            .iter()
-            .enumerate()
-            .map(|(slot, c)| Frame {
-                slot,
-                input: FrameInput::Codes(c),
-            })
-            .collect();
-        dec.step(&frames, &mut pcm)?;
-        for (s, out) in streams.iter_mut().enumerate() {
-            out.extend_from_slice(&pcm[s * FRAME_SAMPLES..(s + 1) * FRAME_SAMPLES]);
-        }
+    let streams = decode_streams(dec.as_mut(), &batch.streams(), || {
         if let Some(b) = &bar {
             b.inc(1);
         }
-    }
+    })?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
