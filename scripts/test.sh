@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs NVRTC (for the CUDA kernel compile
-# check; no GPU needed), then runs every workspace test.
+# check; no GPU needed), then runs every workspace test and closes with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -f scripts/ci_nvrtc_env.sh ]; then
   eval "$(bash scripts/ci_nvrtc_env.sh)"
 fi
-cargo test --workspace --release "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --release "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"
