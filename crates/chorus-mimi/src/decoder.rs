@@ -1,7 +1,7 @@
 //! The slot decoder: `max_slots` independent streams, one program run per step.
 
 use crate::prepare::{prepare, PreparedWeights};
-use crate::program::{forward, Activations, StepShape};
+use crate::program::{forward, Activations, StepBuffers, StepShape};
 use crate::state::SlotState;
 use crate::MimiConfig;
 use chorus_core::{
@@ -264,10 +264,17 @@ impl<B: Backend> SlotDecoder<B> {
             rows: self.buckets.sizes()[index],
             dummy: self.max_slots,
         };
-        let (w, st, a) = (&self.weights, &mut self.state, &mut self.acts);
+        let (weights, state, acts) = (&self.weights, &mut self.state, &mut self.acts);
         let staging = &mut self.staging[index];
-        self.be
-            .run(index, &mut |be: &B| forward(be, &shape, w, st, a, staging))
+        self.be.run(index, &mut |be: &B| {
+            let bufs = StepBuffers {
+                weights,
+                state: &mut *state,
+                acts: &mut *acts,
+                staging: &mut *staging,
+            };
+            forward(be, &shape, bufs)
+        })
     }
 }
 

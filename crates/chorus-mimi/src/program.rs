@@ -84,15 +84,29 @@ pub struct StepShape<'c> {
     pub dummy: usize,
 }
 
+/// Everything one program run reads and writes.
+pub struct StepBuffers<'s, B: Backend> {
+    pub weights: &'s PreparedWeights<B>,
+    pub state: &'s mut SlotState<B>,
+    pub acts: &'s mut Activations<B>,
+    pub staging: &'s mut B::Staging,
+}
+
+/// The backend and the rows of a step, as every layer call needs them.
+struct Rows<'r, B: Backend> {
+    be: &'r B,
+    slots: &'r B::Ints,
+    rows: usize,
+}
+
 /// Runs (or records) one decode step for `shape.rows` rows.
-pub fn forward<B: Backend>(
-    be: &B,
-    shape: &StepShape<'_>,
-    w: &PreparedWeights<B>,
-    st: &mut SlotState<B>,
-    a: &mut Activations<B>,
-    staging: &mut B::Staging,
-) -> Result<()> {
+pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, B>) -> Result<()> {
+    let StepBuffers {
+        weights: w,
+        state: st,
+        acts: a,
+        staging,
+    } = bufs;
     let (cfg, rows) = (shape.cfg, shape.rows);
     let hid = cfg.hidden_size;
     be.stage_in(staging, &mut a.slots, &mut a.codes, &mut a.latents)?;
@@ -106,23 +120,31 @@ pub fn forward<B: Backend>(
         cardinality: cfg.codebook_size,
         dim: hid,
     })?;
-    convtr(
+    let r = Rows {
         be,
+        slots: &a.slots,
+        rows,
+    };
+    convtr(
+        &r,
         &w.upsample,
         &mut st.upsample,
-        &a.slots,
         (&a.emb, &mut a.h),
-        (rows, 1, false),
+        (1, false),
     )?;
     transformer(be, shape, w, st, a)?;
+    let r = Rows {
+        be,
+        slots: &a.slots,
+        rows,
+    };
     let tok = cfg.frame_tokens();
     conv(
-        be,
+        &r,
         &w.conv_in,
         st.conv_in.as_mut(),
-        &a.slots,
         (&a.h, &mut a.conv_in, None),
-        (rows, tok, false),
+        (tok, false),
     )?;
     let mut time = tok;
     for (i, stage_w) in w.stages.iter().enumerate() {
@@ -133,33 +155,24 @@ pub fn forward<B: Backend>(
         };
         let sa = &mut rest[0];
         convtr(
-            be,
+            &r,
             &stage_w.convtr,
             &mut st.stage_tails[i],
-            &a.slots,
             (input, &mut sa.up),
-            (rows, time, true),
+            (time, true),
         )?;
         time = sa.time;
         for (j, (c1, c2)) in stage_w.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(&sa.up);
             let hist = st.res_history[i][j].as_mut();
+            conv(&r, c1, hist, (x, &mut sa.hidden, None), (time, true))?;
             conv(
-                be,
-                c1,
-                hist,
-                &a.slots,
-                (x, &mut sa.hidden, None),
-                (rows, time, true),
-            )?;
-            conv(
-                be,
+                &r,
                 c2,
                 None,
-                &a.slots,
                 (&sa.hidden, &mut after[0], Some(x)),
-                (rows, time, true),
+                (time, true),
             )?;
         }
     }
@@ -168,12 +181,11 @@ pub fn forward<B: Backend>(
         .last()
         .map_or(&a.conv_in, |s| s.out.last().unwrap_or(&s.up));
     conv(
-        be,
+        &r,
         &w.conv_out,
         st.conv_out.as_mut(),
-        &a.slots,
         (last, &mut a.pcm, None),
-        (rows, time, true),
+        (time, true),
     )?;
     be.stage_out(&a.pcm, staging)
 }
@@ -279,14 +291,14 @@ type ConvIo<'a, B> = (
 );
 
 fn conv<B: Backend>(
-    be: &B,
+    r: &Rows<'_, B>,
     c: &PreparedConv<B>,
     state: Option<&mut StateBuf<B>>,
-    slots: &B::Ints,
     (x, out, residual): ConvIo<'_, B>,
-    (rows, time, elu_input): (usize, usize, bool),
+    (time, elu_input): (usize, bool),
 ) -> Result<()> {
-    be.conv1d(Conv1dArgs {
+    let (slots, rows) = (r.slots, r.rows);
+    r.be.conv1d(Conv1dArgs {
         x,
         w: &c.w,
         bias: c.bias.as_ref(),
@@ -307,14 +319,14 @@ fn conv<B: Backend>(
 }
 
 fn convtr<B: Backend>(
-    be: &B,
+    r: &Rows<'_, B>,
     c: &PreparedConvTr<B>,
     state: &mut StateBuf<B>,
-    slots: &B::Ints,
     (x, out): (&B::Buf, &mut B::Buf),
-    (rows, time, elu_input): (usize, usize, bool),
+    (time, elu_input): (usize, bool),
 ) -> Result<()> {
-    be.conv_tr1d(ConvTr1dArgs {
+    let (slots, rows) = (r.slots, r.rows);
+    r.be.conv_tr1d(ConvTr1dArgs {
         x,
         w: &c.w,
         bias: c.bias.as_ref(),
