@@ -65,7 +65,7 @@ pub(crate) fn attention(be: &CpuBackend, a: AttentionArgs<'_, CpuBackend>) -> Re
                     sin[i] = angle.sin();
                 }
             }
-            write_ring(&g, qkv, kv, rope, slots, tokens);
+            write_ring(&g, qkv, kv, rope, Positions { slots, tokens });
             let kv: &[f32] = kv;
             let rope: &[f32] = rope;
             be.install(|| {
@@ -112,15 +112,15 @@ fn rotate(dst: &mut [f32], src: &[f32], tab: &[f32], scale: f32) {
     }
 }
 
+/// Each row's slot, and each slot's tokens before this step: the positions of the new tokens.
+struct Positions<'a> {
+    slots: &'a [i32],
+    tokens: &'a [i32],
+}
+
 /// Writes each new token's rotated k and its v to ring entry `position % ring` of its slot.
-fn write_ring(
-    g: &AttentionGeom,
-    qkv: &[f32],
-    kv: &mut [f32],
-    rope: &[f32],
-    slots: &[i32],
-    tokens: &[i32],
-) {
+fn write_ring(g: &AttentionGeom, qkv: &[f32], kv: &mut [f32], rope: &[f32], pos: Positions<'_>) {
+    let Positions { slots, tokens } = pos;
     let (hd, time) = (g.head_dim, g.time);
     let hdim = g.heads * hd;
     for (tok, row) in qkv.chunks_exact(3 * hdim).enumerate() {

@@ -113,7 +113,8 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
                 let res = residual.map(|v| &v[r0 * time * co..(r0 + n) * time * co]);
                 let accumulate = prefill(o, bias, res, co);
                 if batched {
-                    gemm_im2col(&ctx, o, xin, &mut cols[..n * cols_row], w, accumulate);
+                    let dst = Dst { out: o, accumulate };
+                    gemm_im2col(&ctx, dst, xin, &mut cols[..n * cols_row], w);
                 } else {
                     gemm_direct(&ctx, o, xin, w, accumulate)?;
                 }
@@ -232,14 +233,14 @@ fn gemm_direct(c: &Ctx, out: &mut [f32], xin: &[f32], w: &[f32], accumulate: boo
 }
 
 /// Copies the im2col matrix of every row, then runs one row-invariant product over all of them.
-fn gemm_im2col(
-    c: &Ctx,
-    out: &mut [f32],
-    xin: &[f32],
-    cols: &mut [f32],
-    w: &[f32],
+/// Where a product's rows go, and whether they add to what is there (bias or residual).
+struct Dst<'a> {
+    out: &'a mut [f32],
     accumulate: bool,
-) {
+}
+
+fn gemm_im2col(c: &Ctx, dst: Dst<'_>, xin: &[f32], cols: &mut [f32], w: &[f32]) {
+    let Dst { out, accumulate } = dst;
     let (len, kc) = (c.hist + c.time, c.kernel * c.ci);
     cols.par_chunks_mut(c.time * kc)
         .zip(xin.par_chunks(len * c.ci))

@@ -105,16 +105,18 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
                 } else {
                     xs
                 };
-                let acc = &mut acc_all[..n * ctx.acc_row];
-                let sl = &slots[r0..r0 + n];
+                let mut ch = Chunk {
+                    slots: &slots[r0..r0 + n],
+                    xin,
+                    acc: &mut acc_all[..n * ctx.acc_row],
+                };
                 if g.depthwise {
-                    depthwise(&ctx, acc, xin, wt, state, sl);
+                    depthwise(&ctx, &mut ch, wt, state);
                 } else {
-                    let y = &mut y_all[..n * y_row];
-                    dense(&ctx, acc, y, xin, w, state, sl)?;
+                    dense(&ctx, &mut ch, &mut y_all[..n * y_row], w, state)?;
                 }
                 let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
-                finish(&ctx, o, acc, bias, state, sl);
+                finish(&ctx, &ch, o, bias, state);
             }
             Ok(())
         })
@@ -150,15 +152,16 @@ fn seed_acc(c: &Ctx, acc: &mut [f32], state: &[f32], slot: i32) {
     acc[st..].fill(0.0);
 }
 
-fn dense(
-    c: &Ctx,
-    acc: &mut [f32],
-    y: &mut [f32],
-    xin: &[f32],
-    w: DenseW<'_>,
-    state: &[f32],
-    slots: &[i32],
-) -> Result<()> {
+/// A chunk of rows: their slot ids, their (ELU'd) input, and their accumulators (stored tail
+/// plus this step's contributions).
+struct Chunk<'a> {
+    slots: &'a [i32],
+    xin: &'a [f32],
+    acc: &'a mut [f32],
+}
+
+fn dense(c: &Ctx, ch: &mut Chunk<'_>, y: &mut [f32], w: DenseW<'_>, state: &[f32]) -> Result<()> {
+    let (slots, xin, acc) = (ch.slots, ch.xin, &mut *ch.acc);
     let g = c.g;
     let kco = g.kernel * g.c_out;
     match w {
@@ -207,7 +210,8 @@ fn dense(
     Ok(())
 }
 
-fn depthwise(c: &Ctx, acc: &mut [f32], xin: &[f32], wt: &[f32], state: &[f32], slots: &[i32]) {
+fn depthwise(c: &Ctx, ch: &mut Chunk<'_>, wt: &[f32], state: &[f32]) {
+    let (slots, xin, acc) = (ch.slots, ch.xin, &mut *ch.acc);
     let g = c.g;
     let co = g.c_out;
     acc.par_chunks_mut(c.acc_row)
@@ -230,14 +234,8 @@ fn depthwise(c: &Ctx, acc: &mut [f32], xin: &[f32], wt: &[f32], state: &[f32], s
 
 /// Output = accumulator head + bias (rows in parallel); new tail = accumulator rest (in row order,
 /// since padded rows share the dummy row).
-fn finish(
-    c: &Ctx,
-    out: &mut [f32],
-    acc: &[f32],
-    bias: Option<&[f32]>,
-    state: &mut [f32],
-    slots: &[i32],
-) {
+fn finish(c: &Ctx, ch: &Chunk<'_>, out: &mut [f32], bias: Option<&[f32]>, state: &mut [f32]) {
+    let (slots, acc) = (ch.slots, &*ch.acc);
     let co = c.g.c_out;
     let head = c.g.time * c.g.stride * co;
     out.par_chunks_mut(head)
