@@ -95,13 +95,6 @@ impl Blas {
     /// Enqueues one GEMM on the handle's stream.
     pub(crate) fn gemm(&self, g: Gemm) -> Result<()> {
         const OP: &str = "cublasGemmEx";
-        let op = |t: bool| {
-            if t {
-                cublas::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublas::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
         let alpha = 1.0f32;
         let beta = g.beta;
         // SAFETY: the pointers are device buffers sized by the caller for these dimensions;
@@ -133,6 +126,15 @@ impl Blas {
     }
 }
 
+/// The cuBLAS operation for "transpose this operand or not".
+fn op(transpose: bool) -> cublas::cublasOperation_t {
+    if transpose {
+        cublas::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublas::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
 /// Strides between the matrices of a batched GEMM, in elements.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Batch {
@@ -146,13 +148,6 @@ impl Blas {
     /// Enqueues `batch.count` GEMMs of the same shape at the given strides.
     pub(crate) fn gemm_batched(&self, g: Gemm, batch: Batch) -> Result<()> {
         const OP: &str = "cublasGemmStridedBatchedEx";
-        let op = |t: bool| {
-            if t {
-                cublas::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublas::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
         let alpha = 1.0f32;
         let beta = g.beta;
         // SAFETY: as in `gemm`; every matrix of the batch lies inside the caller's buffers.

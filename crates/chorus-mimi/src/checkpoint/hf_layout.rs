@@ -388,21 +388,15 @@ fn conv(
     })
 }
 
+/// The first or last SEANet convolution (`decoder.layers.N.conv`, dilation 1).
+fn top_conv(src: &dyn TensorSource, p: &ConvPlan) -> Result<ConvWeights> {
+    let name = format!("decoder.layers.{}.conv", p.index);
+    conv(src, &name, [p.c_out, p.c_in, p.kernel], 1)
+}
+
 fn seanet(c: &MimiConfig, src: &dyn TensorSource) -> Result<SeanetWeights> {
     let plan = seanet_plan(c);
-    let ConvPlan {
-        index: i,
-        c_in,
-        c_out,
-        kernel,
-        ..
-    } = plan.conv_in;
-    let conv_in = conv(
-        src,
-        &format!("decoder.layers.{i}.conv"),
-        [c_out, c_in, kernel],
-        1,
-    )?;
+    let conv_in = top_conv(src, &plan.conv_in)?;
     let stages = plan
         .stages
         .iter()
@@ -448,19 +442,7 @@ fn seanet(c: &MimiConfig, src: &dyn TensorSource) -> Result<SeanetWeights> {
             Ok(StageWeights { convtr, resblocks })
         })
         .collect::<Result<Vec<_>>>()?;
-    let ConvPlan {
-        index: i,
-        c_in,
-        c_out,
-        kernel,
-        ..
-    } = plan.conv_out;
-    let conv_out = conv(
-        src,
-        &format!("decoder.layers.{i}.conv"),
-        [c_out, c_in, kernel],
-        1,
-    )?;
+    let conv_out = top_conv(src, &plan.conv_out)?;
     Ok(SeanetWeights {
         conv_in,
         stages,
