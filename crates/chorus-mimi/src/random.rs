@@ -166,6 +166,23 @@ pub fn random_tensors(c: &MimiConfig, seed: u64, layout: Layout) -> Vec<(String,
     out
 }
 
+/// A small model of the real topology (1920 samples per frame, every layer kind) with a 10-token
+/// window, so that window and ring behaviour show within a few frames: for fast tests.
+pub fn small_config() -> MimiConfig {
+    MimiConfig {
+        hidden_size: 64,
+        num_filters: 8,
+        codebook_dim: 16,
+        num_hidden_layers: 2,
+        intermediate_size: 128,
+        num_attention_heads: 4,
+        num_key_value_heads: 4,
+        upsample_groups: 64,
+        sliding_window: 10,
+        ..MimiConfig::default()
+    }
+}
+
 /// A model of the real architecture with seeded random weights, normalised by the same code as
 /// an HF checkpoint. Its output is noise.
 pub fn random_model(c: &MimiConfig, seed: u64) -> Result<LoadedModel> {

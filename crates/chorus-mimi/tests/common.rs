@@ -7,21 +7,8 @@ use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
 use std::sync::OnceLock;
 
-/// A small model of the real topology (1920 samples per frame) with a 10-token window, so that
-/// window and ring behaviour show within a few frames.
 pub fn tiny_config() -> MimiConfig {
-    MimiConfig {
-        hidden_size: 64,
-        num_filters: 8,
-        codebook_dim: 16,
-        num_hidden_layers: 2,
-        intermediate_size: 128,
-        num_attention_heads: 4,
-        num_key_value_heads: 4,
-        upsample_groups: 64,
-        sliding_window: 10,
-        ..MimiConfig::default()
-    }
+    chorus_mimi::random::small_config()
 }
 
 pub fn tiny_model() -> &'static LoadedModel {

@@ -14,7 +14,7 @@ use chorus_core::{Buckets, Frame, FrameDecoder, FrameInput, FRAME_SAMPLES};
 use chorus_cpu::CpuBackend;
 use chorus_engine::{Engine, EngineConfig};
 use chorus_mimi::checkpoint::LoadedModel;
-use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
+use chorus_mimi::{DecoderOptions, SlotDecoder};
 use chorus_server::loadgen::{run, LoadgenConfig, LoadgenReport, Rate};
 use chorus_server::protocol::ServerMessage;
 use chorus_server::{Server, ServerConfig};
@@ -26,18 +26,7 @@ use tokio_tungstenite::tungstenite::Message;
 fn model() -> &'static LoadedModel {
     static MODEL: OnceLock<LoadedModel> = OnceLock::new();
     MODEL.get_or_init(|| {
-        let config = MimiConfig {
-            hidden_size: 64,
-            num_filters: 8,
-            codebook_dim: 16,
-            num_hidden_layers: 2,
-            intermediate_size: 128,
-            num_attention_heads: 4,
-            num_key_value_heads: 4,
-            upsample_groups: 64,
-            sliding_window: 10,
-            ..MimiConfig::default()
-        };
+        let config = chorus_mimi::random::small_config();
         chorus_mimi::random::random_model(&config, 11).unwrap()
     })
 }
