@@ -8,12 +8,15 @@
 
 pub mod backend;
 pub mod buckets;
+pub mod checkpoint;
 pub mod codes;
 pub mod consts;
 pub mod decoder;
 pub mod error;
 pub mod host;
+pub mod lm_ops;
 pub mod npy;
+pub mod rng;
 
 pub use backend::*;
 pub use buckets::Buckets;
@@ -21,3 +24,4 @@ pub use consts::*;
 pub use decoder::{Frame, FrameDecoder, FrameInput, StateBytes};
 pub use error::{Error, Result};
 pub use host::HostTensor;
+pub use lm_ops::LmOps;

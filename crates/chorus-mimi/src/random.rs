@@ -8,6 +8,7 @@
 //! well-conditioned (RMS about 0.2, peak about 1 on the real architecture): variance-preserving
 //! fan-in scaling, layer norms near 1, layer scales near 0.1, cluster usage in [0.5, 1.5).
 
+pub use chorus_core::rng::{fnv1a64, mix64, uniform};
 use chorus_core::{HostTensor, Result};
 
 use crate::checkpoint::hf_layout::{build_weights, decoder_tensor_specs, seanet_plan};
@@ -18,43 +19,10 @@ use crate::config::MimiConfig;
 
 /// Seed of the `random` model spec.
 pub const RANDOM_MODEL_SEED: u64 = 0x6d69_6d69_2d72_6e64;
-/// splitmix64's increment (the golden ratio in 64-bit fixed point).
-const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-/// Bits of each 64-bit draw kept for the uniform value (exact in f32).
-const UNIFORM_BITS: u32 = 24;
 /// Gain of a residual block's last conv, so that each identity skip grows the signal gently.
 const RESBLOCK_OUT_GAIN: f64 = 0.5;
 /// Gain of the last conv, so that the noise sits in a typical audio range (peak near 1).
 const OUTPUT_CONV_GAIN: f64 = 0.25;
-
-/// FNV-1a over the bytes of `s`.
-pub fn fnv1a64(s: &str) -> u64 {
-    s.bytes().fold(FNV_OFFSET, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
-    })
-}
-
-/// splitmix64's output function.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// `n` uniform values in [-1, 1) for tensor `name`.
-pub fn uniform(seed: u64, name: &str, n: usize) -> Vec<f32> {
-    let key = mix64(seed ^ fnv1a64(name));
-    let half = 1i32 << (UNIFORM_BITS - 1);
-    let step = 1.0f32 / half as f32;
-    (0..n as u64)
-        .map(|i| {
-            let z = mix64(key.wrapping_add((i + 1).wrapping_mul(GAMMA)));
-            ((z >> (64 - UNIFORM_BITS)) as i32 - half) as f32 * step
-        })
-        .collect()
-}
 
 /// How one tensor is drawn: `u * scale + offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -8,9 +8,7 @@
 pub mod hf_layout;
 pub mod hub;
 pub mod kyutai_layout;
-pub mod safetensors;
-pub mod source;
-pub mod writer;
+pub use chorus_core::checkpoint::{safetensors, source, writer};
 
 use std::path::{Path, PathBuf};
 

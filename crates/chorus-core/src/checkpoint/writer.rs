@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use chorus_core::{Error, HostTensor, Result};
+use crate::{Error, HostTensor, Result};
 use half::{bf16, f16};
 
 pub use super::safetensors::Dtype;

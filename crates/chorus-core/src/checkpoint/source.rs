@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use chorus_core::{Error, HostTensor, Result};
+use crate::{Error, HostTensor, Result};
 
 /// Where checkpoint tensors come from, by name; loading converts to f32.
 pub trait TensorSource {

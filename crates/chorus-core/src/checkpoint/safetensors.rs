@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use chorus_core::{Error, HostTensor, Result};
+use crate::{Error, HostTensor, Result};
 use half::{bf16, f16};
 use memmap2::Mmap;
 

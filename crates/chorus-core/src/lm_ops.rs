@@ -1,0 +1,292 @@
+//! The op family of autoregressive language models (Qwen3 and the RVQ depth decoder of MiniMax
+//! Music 3), on top of the device plumbing of [`Backend`].
+//!
+//! Layout conventions (all row-major, f32 on the CPU):
+//! - a *token* is one row of an activation matrix `[tokens, dim]`; a call over `rows` sequences of
+//!   `time` new tokens each orders tokens row-major (`token = r * time + t`);
+//! - a fused projection output `qkv` is `[tokens, (q_heads + 2 * kv_heads) * head_dim]`: the q heads,
+//!   then the k heads, then the v heads, each head's `head_dim` values contiguous;
+//! - a paged KV cache (one per layer, K and V apart) is `[num_blocks, block_size, kv_heads *
+//!   head_dim]`; row `r` of a call finds position `p` at block `block_tables[r * max_blocks + p /
+//!   block_size]`, entry `p % block_size`. Block 0 is the null block: padded rows point at it;
+//! - integer inputs (`Ints`) are data, never baked into a program, so one captured program serves
+//!   every step of its bucket.
+//!
+//! Like [`Backend`]'s ops, these are called only inside [`Backend::run`]; the pinned I/O methods
+//! `pinned_*` are called outside programs by the host.
+
+use crate::{Backend, Result};
+
+/// `out[r, :] = scale * table[offset + ids[(r / rows_per_id) * ids_stride + ids_col], :]` for `r`
+/// in `0..rows` (embedding lookups, per-song state rows). Ids are validated at the API edge.
+pub struct GatherArgs<'a, B: Backend + ?Sized> {
+    /// `[table_rows, dim]`.
+    pub table: &'a B::Buf,
+    pub ids: &'a B::Ints,
+    /// `[rows, dim]`.
+    pub out: &'a mut B::Buf,
+    pub rows: usize,
+    pub dim: usize,
+    /// Output rows that share one id (2: both rows of a CFG pair).
+    pub rows_per_id: usize,
+    pub ids_stride: usize,
+    pub ids_col: usize,
+    /// Added to every id (a vocabulary offset such as the first audio token).
+    pub offset: usize,
+    pub scale: f32,
+}
+
+/// `table[ids[r], :] = src[r, :]` for `r` in `0..rows`, in row order (padded rows may all name
+/// the dummy row; the last write wins).
+pub struct ScatterArgs<'a, B: Backend + ?Sized> {
+    /// `[rows, dim]`.
+    pub src: &'a B::Buf,
+    pub ids: &'a B::Ints,
+    /// `[table_rows, dim]`.
+    pub table: &'a mut B::Buf,
+    pub rows: usize,
+    pub dim: usize,
+}
+
+/// `dst[dst_offset + r * dst_stride + i] = src[src_offset + r * src_stride + i]` for `r < rows`,
+/// `i < len` (strided row copies: one row of each CFG pair, the last token of a prompt).
+pub struct CopyRowsArgs<'a, B: Backend + ?Sized> {
+    pub src: &'a B::Buf,
+    pub dst: &'a mut B::Buf,
+    pub rows: usize,
+    pub len: usize,
+    pub src_offset: usize,
+    pub src_stride: usize,
+    pub dst_offset: usize,
+    pub dst_stride: usize,
+}
+
+/// The LM feedback embedding of MiniMax Music 3 (`MUSIC_SEMANTIC.md` §3 step 8), both rows of a
+/// pair alike: with `s = r / 2` and `c = codes[s * codes_stride ..]`,
+/// `out[r] = scale * (embed[offset + c[0]] + sum_{l = 1..levels} audio[(l - 1) * cardinality + c[l]])`,
+/// the `levels - 1` audio rows summed first in order of `l`, then added to the embed row.
+pub struct FeedbackArgs<'a, B: Backend + ?Sized> {
+    /// `[vocab, dim]`: the LM's `embed_tokens`.
+    pub embed: &'a B::Buf,
+    /// `[(levels - 1) * cardinality, dim]`: the depth decoder's `audio_embeddings`.
+    pub audio: &'a B::Buf,
+    /// `[songs, codes_stride]` with `levels <= codes_stride` codes per song.
+    pub codes: &'a B::Ints,
+    /// `[2 * songs, dim]`.
+    pub out: &'a mut B::Buf,
+    pub songs: usize,
+    pub dim: usize,
+    pub levels: usize,
+    pub codes_stride: usize,
+    pub offset: usize,
+    pub cardinality: usize,
+    pub scale: f32,
+}
+
+/// Fused residual add and RMSNorm over `n` rows of `dim`: first `residual += delta` (when given),
+/// then `out = residual * rsqrt(mean(residual^2) + eps) * weight`, all in f32.
+pub struct RmsNormArgs<'a, B: Backend + ?Sized> {
+    /// `[n, dim]`, updated in place when `delta` is given.
+    pub residual: &'a mut B::Buf,
+    /// `[n, dim]`.
+    pub delta: Option<&'a B::Buf>,
+    /// `[dim]`.
+    pub weight: &'a B::Buf,
+    /// `[n, dim]`.
+    pub out: &'a mut B::Buf,
+    pub n: usize,
+    pub dim: usize,
+    pub eps: f32,
+}
+
+/// `x[r, :] += table[row * dim .. (row + 1) * dim]` for `r < n` (a learned position embedding).
+pub struct AddRowArgs<'a, B: Backend + ?Sized> {
+    /// `[n, dim]`.
+    pub x: &'a mut B::Buf,
+    /// `[_, dim]`.
+    pub table: &'a B::Buf,
+    pub row: usize,
+    pub n: usize,
+    pub dim: usize,
+}
+
+/// Geometry shared by the attention-side ops of one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadGeom {
+    /// Sequences in the call (2 per song).
+    pub rows: usize,
+    /// New tokens per sequence.
+    pub time: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl HeadGeom {
+    /// Width of one token of a fused `qkv`.
+    pub fn qkv_width(&self) -> usize {
+        (self.q_heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// Tokens in the call.
+    pub fn tokens(&self) -> usize {
+        self.rows * self.time
+    }
+}
+
+/// Per-head RMSNorm of q and k, then rotate-half RoPE (Qwen3, `MUSIC_SEMANTIC.md` §1.3 steps 3-4),
+/// in place on the q and k heads of `qkv`; v is untouched.
+///
+/// For token `t` of row `r` at position `p = start[r] + t`: each head `x` (q heads with `q_norm`,
+/// k heads with `k_norm`) becomes `y = x * rsqrt(mean(x^2) + eps) * norm`, then for `j < half =
+/// head_dim / 2`: `y'[j] = y[j] cos - y[j + half] sin`, `y'[j + half] = y[j + half] cos + y[j] sin`
+/// with `cos = rope[p, 0, j]`, `sin = rope[p, 1, j]`.
+pub struct QkNormRopeArgs<'a, B: Backend + ?Sized> {
+    /// `[tokens, qkv_width]`.
+    pub qkv: &'a mut B::Buf,
+    /// `[head_dim]`.
+    pub q_norm: &'a B::Buf,
+    /// `[head_dim]`.
+    pub k_norm: &'a B::Buf,
+    /// `[max_positions, 2, head_dim / 2]`: cos, then sin (f32 on every backend).
+    pub rope: &'a B::Buf,
+    /// `[rows]`.
+    pub start: &'a B::Ints,
+    pub geom: HeadGeom,
+    pub eps: f32,
+}
+
+/// Causal GQA attention over a paged KV cache, for prefill (`time` = prompt length) and decode
+/// (`time` = 1) alike.
+///
+/// For token `t` of row `r` at position `p = start[r] + t`, k and v (from `qkv`) are first written
+/// to the cache at `p` (all writes of the call land before any read). Then query head `j` attends
+/// to the keys of kv head `j / (q_heads / kv_heads)` at positions `0..=p` of row `r`, read through
+/// `block_tables`, with softmax scale `1 / sqrt(head_dim)`. Nothing past `p` is read: no mask
+/// tensor exists, and stale or unwritten entries beyond the context are never touched.
+pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
+    /// `[tokens, qkv_width]` (q and k already normed and rotated).
+    pub qkv: &'a B::Buf,
+    /// `[num_blocks, block_size, kv_heads * head_dim]`.
+    pub k_cache: &'a mut B::Buf,
+    /// Like `k_cache`.
+    pub v_cache: &'a mut B::Buf,
+    /// `[rows, max_blocks]`.
+    pub block_tables: &'a B::Ints,
+    /// `[rows]`.
+    pub start: &'a B::Ints,
+    /// `[tokens, q_heads * head_dim]`.
+    pub out: &'a mut B::Buf,
+    pub geom: HeadGeom,
+    pub block_size: usize,
+    pub max_blocks: usize,
+}
+
+/// `out[i, j] = silu(x[i, j]) * x[i, inter + j]` for `i < n`, `j < inter`: `x` is the fused
+/// gate/up projection `[n, 2 * inter]`, `silu(a) = a / (1 + exp(-a))`.
+pub struct SwigluArgs<'a, B: Backend + ?Sized> {
+    pub x: &'a B::Buf,
+    /// `[n, inter]`.
+    pub out: &'a mut B::Buf,
+    pub n: usize,
+    pub inter: usize,
+}
+
+/// How a draw picks its winner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum DrawMode {
+    /// The largest candidate value, lowest index on ties.
+    Greedy = 0,
+    /// The exponential race: the largest `v[i] - ln E[i]` over the candidates (computed in f64),
+    /// with `E[i] = rng::exp_noise(seed, draw, i)`; lowest index on ties.
+    Noise = 1,
+}
+
+/// Classifier-free guidance, tie-inclusive top-k and the draw for each song
+/// (`MUSIC_SEMANTIC.md` §3 steps 2-4 and §3.1; §4.2 for the depth levels).
+///
+/// For song `s` with `c = logits[2s]` (conditional) and `u = logits[2s + 1]` (unconditional), all f32:
+/// 1. `g[i] = u[i] + (c[i] - u[i]) * cfg_scale`;
+/// 2. with `cond_top_k = Some(k)`: `g[i] = -inf` where `c[i] < kth_largest(c, k)` (ties kept);
+/// 3. with `end = Some(e)` and `allow_end[s] == 0`: `g[e] = -inf`;
+/// 4. `v = nan_to_num(g)` (NaN -> -1e9, +inf -> 1e9, -inf -> -1e9); candidates are the `i` with
+///    `v[i] >= kth_largest(v, top_k)`;
+/// 5. the winner per `DrawMode::from(mode[s])` with `seed = seeds[2s] as u32 | seeds[2s+1] << 32`
+///    and `draw = draws[s] + draw_offset`, written to `codes[s * codes_stride + col]`, unless that
+///    entry already holds a code (>= 0: teacher forcing), which is kept.
+pub struct CfgDrawArgs<'a, B: Backend + ?Sized> {
+    /// `[2 * songs, vocab]`.
+    pub logits: &'a B::Buf,
+    /// `[songs, codes_stride]`.
+    pub codes: &'a mut B::Ints,
+    /// `[songs]`: a [`DrawMode`] as i32.
+    pub mode: &'a B::Ints,
+    /// `[songs, 2]`: each song's 64-bit noise seed, low word first.
+    pub seeds: &'a B::Ints,
+    /// `[songs]`: draw index of this frame's first draw (8 per frame).
+    pub draws: &'a B::Ints,
+    /// `[songs]`: 0 masks the `end` column.
+    pub allow_end: &'a B::Ints,
+    pub songs: usize,
+    pub vocab: usize,
+    pub codes_stride: usize,
+    pub col: usize,
+    pub draw_offset: u32,
+    pub cfg_scale: f32,
+    pub cond_top_k: Option<usize>,
+    pub top_k: usize,
+    pub end: Option<usize>,
+}
+
+/// Language-model ops and pinned host I/O. The CPU backend implements them in f32.
+pub trait LmOps: Backend {
+    /// Host-visible i32 memory (pinned on CUDA) for per-step inputs and outputs.
+    type PinnedInts;
+    /// Host-visible f32 memory (pinned on CUDA) for per-step outputs.
+    type PinnedFloats;
+
+    /// Allocates `len` host-visible ints, zero-filled.
+    fn pinned_ints(&self, len: usize) -> Result<Self::PinnedInts>;
+    /// Allocates `len` host-visible floats, zero-filled.
+    fn pinned_floats(&self, len: usize) -> Result<Self::PinnedFloats>;
+    /// The host side of pinned ints; on CUDA this waits until the last program that used them
+    /// has finished.
+    fn pinned_ints_mut<'p>(&self, p: &'p mut Self::PinnedInts) -> Result<&'p mut [i32]>;
+    /// The host side of pinned floats (same waiting rule).
+    fn pinned_floats_ref<'p>(&self, p: &'p Self::PinnedFloats) -> Result<&'p [f32]>;
+
+    /// Program op: `dst[..len] = src[..len]` (host to device).
+    fn copy_in_ints(&self, src: &Self::PinnedInts, dst: &mut Self::Ints, len: usize) -> Result<()>;
+    /// Program op: `dst[..len] = src[..len]` (device to host).
+    fn copy_out_ints(&self, src: &Self::Ints, dst: &mut Self::PinnedInts, len: usize)
+        -> Result<()>;
+    /// Program op: `dst[..len] = src[..len]` (device to host).
+    fn copy_out_floats(
+        &self,
+        src: &Self::Buf,
+        dst: &mut Self::PinnedFloats,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Program op: see [`GatherArgs`].
+    fn gather_rows(&self, args: GatherArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`ScatterArgs`].
+    fn scatter_rows(&self, args: ScatterArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`CopyRowsArgs`].
+    fn copy_rows(&self, args: CopyRowsArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`FeedbackArgs`].
+    fn feedback_embed(&self, args: FeedbackArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`RmsNormArgs`].
+    fn rms_norm(&self, args: RmsNormArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`AddRowArgs`].
+    fn add_row(&self, args: AddRowArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`QkNormRopeArgs`].
+    fn qk_norm_rope(&self, args: QkNormRopeArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`PagedAttentionArgs`].
+    fn paged_attention(&self, args: PagedAttentionArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`SwigluArgs`].
+    fn swiglu(&self, args: SwigluArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`CfgDrawArgs`].
+    fn cfg_draw(&self, args: CfgDrawArgs<'_, Self>) -> Result<()>;
+}

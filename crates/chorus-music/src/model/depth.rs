@@ -1,0 +1,191 @@
+//! One position of the RVQ depth decoder (`MUSIC_SEMANTIC.md` §4): `projection(input) +
+//! pos_embedding[p]`, pre-norm blocks with causal attention (no RoPE, no q/k norm, scale
+//! `1/sqrt(head_dim)`) over a per-row cache of the frame's earlier positions, then `norm`.
+//!
+//! The cache is the paged attention op's layout with one block of `max_position_embeddings`
+//! entries per row (block table = row index), rewritten from position 0 every frame; positions
+//! past `p` are never read, so no mask and no clearing is needed.
+
+use chorus_core::lm_ops::{AddRowArgs, HeadGeom, PagedAttentionArgs, RmsNormArgs, SwigluArgs};
+use chorus_core::{LinearArgs, LmOps, Result};
+
+use crate::config::{DepthConfig, DEPTH_RMS_EPS};
+use crate::device::DeviceWeights;
+use crate::model::qwen3::LayerCache;
+
+/// Activation buffers of the depth decoder for up to `rows` rows.
+pub struct DepthActs<B: LmOps> {
+    pub residual: B::Buf,
+    pub normed: B::Buf,
+    pub qkv: B::Buf,
+    pub attn: B::Buf,
+    pub delta: B::Buf,
+    pub gate_up: B::Buf,
+    pub act: B::Buf,
+}
+
+impl<B: LmOps> DepthActs<B> {
+    /// Buffers for up to `rows` rows.
+    pub fn new(be: &B, c: &DepthConfig, rows: usize) -> Result<Self> {
+        use chorus_core::BufRole::Activation as A;
+        let h = c.hidden_size;
+        Ok(Self {
+            residual: be.zeros(rows * h, A)?,
+            normed: be.zeros(rows * h, A)?,
+            qkv: be.zeros(rows * 3 * h, A)?,
+            attn: be.zeros(rows * h, A)?,
+            delta: be.zeros(rows * h, A)?,
+            gate_up: be.zeros(rows * 2 * c.intermediate_size, A)?,
+            act: be.zeros(rows * c.intermediate_size, A)?,
+        })
+    }
+}
+
+/// Per-layer caches `[rows, max_position_embeddings, hidden]` for up to `rows` rows.
+pub fn depth_caches<B: LmOps>(be: &B, c: &DepthConfig, rows: usize) -> Result<Vec<LayerCache<B>>> {
+    let len = rows * c.max_position_embeddings * c.hidden_size;
+    (0..c.num_layers)
+        .map(|_| {
+            Ok(LayerCache {
+                k: be.zeros(len, chorus_core::BufRole::State)?,
+                v: be.zeros(len, chorus_core::BufRole::State)?,
+            })
+        })
+        .collect()
+}
+
+/// What one depth position reads and writes besides the weights.
+pub struct DepthCall<'a, B: LmOps> {
+    pub caches: &'a mut [LayerCache<B>],
+    pub acts: &'a mut DepthActs<B>,
+    /// `[rows, hidden]`: the position's input before `projection`.
+    pub input: &'a B::Buf,
+    /// `[rows]`, every entry `pos`.
+    pub start: &'a B::Ints,
+    /// `[rows]`: row `r` uses cache block `r`.
+    pub table: &'a B::Ints,
+    /// `[rows, hidden]`: the normed output of this position.
+    pub out: &'a mut B::Buf,
+    pub pos: usize,
+    pub rows: usize,
+}
+
+/// Runs one position for `call.rows` rows.
+pub fn depth_forward<B: LmOps>(
+    be: &B,
+    c: &DepthConfig,
+    w: &DeviceWeights<B>,
+    call: DepthCall<'_, B>,
+) -> Result<()> {
+    let DepthCall {
+        caches,
+        acts,
+        input,
+        start,
+        table,
+        out,
+        pos,
+        rows,
+    } = call;
+    let (h, inter) = (c.hidden_size, c.intermediate_size);
+    let geom = HeadGeom {
+        rows,
+        time: 1,
+        q_heads: c.num_attention_heads,
+        kv_heads: c.num_attention_heads,
+        head_dim: c.head_dim(),
+    };
+    be.linear(LinearArgs {
+        x: input,
+        w: &w.projection,
+        out: &mut acts.residual,
+        n: rows,
+        k: h,
+        m: h,
+    })?;
+    be.add_row(AddRowArgs {
+        x: &mut acts.residual,
+        table: &w.pos_embedding,
+        row: pos,
+        n: rows,
+        dim: h,
+    })?;
+    for (i, (l, cache)) in w.depth_layers.iter().zip(caches.iter_mut()).enumerate() {
+        be.rms_norm(RmsNormArgs {
+            residual: &mut acts.residual,
+            delta: (i > 0).then_some(&acts.delta),
+            weight: &l.input_layernorm,
+            out: &mut acts.normed,
+            n: rows,
+            dim: h,
+            eps: DEPTH_RMS_EPS,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.normed,
+            w: &l.qkv,
+            out: &mut acts.qkv,
+            n: rows,
+            k: h,
+            m: 3 * h,
+        })?;
+        be.paged_attention(PagedAttentionArgs {
+            qkv: &acts.qkv,
+            k_cache: &mut cache.k,
+            v_cache: &mut cache.v,
+            block_tables: table,
+            start,
+            out: &mut acts.attn,
+            geom,
+            block_size: c.max_position_embeddings,
+            max_blocks: 1,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.attn,
+            w: &l.to_out,
+            out: &mut acts.delta,
+            n: rows,
+            k: h,
+            m: h,
+        })?;
+        be.rms_norm(RmsNormArgs {
+            residual: &mut acts.residual,
+            delta: Some(&acts.delta),
+            weight: &l.post_attention_layernorm,
+            out: &mut acts.normed,
+            n: rows,
+            dim: h,
+            eps: DEPTH_RMS_EPS,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.normed,
+            w: &l.gate_up,
+            out: &mut acts.gate_up,
+            n: rows,
+            k: h,
+            m: 2 * inter,
+        })?;
+        be.swiglu(SwigluArgs {
+            x: &acts.gate_up,
+            out: &mut acts.act,
+            n: rows,
+            inter,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.act,
+            w: &l.down,
+            out: &mut acts.delta,
+            n: rows,
+            k: inter,
+            m: h,
+        })?;
+    }
+    be.rms_norm(RmsNormArgs {
+        residual: &mut acts.residual,
+        delta: Some(&acts.delta),
+        weight: &w.depth_norm,
+        out,
+        n: rows,
+        dim: h,
+        eps: DEPTH_RMS_EPS,
+    })
+}

@@ -1,0 +1,3 @@
+//! The two networks as functions over [`chorus_core::LmOps`].
+pub mod depth;
+pub mod qwen3;

@@ -1,0 +1,195 @@
+//! The Qwen3 forward pass over a paged KV cache (`MUSIC_SEMANTIC.md` §1.3), one function for
+//! prefill (`time` = prompt length) and decode (`time` = 1).
+//!
+//! The residual stream stays in `residual`; each RMSNorm is fused with the add that precedes it,
+//! so a layer is: norm (with the previous block's add) -> fused q/k/v -> q/k norm + RoPE -> paged
+//! attention -> o_proj -> add + norm -> fused gate/up -> SwiGLU -> down; the last add is fused
+//! with `model.norm`, whose output is the final-normed hidden `last_hidden`.
+
+use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, SwigluArgs};
+use chorus_core::{LinearArgs, LmOps, Result};
+
+use crate::config::Qwen3Config;
+use crate::device::DeviceWeights;
+
+/// Activation buffers of one LM call, each sized for `capacity` tokens.
+pub struct LmActs<B: LmOps> {
+    /// `[tokens, hidden]`: the input embeddings, then the residual stream.
+    pub residual: B::Buf,
+    /// `[tokens, hidden]`: the normed stream; after the call, the final-normed hidden.
+    pub normed: B::Buf,
+    pub qkv: B::Buf,
+    pub attn: B::Buf,
+    /// `[tokens, hidden]`: o_proj or down_proj output.
+    pub delta: B::Buf,
+    pub gate_up: B::Buf,
+    pub act: B::Buf,
+}
+
+impl<B: LmOps> LmActs<B> {
+    /// Buffers for up to `tokens` tokens.
+    pub fn new(be: &B, c: &Qwen3Config, tokens: usize) -> Result<Self> {
+        use chorus_core::BufRole::Activation as A;
+        let h = c.hidden_size;
+        Ok(Self {
+            residual: be.zeros(tokens * h, A)?,
+            normed: be.zeros(tokens * h, A)?,
+            qkv: be.zeros(tokens * c.qkv_width(), A)?,
+            attn: be.zeros(tokens * c.num_attention_heads * c.head_dim, A)?,
+            delta: be.zeros(tokens * h, A)?,
+            gate_up: be.zeros(tokens * 2 * c.intermediate_size, A)?,
+            act: be.zeros(tokens * c.intermediate_size, A)?,
+        })
+    }
+}
+
+/// One layer's paged caches.
+pub struct LayerCache<B: LmOps> {
+    /// `[num_blocks, block_size, kv_heads * head_dim]`.
+    pub k: B::Buf,
+    pub v: B::Buf,
+}
+
+/// What one LM call reads and writes besides the weights.
+pub struct LmCall<'a, B: LmOps> {
+    pub caches: &'a mut [LayerCache<B>],
+    pub acts: &'a mut LmActs<B>,
+    /// `[rows]`: position of each row's first new token.
+    pub start: &'a B::Ints,
+    /// `[rows, max_blocks]`.
+    pub block_tables: &'a B::Ints,
+    pub shape: LmShape,
+}
+
+/// Shape of one LM call.
+#[derive(Clone, Copy, Debug)]
+pub struct LmShape {
+    pub rows: usize,
+    pub time: usize,
+    pub block_size: usize,
+    pub max_blocks: usize,
+}
+
+/// Runs every layer on `acts.residual` (the input embeddings, `[rows * time, hidden]`) and leaves
+/// the final-normed hidden of every token in `acts.normed`.
+pub fn lm_forward<B: LmOps>(
+    be: &B,
+    c: &Qwen3Config,
+    w: &DeviceWeights<B>,
+    call: LmCall<'_, B>,
+) -> Result<()> {
+    let LmCall {
+        caches,
+        acts,
+        start,
+        block_tables,
+        shape,
+    } = call;
+    let h = c.hidden_size;
+    let eps = c.rms_norm_eps as f32;
+    let geom = HeadGeom {
+        rows: shape.rows,
+        time: shape.time,
+        q_heads: c.num_attention_heads,
+        kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+    };
+    let n = geom.tokens();
+    let q_width = c.num_attention_heads * c.head_dim;
+    let inter = c.intermediate_size;
+    let layers = w.lm_layers.iter().zip(caches.iter_mut());
+    for (i, (l, cache)) in layers.enumerate() {
+        // 1. input_layernorm, fused with the previous layer's MLP residual add.
+        be.rms_norm(RmsNormArgs {
+            residual: &mut acts.residual,
+            delta: (i > 0).then_some(&acts.delta),
+            weight: &l.input_layernorm,
+            out: &mut acts.normed,
+            n,
+            dim: h,
+            eps,
+        })?;
+        // 2. q, k, v in one product.
+        be.linear(LinearArgs {
+            x: &acts.normed,
+            w: &l.qkv,
+            out: &mut acts.qkv,
+            n,
+            k: h,
+            m: geom.qkv_width(),
+        })?;
+        // 3-4. per-head q/k RMSNorm, then rotate-half RoPE at each token's position.
+        be.qk_norm_rope(QkNormRopeArgs {
+            qkv: &mut acts.qkv,
+            q_norm: &l.q_norm,
+            k_norm: &l.k_norm,
+            rope: &w.rope,
+            start,
+            geom,
+            eps,
+        })?;
+        // 5. causal GQA attention over the paged cache (writes this call's k/v first).
+        be.paged_attention(PagedAttentionArgs {
+            qkv: &acts.qkv,
+            k_cache: &mut cache.k,
+            v_cache: &mut cache.v,
+            block_tables,
+            start,
+            out: &mut acts.attn,
+            geom,
+            block_size: shape.block_size,
+            max_blocks: shape.max_blocks,
+        })?;
+        // 6. o_proj; its residual add is fused into the next norm.
+        be.linear(LinearArgs {
+            x: &acts.attn,
+            w: &l.o_proj,
+            out: &mut acts.delta,
+            n,
+            k: q_width,
+            m: h,
+        })?;
+        // 7. post_attention_layernorm, SwiGLU MLP.
+        be.rms_norm(RmsNormArgs {
+            residual: &mut acts.residual,
+            delta: Some(&acts.delta),
+            weight: &l.post_attention_layernorm,
+            out: &mut acts.normed,
+            n,
+            dim: h,
+            eps,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.normed,
+            w: &l.gate_up,
+            out: &mut acts.gate_up,
+            n,
+            k: h,
+            m: 2 * inter,
+        })?;
+        be.swiglu(SwigluArgs {
+            x: &acts.gate_up,
+            out: &mut acts.act,
+            n,
+            inter,
+        })?;
+        be.linear(LinearArgs {
+            x: &acts.act,
+            w: &l.down,
+            out: &mut acts.delta,
+            n,
+            k: inter,
+            m: h,
+        })?;
+    }
+    // 8. the last residual add and model.norm: `last_hidden` of every token.
+    be.rms_norm(RmsNormArgs {
+        residual: &mut acts.residual,
+        delta: Some(&acts.delta),
+        weight: &w.norm,
+        out: &mut acts.normed,
+        n,
+        dim: h,
+        eps,
+    })
+}

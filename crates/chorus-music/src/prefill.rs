@@ -1,0 +1,118 @@
+//! Prompt prefill of one song: both rows (conditional, unconditional) through the LM at positions
+//! `0..P`, their K/V into the song's own blocks, and the last position's final-normed hidden into
+//! the song's state row. Nothing another song reads is written, so a song can join between any
+//! two frames of the others.
+
+use chorus_core::lm_ops::{CopyRowsArgs, GatherArgs, ScatterArgs};
+use chorus_core::{BufRole, LmOps, Result};
+
+use crate::frame::Models;
+use crate::io::IntInput;
+use crate::model::qwen3::{lm_forward, LayerCache, LmActs, LmCall, LmShape};
+
+/// Buffers of the prefill program, sized for the longest prompt.
+pub struct PrefillBufs<B: LmOps> {
+    /// `[2 * max_prompt]`: the two rows' token ids, back to back.
+    pub ids: IntInput<B>,
+    /// `[2]`: zeros (both rows start at position 0).
+    pub start: B::Ints,
+    /// `[2, max_blocks]`.
+    pub tables: IntInput<B>,
+    /// `[1]`: the song's state slot.
+    pub slot: IntInput<B>,
+    pub acts: LmActs<B>,
+    /// `[2, hidden]`: the last position's hidden of both rows.
+    pub last: B::Buf,
+    pub max_prompt: usize,
+}
+
+impl<B: LmOps> PrefillBufs<B> {
+    /// Buffers for prompts of up to `max_prompt` tokens per row.
+    pub fn new(be: &B, m: &Models<'_, B>, max_prompt: usize, max_blocks: usize) -> Result<Self> {
+        Ok(Self {
+            ids: IntInput::new(be, 2 * max_prompt)?,
+            start: be.ints(2, 0)?,
+            tables: IntInput::new(be, 2 * max_blocks)?,
+            slot: IntInput::new(be, 1)?,
+            acts: LmActs::new(be, m.lm, 2 * max_prompt)?,
+            last: be.zeros(2 * m.lm.hidden_size, BufRole::Activation)?,
+            max_prompt,
+        })
+    }
+}
+
+/// Shape of one prefill.
+pub struct PrefillCall<'a, B: LmOps> {
+    pub lm_caches: &'a mut [LayerCache<B>],
+    pub hidden_state: &'a mut B::Buf,
+    /// Prompt tokens per row.
+    pub len: usize,
+    pub block_size: usize,
+    pub max_blocks: usize,
+}
+
+/// The prefill program; the caller has staged ids, tables and slot on the host side.
+pub fn prefill_program<B: LmOps>(
+    be: &B,
+    m: &Models<'_, B>,
+    bufs: &mut PrefillBufs<B>,
+    call: PrefillCall<'_, B>,
+) -> Result<()> {
+    let PrefillCall {
+        lm_caches,
+        hidden_state,
+        len,
+        block_size,
+        max_blocks,
+    } = call;
+    let h = m.lm.hidden_size;
+    bufs.ids.stage(be)?;
+    bufs.tables.stage(be)?;
+    bufs.slot.stage(be)?;
+    be.gather_rows(GatherArgs {
+        table: &m.w.embed_tokens,
+        ids: &bufs.ids.dev,
+        out: &mut bufs.acts.residual,
+        rows: 2 * len,
+        dim: h,
+        rows_per_id: 1,
+        ids_stride: 1,
+        ids_col: 0,
+        offset: 0,
+        scale: 1.0,
+    })?;
+    lm_forward(
+        be,
+        m.lm,
+        m.w,
+        LmCall {
+            caches: lm_caches,
+            acts: &mut bufs.acts,
+            start: &bufs.start,
+            block_tables: &bufs.tables.dev,
+            shape: LmShape {
+                rows: 2,
+                time: len,
+                block_size,
+                max_blocks,
+            },
+        },
+    )?;
+    be.copy_rows(CopyRowsArgs {
+        src: &bufs.acts.normed,
+        dst: &mut bufs.last,
+        rows: 2,
+        len: h,
+        src_offset: (len - 1) * h,
+        src_stride: len * h,
+        dst_offset: 0,
+        dst_stride: h,
+    })?;
+    be.scatter_rows(ScatterArgs {
+        src: &bufs.last,
+        ids: &bufs.slot.dev,
+        table: hidden_state,
+        rows: 1,
+        dim: 2 * h,
+    })
+}

@@ -1,0 +1,578 @@
+//! The semantic stage: many songs, one frame program per step, songs joining and leaving at any
+//! frame.
+//!
+//! Each song owns a state slot (its last LM hidden, both rows) and two block tables (one per CFG
+//! row) over one shared KV pool. Admission reserves the song's worst case (prompt + max frames + 1
+//! positions, both rows), so a running song never waits for blocks; blocks are taken as positions
+//! grow and returned when the song ends. Every active song runs in every step, padded up to a
+//! bucket with the dummy slot and the null block.
+
+use chorus_core::lm_ops::DrawMode;
+use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
+
+use crate::config::{DepthConfig, Qwen3Config, END_COLUMN, MAX_AUDIO_FRAMES};
+use crate::device::DeviceWeights;
+use crate::frame::{frame_program, FrameBufs, FrameCall, Models};
+use crate::io::{FrameInputs, FrameOutputs};
+use crate::kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
+use crate::load::MusicModel;
+use crate::model::qwen3::LayerCache;
+use crate::prefill::{prefill_program, PrefillBufs, PrefillCall};
+use crate::prompt::MAX_PROMPT_TOKENS;
+use crate::song::{EndReason, SongEvent, SongId, SongRequest, LEVELS};
+
+/// Program key of the prefill (frame programs use their bucket's index).
+const PREFILL_KEY: usize = usize::MAX;
+
+/// Sizes fixed at construction.
+#[derive(Clone, Debug)]
+pub struct StageOptions {
+    /// Songs at once; at most the largest bucket.
+    pub max_songs: usize,
+    pub buckets: Buckets,
+    /// KV blocks in the pool, the null block included.
+    pub kv_blocks: usize,
+    pub block_size: usize,
+    /// Longest prompt per row.
+    pub max_prompt: usize,
+    /// Longest song in positions per row (prompt + frames + 1).
+    pub max_context: usize,
+}
+
+impl StageOptions {
+    /// `max_songs` songs of up to `max_context` positions each, all reservable at once.
+    pub fn for_songs(max_songs: usize, max_context: usize) -> Result<Self> {
+        let buckets = Buckets::new(
+            &chorus_core::DEFAULT_BUCKETS
+                .iter()
+                .copied()
+                .filter(|&b| b < max_songs)
+                .chain([max_songs])
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(Self {
+            max_songs,
+            buckets,
+            kv_blocks: 1 + 2 * max_songs * blocks_for(max_context, DEFAULT_BLOCK_SIZE),
+            block_size: DEFAULT_BLOCK_SIZE,
+            max_prompt: MAX_PROMPT_TOKENS.min(max_context),
+            max_context,
+        })
+    }
+}
+
+/// Longest context a song can need: the longest prompt, the frame cap, and the last feedback.
+pub const MAX_CONTEXT: usize = MAX_PROMPT_TOKENS + MAX_AUDIO_FRAMES + 1;
+
+struct Song {
+    id: SongId,
+    slot: usize,
+    prompt_len: usize,
+    /// Loop frames run so far (frame 0 is fed back, not emitted).
+    frame: usize,
+    emitted: usize,
+    max_frames: usize,
+    /// Block ids of the conditional and unconditional rows.
+    blocks: [Vec<u32>; 2],
+    reservation: Reservation,
+    mode: DrawMode,
+    seed: u64,
+    allow_end: bool,
+    forced: Option<Vec<[u32; LEVELS]>>,
+}
+
+struct Bucket<B: LmOps> {
+    songs: usize,
+    inputs: FrameInputs<B>,
+    outputs: FrameOutputs<B>,
+}
+
+/// Device buffers of the last step, for tests and diagnostics (downloading synchronises).
+pub struct FrameTrace {
+    /// Songs of the last step in row order: song `i` owns rows `2i` (cond) and `2i + 1`.
+    pub songs: Vec<SongId>,
+    /// `[rows, hidden]`: the hidden the step's logits came from.
+    pub h: Vec<f32>,
+    /// `[rows, 16385]`.
+    pub logits: Vec<f32>,
+    /// 7 × `[rows, hidden]`: depth positions 1..7.
+    pub depth_out: Vec<Vec<f32>>,
+    /// 7 × `[rows, audio_vocab]`.
+    pub head_logits: Vec<Vec<f32>>,
+    /// `[rows, hidden]`.
+    pub feedback: Vec<f32>,
+}
+
+/// The stage over backend `B`.
+pub struct SemanticStage<B: LmOps> {
+    be: B,
+    lm: Qwen3Config,
+    depth: DepthConfig,
+    w: DeviceWeights<B>,
+    lm_caches: Vec<LayerCache<B>>,
+    /// `[max_songs + 1, 2 * hidden]`; the last row is the dummy slot.
+    hidden_state: B::Buf,
+    bufs: FrameBufs<B>,
+    buckets: Vec<Bucket<B>>,
+    prefill: PrefillBufs<B>,
+    pool: BlockPool,
+    songs: Vec<Song>,
+    free_slots: Vec<usize>,
+    next_id: SongId,
+    opts: StageOptions,
+    max_blocks: usize,
+    last_step: Vec<SongId>,
+}
+
+impl<B: LmOps> SemanticStage<B> {
+    /// Uploads `model` and allocates every buffer a step or a prefill will touch.
+    pub fn new(be: B, model: &MusicModel, opts: StageOptions) -> Result<Self> {
+        const OP: &str = "SemanticStage::new";
+        if opts.max_songs == 0 || opts.max_songs > opts.buckets.largest() {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "max_songs {} must be 1..={} (the largest bucket)",
+                    opts.max_songs,
+                    opts.buckets.largest()
+                ),
+            ));
+        }
+        if opts.max_context > MAX_CONTEXT
+            || opts.max_prompt > MAX_PROMPT_TOKENS
+            || opts.max_prompt < 3
+            || opts.block_size == 0
+        {
+            return Err(Error::config(OP, format!("max_context {} (<= {MAX_CONTEXT}), max_prompt {} (3..={MAX_PROMPT_TOKENS}), block_size {} out of range", opts.max_context, opts.max_prompt, opts.block_size)));
+        }
+        let (lm, depth) = (model.lm_config.clone(), model.depth_config.clone());
+        let max_blocks = blocks_for(opts.max_context, opts.block_size);
+        let w = DeviceWeights::upload(&be, model)?;
+        let kv_len = opts.kv_blocks * opts.block_size * lm.num_key_value_heads * lm.head_dim;
+        let lm_caches = (0..lm.num_hidden_layers)
+            .map(|_| {
+                Ok(LayerCache {
+                    k: be.zeros(kv_len, BufRole::State)?,
+                    v: be.zeros(kv_len, BufRole::State)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let largest = opts.buckets.largest();
+        let bufs = FrameBufs::new(&be, &lm, &depth, largest)?;
+        let buckets = opts
+            .buckets
+            .sizes()
+            .iter()
+            .map(|&songs| {
+                Ok(Bucket {
+                    songs,
+                    inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
+                    outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let models = Models {
+            lm: &lm,
+            depth: &depth,
+            w: &w,
+        };
+        let prefill = PrefillBufs::new(&be, &models, opts.max_prompt, max_blocks)?;
+        Ok(Self {
+            hidden_state: be.zeros((opts.max_songs + 1) * 2 * lm.hidden_size, BufRole::State)?,
+            pool: BlockPool::new(opts.kv_blocks)?,
+            free_slots: (0..opts.max_songs).rev().collect(),
+            be,
+            lm,
+            depth,
+            w,
+            lm_caches,
+            bufs,
+            buckets,
+            prefill,
+            songs: Vec::new(),
+            next_id: 0,
+            opts,
+            max_blocks,
+            last_step: Vec::new(),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+
+    /// The LM's configuration.
+    pub fn lm_config(&self) -> &Qwen3Config {
+        &self.lm
+    }
+
+    /// Songs running now.
+    pub fn active(&self) -> usize {
+        self.songs.len()
+    }
+
+    /// KV blocks `(in use, available to new songs, usable in all)`.
+    pub fn kv_blocks(&self) -> (usize, usize, usize) {
+        (
+            self.pool.in_use(),
+            self.pool.available(),
+            self.pool.usable(),
+        )
+    }
+
+    /// Positions per row a song of `prompt_len` and `max_frames` may write.
+    fn positions(prompt_len: usize, max_frames: usize) -> usize {
+        prompt_len + max_frames + 1
+    }
+
+    /// Admits a song and prefills its prompt; on any error nothing changes.
+    pub fn add_song(&mut self, req: SongRequest) -> Result<SongId> {
+        const OP: &str = "SemanticStage::add_song";
+        req.validate(self.depth.audio_vocab_size)?;
+        let p = req.prompt.len();
+        if p < 3 || p > self.opts.max_prompt {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "prompt of {p} tokens is outside 3..={}",
+                    self.opts.max_prompt
+                ),
+            ));
+        }
+        let vocab = self.lm.vocab_size;
+        if let Some(&bad) = req
+            .prompt
+            .cond
+            .iter()
+            .chain(&req.prompt.uncond)
+            .find(|&&t| t as usize >= vocab)
+        {
+            return Err(Error::input(
+                OP,
+                format!("prompt token {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let positions = Self::positions(p, req.max_frames);
+        if positions > self.opts.max_context {
+            return Err(Error::input(OP, format!("prompt {p} + {} frames + 1 = {positions} positions exceed the stage's max context {}", req.max_frames, self.opts.max_context)));
+        }
+        let Some(&slot) = self.free_slots.last() else {
+            return Err(Error::input(
+                OP,
+                format!("busy: all {} song slots are in use", self.opts.max_songs),
+            ));
+        };
+        let mut reservation = self
+            .pool
+            .reserve(2 * blocks_for(positions, self.opts.block_size))?;
+        self.free_slots.pop();
+        let (mode, seed) = req.sampling.device();
+        let mut song = Song {
+            id: self.next_id,
+            slot,
+            prompt_len: p,
+            frame: 0,
+            emitted: 0,
+            max_frames: req.max_frames,
+            blocks: [Vec::new(), Vec::new()],
+            reservation: Reservation::default(),
+            mode,
+            seed,
+            allow_end: req.allow_end,
+            forced: req.forced,
+        };
+        // Blocks for the prompt and for the first feedback position P.
+        Self::grow(
+            &mut self.pool,
+            &mut reservation,
+            &mut song.blocks,
+            p + 1,
+            self.opts.block_size,
+        );
+        song.reservation = reservation;
+        if let Err(e) = self.run_prefill(&song, &req.prompt) {
+            self.finish(song);
+            return Err(e);
+        }
+        self.next_id += 1;
+        let id = song.id;
+        self.songs.push(song);
+        Ok(id)
+    }
+
+    /// Takes blocks until both rows hold `positions` positions (covered by the reservation).
+    fn grow(
+        pool: &mut BlockPool,
+        r: &mut Reservation,
+        blocks: &mut [Vec<u32>; 2],
+        positions: usize,
+        block_size: usize,
+    ) {
+        let need = blocks_for(positions, block_size);
+        for row in blocks.iter_mut() {
+            while row.len() < need {
+                // The reservation covers the worst case, so a take cannot fail here.
+                match pool.take(r) {
+                    Some(b) => row.push(b),
+                    None => break,
+                }
+            }
+        }
+    }
+
+    fn run_prefill(&mut self, song: &Song, prompt: &crate::prompt::PromptIds) -> Result<()> {
+        let p = prompt.len();
+        let be = &self.be;
+        let ids = self.prefill.ids.host(be)?;
+        for (dst, &src) in ids.iter_mut().zip(prompt.cond.iter().chain(&prompt.uncond)) {
+            *dst = src as i32;
+        }
+        fill_tables(self.prefill.tables.host(be)?, &song.blocks, self.max_blocks);
+        self.prefill.slot.host(be)?[0] = song.slot as i32;
+        let models = Models {
+            lm: &self.lm,
+            depth: &self.depth,
+            w: &self.w,
+        };
+        let (bufs, lm_caches, hidden_state) = (
+            &mut self.prefill,
+            &mut self.lm_caches,
+            &mut self.hidden_state,
+        );
+        let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
+        be.run(PREFILL_KEY, &mut |be| {
+            let call = PrefillCall {
+                lm_caches: &mut *lm_caches,
+                hidden_state: &mut *hidden_state,
+                len: p,
+                block_size,
+                max_blocks,
+            };
+            prefill_program(be, &models, bufs, call)
+        })
+    }
+
+    /// Returns a song's blocks and slot.
+    fn finish(&mut self, song: Song) {
+        let [a, b] = song.blocks;
+        self.pool.release(a.into_iter().chain(b), song.reservation);
+        self.free_slots.push(song.slot);
+    }
+
+    /// Cancels a song; its blocks return to the pool at once.
+    pub fn cancel(&mut self, id: SongId) -> Result<usize> {
+        let Some(i) = self.songs.iter().position(|s| s.id == id) else {
+            return Err(Error::input(
+                "SemanticStage::cancel",
+                format!("no running song {id}"),
+            ));
+        };
+        let song = self.songs.remove(i);
+        let frames = song.emitted;
+        self.finish(song);
+        Ok(frames)
+    }
+
+    /// Runs one frame of every active song and hands each emitted frame and each end to `sink`.
+    /// Returns the number of songs stepped.
+    pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
+        let n = self.songs.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let size = self.opts.buckets.pick(n)?;
+        let key = self
+            .buckets
+            .iter()
+            .position(|b| b.songs == size)
+            .unwrap_or(0);
+        let bs = self.opts.block_size;
+        for song in &mut self.songs {
+            let pos = song.prompt_len + song.frame;
+            Self::grow(
+                &mut self.pool,
+                &mut song.reservation,
+                &mut song.blocks,
+                pos + 1,
+                bs,
+            );
+        }
+        self.stage_inputs(key)?;
+        let models = Models {
+            lm: &self.lm,
+            depth: &self.depth,
+            w: &self.w,
+        };
+        let (bufs, bucket) = (&mut self.bufs, &mut self.buckets[key]);
+        let (lm_caches, hidden_state) = (&mut self.lm_caches, &mut self.hidden_state);
+        let (block_size, max_blocks) = (bs, self.max_blocks);
+        self.be.run(key, &mut |be| {
+            let call = FrameCall {
+                inputs: &mut bucket.inputs,
+                outputs: &mut bucket.outputs,
+                hidden_state: &mut *hidden_state,
+                lm_caches: &mut *lm_caches,
+                songs: size,
+                block_size,
+                max_blocks,
+            };
+            frame_program(be, &models, bufs, call)
+        })?;
+        self.last_step = self.songs.iter().map(|s| s.id).collect();
+        self.collect(key, sink)?;
+        Ok(n)
+    }
+
+    /// Writes every per-song input of bucket `key`; padding rows get the dummy slot and block 0.
+    fn stage_inputs(&mut self, key: usize) -> Result<()> {
+        let be = &self.be;
+        let b = &mut self.buckets[key];
+        let dummy = self.opts.max_songs as i32;
+        let songs = &self.songs;
+        let get = |i: usize| songs.get(i);
+        for (i, v) in b.inputs.slots.host(be)?.iter_mut().enumerate() {
+            *v = get(i).map_or(dummy, |s| s.slot as i32);
+        }
+        for (r, v) in b.inputs.start.host(be)?.iter_mut().enumerate() {
+            *v = get(r / 2).map_or(0, |s| (s.prompt_len + s.frame) as i32);
+        }
+        let tables = b.inputs.tables.host(be)?;
+        tables.fill(NULL_BLOCK as i32);
+        for (i, s) in songs.iter().enumerate() {
+            fill_tables(
+                &mut tables[2 * i * self.max_blocks..],
+                &s.blocks,
+                self.max_blocks,
+            );
+        }
+        for (i, v) in b.inputs.mode.host(be)?.iter_mut().enumerate() {
+            *v = get(i).map_or(DrawMode::Greedy, |s| s.mode) as i32;
+        }
+        for (i, v) in b.inputs.seeds.host(be)?.chunks_exact_mut(2).enumerate() {
+            let seed = get(i).map_or(0, |s| s.seed);
+            v[0] = seed as u32 as i32;
+            v[1] = (seed >> 32) as u32 as i32;
+        }
+        for (i, v) in b.inputs.draws.host(be)?.iter_mut().enumerate() {
+            *v = get(i).map_or(0, |s| {
+                (s.frame as u32 * crate::config::DRAWS_PER_FRAME) as i32
+            });
+        }
+        for (i, v) in b.inputs.allow_end.host(be)?.iter_mut().enumerate() {
+            *v = get(i).is_some_and(|s| s.allow_end) as i32;
+        }
+        for (i, row) in b
+            .inputs
+            .codes
+            .host(be)?
+            .chunks_exact_mut(LEVELS)
+            .enumerate()
+        {
+            let forced = get(i).and_then(|s| s.forced.as_ref().and_then(|f| f.get(s.frame)));
+            for (l, v) in row.iter_mut().enumerate() {
+                *v = forced.map_or(-1, |c| c[l] as i32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the bucket's outputs, emits frames and ends, and retires ended songs.
+    fn collect(&mut self, key: usize, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<()> {
+        let h8 = LEVELS * self.lm.hidden_size;
+        let mut ended = Vec::new();
+        {
+            let b = &mut self.buckets[key];
+            let codes = self.be.pinned_ints_mut(&mut b.outputs.codes)?;
+            let hiddens = self.be.pinned_floats_ref(&b.outputs.hiddens)?;
+            for (i, song) in self.songs.iter_mut().enumerate() {
+                let row = &codes[i * LEVELS..(i + 1) * LEVELS];
+                let f = song.frame;
+                song.frame += 1;
+                let reason = if row[0] as usize == END_COLUMN {
+                    Some(EndReason::End)
+                } else {
+                    if f > 0 {
+                        let mut c = [0u32; LEVELS];
+                        for (d, &s) in c.iter_mut().zip(row) {
+                            *d = s as u32;
+                        }
+                        sink(SongEvent::Frame {
+                            song: song.id,
+                            index: song.emitted,
+                            codes: c,
+                            hidden: &hiddens[i * h8..(i + 1) * h8],
+                        });
+                        song.emitted += 1;
+                    }
+                    if song.emitted == song.max_frames {
+                        Some(EndReason::MaxFrames)
+                    } else if song
+                        .forced
+                        .as_ref()
+                        .is_some_and(|fc| song.frame >= fc.len())
+                    {
+                        Some(EndReason::ForcedDone)
+                    } else {
+                        None
+                    }
+                };
+                if let Some(reason) = reason {
+                    ended.push((song.id, reason, song.emitted));
+                }
+            }
+        }
+        for (id, reason, frames) in ended {
+            if let Some(i) = self.songs.iter().position(|s| s.id == id) {
+                let song = self.songs.remove(i);
+                self.finish(song);
+            }
+            sink(SongEvent::Ended {
+                song: id,
+                reason,
+                frames,
+            });
+        }
+        Ok(())
+    }
+
+    /// Downloads the last step's buffers (synchronises; for tests and diagnostics).
+    pub fn trace(&self) -> Result<FrameTrace> {
+        let be = &self.be;
+        let rows = 2 * self.last_step.len();
+        let h = self.lm.hidden_size;
+        let cut = |buf: &B::Buf, width: usize| -> Result<Vec<f32>> {
+            let mut v = be.download(buf)?;
+            v.truncate(rows * width);
+            Ok(v)
+        };
+        let vocab = self.depth.audio_vocab_size;
+        Ok(FrameTrace {
+            songs: self.last_step.clone(),
+            h: cut(&self.bufs.h, h)?,
+            logits: cut(&self.bufs.logits, crate::config::AUDIO_LOGITS)?,
+            depth_out: self.bufs.depth_out[1..]
+                .iter()
+                .map(|b| cut(b, h))
+                .collect::<Result<_>>()?,
+            head_logits: self
+                .bufs
+                .head_logits
+                .iter()
+                .map(|b| cut(b, vocab))
+                .collect::<Result<_>>()?,
+            feedback: cut(&self.bufs.feedback, h)?,
+        })
+    }
+}
+
+/// Writes both rows' block tables (`[2, max_blocks]`) of a song, unused entries the null block.
+fn fill_tables(dst: &mut [i32], blocks: &[Vec<u32>; 2], max_blocks: usize) {
+    for (r, row) in blocks.iter().enumerate() {
+        let t = &mut dst[r * max_blocks..(r + 1) * max_blocks];
+        t.fill(NULL_BLOCK as i32);
+        for (d, &b) in t.iter_mut().zip(row) {
+            *d = b as i32;
+        }
+    }
+}
