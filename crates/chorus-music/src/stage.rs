@@ -101,6 +101,8 @@ pub struct FrameTrace {
     pub head_logits: Vec<Vec<f32>>,
     /// `[rows, hidden]`.
     pub feedback: Vec<f32>,
+    /// `[songs, 8]`: the codes of the step, drawn or forced (frame 0's included).
+    pub codes: Vec<i32>,
 }
 
 /// The stage over backend `B`.
@@ -122,6 +124,7 @@ pub struct SemanticStage<B: LmOps> {
     opts: StageOptions,
     max_blocks: usize,
     last_step: Vec<SongId>,
+    last_key: usize,
 }
 
 impl<B: LmOps> SemanticStage<B> {
@@ -194,6 +197,7 @@ impl<B: LmOps> SemanticStage<B> {
             opts,
             max_blocks,
             last_step: Vec::new(),
+            last_key: 0,
         })
     }
 
@@ -419,7 +423,9 @@ impl<B: LmOps> SemanticStage<B> {
             };
             frame_program(be, &models, bufs, call)
         })?;
-        self.last_step = self.songs.iter().map(|s| s.id).collect();
+        self.last_step.clear();
+        self.last_step.extend(self.songs.iter().map(|s| s.id));
+        self.last_key = key;
         self.collect(key, sink)?;
         Ok(n)
     }
@@ -562,6 +568,11 @@ impl<B: LmOps> SemanticStage<B> {
                 .map(|b| cut(b, vocab))
                 .collect::<Result<_>>()?,
             feedback: cut(&self.bufs.feedback, h)?,
+            codes: {
+                let mut c = be.download_ints(&self.buckets[self.last_key].inputs.codes.dev)?;
+                c.truncate(self.last_step.len() * LEVELS);
+                c
+            },
         })
     }
 }

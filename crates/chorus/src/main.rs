@@ -8,6 +8,9 @@ mod decode;
 mod device;
 mod info;
 mod loadgen;
+mod music;
+mod music_bench;
+mod music_stage;
 mod serve;
 
 use anyhow::{Context, Result};
@@ -37,6 +40,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Play N streams against a server and report latency, deadlines and exactness.
     Loadgen(loadgen::LoadgenArgs),
+    /// Generate a song's semantic stage (MiniMax Music 3): codes and frame hiddens.
+    Music(music::MusicArgs),
+    /// Benchmark the music semantic stage: ms per frame for several songs at once.
+    MusicBench(music_bench::MusicBenchArgs),
 }
 
 /// Loads a model, saying so when the weights are random.
@@ -49,6 +56,16 @@ pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
     Ok(model)
 }
 
+/// Loads a music semantic model, saying so when the weights are random.
+pub(crate) fn load_music(spec: &str) -> Result<chorus_music::MusicModel> {
+    let model = chorus_music::load_music_model(spec)
+        .with_context(|| format!("loading music model `{spec}`"))?;
+    if model.random {
+        eprintln!("warning: `--model {spec}` uses random weights: the music is noise");
+    }
+    Ok(model)
+}
+
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Decode(a) => decode::run(a),
@@ -56,5 +73,7 @@ fn main() -> Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Loadgen(a) => loadgen::run(a),
+        Command::Music(a) => music::run(a),
+        Command::MusicBench(a) => music_bench::run(a),
     }
 }

@@ -8,4 +8,4 @@ pub mod writer;
 
 pub use safetensors::{Dtype, SafetensorsFile};
 pub use source::{MemorySource, TensorSource};
-pub use writer::write_safetensors;
+pub use writer::{write_safetensors, write_tensors, TensorData};

@@ -193,6 +193,44 @@ impl SafetensorsFile {
     }
 }
 
+impl SafetensorsFile {
+    /// Loads an integer tensor (I32 or I64 in the file; I64 values must fit in i32).
+    pub fn load_i32(&self, name: &str) -> Result<(Vec<usize>, Vec<i32>)> {
+        let entry = self.entry(name)?;
+        let bytes = &self.mmap[self.data_start + entry.begin..self.data_start + entry.end];
+        let n: usize = entry.shape.iter().product();
+        let data: Vec<i32> = match entry.dtype.as_str() {
+            "I32" if bytes.len() == n * 4 => bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            "I64" if bytes.len() == n * 8 => bytes
+                .chunks_exact(8)
+                .map(|b| {
+                    let v = i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                    i32::try_from(v).map_err(|_| {
+                        Error::input(OP, format!("`{name}` holds {v}, outside the i32 range"))
+                    })
+                })
+                .collect::<Result<_>>()?,
+            other => {
+                return Err(Error::Dtype {
+                    op: OP,
+                    name: name.into(),
+                    expected: "I32, I64".into(),
+                    found: other.into(),
+                })
+            }
+        };
+        Ok((entry.shape.clone(), data))
+    }
+
+    /// The stored dtype name of `name` (`F32`, `BF16`, `I32`, ...), if present.
+    pub fn dtype_name(&self, name: &str) -> Option<&str> {
+        self.entries.get(name).map(|e| e.dtype.as_str())
+    }
+}
+
 impl TensorSource for SafetensorsFile {
     fn source_name(&self) -> &str {
         &self.display

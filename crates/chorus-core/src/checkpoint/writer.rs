@@ -13,26 +13,75 @@ pub use super::safetensors::Dtype;
 const HEADER_ALIGN: usize = 8;
 const OP: &str = "write_safetensors";
 
+/// One tensor to write, in its stored dtype.
+pub enum TensorData<'a> {
+    /// f32 values converted to `dtype` (round to nearest even).
+    Float(&'a HostTensor, Dtype),
+    /// Already-rounded bf16 bits.
+    Bf16Bits { shape: Vec<usize>, bits: &'a [u16] },
+    /// Integers stored as I32.
+    I32 { shape: Vec<usize>, data: &'a [i32] },
+}
+
+impl TensorData<'_> {
+    fn header(&self) -> (&'static str, Vec<usize>, usize) {
+        match self {
+            TensorData::Float(t, d) => (d.header_name(), t.shape.clone(), t.len() * d.size()),
+            TensorData::Bf16Bits { shape, bits } => ("BF16", shape.clone(), bits.len() * 2),
+            TensorData::I32 { shape, data } => ("I32", shape.clone(), data.len() * 4),
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            TensorData::Float(t, d) => encode(&t.data, *d),
+            TensorData::Bf16Bits { bits, .. } => {
+                bits.iter().flat_map(|b| b.to_le_bytes()).collect()
+            }
+            TensorData::I32 { data, .. } => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
 /// Writes `tensors` (in order) to `path`, converting each to `dtype` (round to nearest even).
 pub fn write_safetensors(
     path: &Path,
     tensors: &[(String, HostTensor)],
     dtype: Dtype,
 ) -> Result<()> {
+    let entries: Vec<(String, TensorData<'_>)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), TensorData::Float(t, dtype)))
+        .collect();
+    write_tensors(path, &entries, &[])
+}
+
+/// Writes `tensors` (in order) with their own dtypes and `metadata` string pairs.
+pub fn write_tensors(
+    path: &Path,
+    tensors: &[(String, TensorData<'_>)],
+    metadata: &[(&str, String)],
+) -> Result<()> {
     let display = path.display().to_string();
     let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), serde_json::json!({ "format": "pt" }));
+    let mut meta = serde_json::Map::new();
+    meta.insert("format".into(), "pt".into());
+    for (k, v) in metadata {
+        meta.insert((*k).into(), v.clone().into());
+    }
+    header.insert("__metadata__".into(), serde_json::Value::Object(meta));
     let mut offset = 0usize;
     for (name, t) in tensors {
         if header.contains_key(name) {
             return Err(Error::input(OP, format!("tensor `{name}` appears twice")));
         }
-        let end = offset + t.len() * dtype.size();
+        let (dtype, shape, len) = t.header();
+        let end = offset + len;
         header.insert(
             name.clone(),
             serde_json::json!({
-                "dtype": dtype.header_name(),
-                "shape": t.shape,
+                "dtype": dtype,
+                "shape": shape,
                 "data_offsets": [offset, end],
             }),
         );
@@ -53,7 +102,7 @@ pub fn write_safetensors(
         .map_err(io)?;
     w.write_all(&json).map_err(io)?;
     for (_, t) in tensors {
-        w.write_all(&encode(&t.data, dtype)).map_err(io)?;
+        w.write_all(&t.bytes()).map_err(io)?;
     }
     w.flush().map_err(io)
 }

@@ -1,0 +1,67 @@
+//! Shared helpers: the small random model, a CPU stage, fixtures from the PyTorch oracle.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
+use chorus_cpu::CpuBackend;
+use chorus_music::load::random_model;
+use chorus_music::prompt::PromptIds;
+use chorus_music::song::LEVELS;
+use chorus_music::{DepthConfig, MusicModel, Qwen3Config, SemanticStage, StageOptions};
+
+/// The `random-small` model with the LM head's END row scaled by `end_gain`.
+pub fn small_model(end_gain: f32) -> MusicModel {
+    random_model(Qwen3Config::small(), DepthConfig::small(), end_gain).unwrap()
+}
+
+/// A CPU stage for `songs` songs of up to `context` positions (two threads: CI's size).
+pub fn stage(model: &MusicModel, songs: usize, context: usize) -> SemanticStage<CpuBackend> {
+    let opts = StageOptions::for_songs(songs, context).unwrap();
+    SemanticStage::new(CpuBackend::new(Some(2)).unwrap(), model, opts).unwrap()
+}
+
+/// `tests/fixtures/music/<name>.safetensors`.
+pub fn fixture(name: &str) -> SafetensorsFile {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/music")
+        .join(format!("{name}.safetensors"));
+    SafetensorsFile::open(&path).unwrap()
+}
+
+pub fn floats(f: &SafetensorsFile, name: &str) -> Vec<f32> {
+    f.load(name).unwrap().data
+}
+
+pub fn ints(f: &SafetensorsFile, name: &str) -> (Vec<usize>, Vec<i32>) {
+    f.load_i32(name).unwrap()
+}
+
+/// The fixture's prompt as ids.
+pub fn prompt(f: &SafetensorsFile) -> PromptIds {
+    let (shape, ids) = ints(f, "prompt_ids");
+    let p = shape[1];
+    let v = |s: &[i32]| s.iter().map(|&x| x as u32).collect::<Vec<_>>();
+    PromptIds::from_pair(v(&ids[..p]), v(&ids[p..]), 200_000).unwrap()
+}
+
+/// The fixture's codes as frames.
+pub fn code_frames(f: &SafetensorsFile, name: &str) -> Vec<[u32; LEVELS]> {
+    let (_, c) = ints(f, name);
+    c.chunks_exact(LEVELS)
+        .map(|r| std::array::from_fn(|l| r[l] as u32))
+        .collect()
+}
+
+/// Relative L2 error of `got` against `want`; panics on an all-zero reference or a non-finite value.
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    assert!(got.iter().all(|x| x.is_finite()), "non-finite output");
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    assert!(den > 0.0, "all-zero reference");
+    (num / den).sqrt()
+}
