@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 BIN=.device-bin
 mkdir -p "$BIN"
 msgs=$(cargo test -p chorus-cuda --release --no-run --message-format=json 2>/dev/null)
-for t in nvrtc_compile ops decoder oracle; do
+for t in nvrtc_compile ops decoder oracle lm_rows lm_attention lm_gemv; do
   exe=$(echo "$msgs" | python3 -c "
 import json, sys
 for line in sys.stdin:
@@ -16,6 +16,15 @@ for line in sys.stdin:
 " | tail -1)
   [ -n "$exe" ] && cp "$exe" "$BIN/$t" && strip "$BIN/$t"
 done
+# The music stage's CUDA test lives in chorus-music (it reuses the oracle fixtures' helpers).
+exe=$(cargo test -p chorus-music --release --test cuda --no-run --message-format=json 2>/dev/null | python3 -c "
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('reason') == 'compiler-artifact' and m['target']['name'] == 'cuda' and m.get('executable'):
+        print(m['executable'])
+" | tail -1)
+[ -n "$exe" ] && cp "$exe" "$BIN/music_cuda" && strip "$BIN/music_cuda"
 cargo build -p chorus-cuda --release --example replay_bench
 cp target/release/examples/replay_bench "$BIN/" && strip "$BIN/replay_bench"
 if cargo build -p chorus --release 2>/dev/null; then cp target/release/chorus "$BIN/" && strip "$BIN/chorus"; fi

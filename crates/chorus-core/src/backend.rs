@@ -51,6 +51,11 @@ pub enum BufRole {
     Activation,
     /// Per-slot streaming state (conv history, transposed-conv tails, KV rings).
     State,
+    /// A lookup table stored in f32 on every backend (the RoPE cos/sin table).
+    Table,
+    /// A block pool written only where a step's inputs point (a paged KV cache): a warm-up run
+    /// on padding inputs touches only its null block, so backends need not snapshot it.
+    Pool,
 }
 
 /// Host-visible step I/O of one bucket (pinned memory on CUDA).

@@ -269,6 +269,12 @@ pub trait LmOps: Backend {
         len: usize,
     ) -> Result<()>;
 
+    /// Runs `program` now, eagerly: never captured, for programs whose shapes vary from call to
+    /// call (a prompt prefill). Returns when its work is done.
+    fn run_eager(&self, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
+        program(self)
+    }
+
     /// Program op: see [`GatherArgs`].
     fn gather_rows(&self, args: GatherArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`ScatterArgs`].

@@ -58,6 +58,8 @@ impl Default for CudaOptions {
 pub struct CudaBuf {
     pub(crate) mem: DevMem,
     pub(crate) len: usize,
+    /// Stored as f32 whatever the precision ([`BufRole::Table`]).
+    pub(crate) f32: bool,
 }
 
 impl CudaBuf {
@@ -470,8 +472,11 @@ impl CudaBackend {
         })
     }
 
-    /// Role-independent storage size (all roles share the precision's type).
-    pub(crate) fn role_bytes(&self, _role: BufRole) -> usize {
-        self.esize()
+    /// Storage size of a role: f32 tables, the precision's type for everything else.
+    pub(crate) fn role_bytes(&self, role: BufRole) -> usize {
+        match role {
+            BufRole::Table => 4,
+            _ => self.esize(),
+        }
     }
 }

@@ -17,6 +17,13 @@ const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../kernels/conv.cu")),
     ("convtr.cu", include_str!("../kernels/convtr.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("lm_rows.cu", include_str!("../kernels/lm_rows.cu")),
+    (
+        "lm_attention.cu",
+        include_str!("../kernels/lm_attention.cu"),
+    ),
+    ("lm_draw.cu", include_str!("../kernels/lm_draw.cu")),
+    ("lm_gemv.cu", include_str!("../kernels/lm_gemv.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -24,67 +31,64 @@ pub const INCLUDE_ENV: &str = "CHORUS_CUDA_INCLUDE";
 /// Include folder used when the variable is unset and the folder exists.
 const DEFAULT_INCLUDE: &str = "/usr/local/cuda/include";
 
-/// Every kernel of the module.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    CastF32ToT,
-    CastTToF32,
-    Gelu,
-    Elu,
-    ScaleAdd,
-    BiasResidual,
-    AdvanceTokens,
-    EmbedCodes,
-    LayerNorm,
-    ConvGather,
-    ConvState,
-    ConvDirect,
-    ConvTrOverlap,
-    Attention,
-    ConvConcat,
-    ConvShiftAdd,
+/// Declares every kernel once: the enum, the load order and the symbol come from one table, so
+/// they cannot drift apart.
+macro_rules! kernel_table {
+    ($($variant:ident => $symbol:literal,)*) => {
+        /// Every kernel of the module.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Kernel {
+            $($variant,)*
+        }
+
+        impl Kernel {
+            /// Every kernel, in declaration order (the index of a variant is its position).
+            const ALL: &'static [Kernel] = &[$(Kernel::$variant,)*];
+
+            fn symbol(self) -> &'static str {
+                match self {
+                    $(Kernel::$variant => $symbol,)*
+                }
+            }
+        }
+    };
 }
 
-impl Kernel {
-    const ALL: [Kernel; 16] = [
-        Kernel::CastF32ToT,
-        Kernel::CastTToF32,
-        Kernel::Gelu,
-        Kernel::Elu,
-        Kernel::ScaleAdd,
-        Kernel::BiasResidual,
-        Kernel::AdvanceTokens,
-        Kernel::EmbedCodes,
-        Kernel::LayerNorm,
-        Kernel::ConvGather,
-        Kernel::ConvState,
-        Kernel::ConvDirect,
-        Kernel::ConvTrOverlap,
-        Kernel::Attention,
-        Kernel::ConvConcat,
-        Kernel::ConvShiftAdd,
-    ];
-
-    fn symbol(self) -> &'static str {
-        match self {
-            Kernel::CastF32ToT => "cast_f32_to_t",
-            Kernel::CastTToF32 => "cast_t_to_f32",
-            Kernel::Gelu => "gelu",
-            Kernel::Elu => "elu",
-            Kernel::ScaleAdd => "scale_add",
-            Kernel::BiasResidual => "bias_residual",
-            Kernel::AdvanceTokens => "advance_tokens",
-            Kernel::EmbedCodes => "embed_codes",
-            Kernel::LayerNorm => "layer_norm",
-            Kernel::ConvGather => "conv_gather",
-            Kernel::ConvState => "conv_state",
-            Kernel::ConvDirect => "conv_direct",
-            Kernel::ConvTrOverlap => "convtr_overlap",
-            Kernel::Attention => "attention",
-            Kernel::ConvConcat => "conv_concat",
-            Kernel::ConvShiftAdd => "conv_shift_add",
-        }
-    }
+kernel_table! {
+    CastF32ToT => "cast_f32_to_t",
+    CastTToF32 => "cast_t_to_f32",
+    Gelu => "gelu",
+    Elu => "elu",
+    ScaleAdd => "scale_add",
+    BiasResidual => "bias_residual",
+    AdvanceTokens => "advance_tokens",
+    EmbedCodes => "embed_codes",
+    LayerNorm => "layer_norm",
+    ConvGather => "conv_gather",
+    ConvState => "conv_state",
+    ConvDirect => "conv_direct",
+    ConvTrOverlap => "convtr_overlap",
+    Attention => "attention",
+    ConvConcat => "conv_concat",
+    ConvShiftAdd => "conv_shift_add",
+    // Language-model ops (kernels/lm_rows.cu).
+    LmGatherRows => "lm_gather_rows",
+    LmScatterRows => "lm_scatter_rows",
+    LmCopyRows => "lm_copy_rows",
+    LmFeedbackEmbed => "lm_feedback_embed",
+    LmRmsNorm => "lm_rms_norm",
+    LmAddRow => "lm_add_row",
+    LmSwiglu => "lm_swiglu",
+    LmQkNormRope => "lm_qk_norm_rope",
+    // Paged attention (kernels/lm_attention.cu).
+    LmPagedKvWrite => "lm_paged_kv_write",
+    LmPagedAttention => "lm_paged_attention",
+    LmPagedCombine => "lm_paged_combine",
+    LmPagedPrefill => "lm_paged_prefill",
+    // CFG, top-k and the draw (kernels/lm_draw.cu).
+    LmCfgDraw => "lm_cfg_draw",
+    // Skinny products (kernels/lm_gemv.cu).
+    LmGemv => "lm_gemv",
 }
 
 /// Grid and block of one launch.
@@ -296,7 +300,7 @@ impl Kernels {
         stream: sys::CUstream,
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        // `functions` follows `Kernel::ALL`, which lists the variants in declaration order.
+        // `functions` follows `Kernel::ALL`, which the table builds in declaration order.
         let f = self.functions[kernel as usize];
         // SAFETY: `f` belongs to the loaded module; the caller passes one pointer per parameter of
         // the matching type, alive for the duration of this call (the driver copies the values).

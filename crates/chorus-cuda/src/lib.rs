@@ -15,6 +15,7 @@ mod conv_ops;
 mod error;
 mod graph;
 mod kernels;
+mod lm;
 mod loader;
 mod memory;
 mod ops;
@@ -25,5 +26,6 @@ pub use backend::{
     DEFAULT_WARMUP_RUNS,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
+pub use lm::{CudaPinnedFloats, CudaPinnedInts};
 pub use loader::{cuda_available, nvrtc_available};
 pub use profile::OpTime;

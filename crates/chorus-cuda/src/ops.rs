@@ -17,6 +17,11 @@ const LN_WARPS: usize = 8;
 /// Threads of the single-block token counter kernel.
 const TOKENS_THREADS: u32 = 256;
 
+/// Buffers whose contents warm-up runs must leave as they were (see `CudaBackend::capture`).
+fn preserved(role: BufRole) -> bool {
+    !matches!(role, BufRole::Weight | BufRole::Table | BufRole::Pool)
+}
+
 fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
     if have < want {
         return Err(cuda_error(
@@ -69,15 +74,25 @@ impl Backend for CudaBackend {
     }
 
     fn zeros(&self, len: usize, role: BufRole) -> Result<CudaBuf> {
-        let mem = self.alloc(len * self.esize(), role != BufRole::Weight)?;
-        self.memset(mem.ptr(), len * self.esize())?;
+        let bytes = len * self.role_bytes(role);
+        let mem = self.alloc(bytes, preserved(role))?;
+        self.memset(mem.ptr(), bytes)?;
         self.sync()?;
-        Ok(CudaBuf { mem, len })
+        Ok(CudaBuf {
+            mem,
+            len,
+            f32: role == BufRole::Table,
+        })
     }
 
     fn upload(&self, data: &[f32], role: BufRole) -> Result<CudaBuf> {
-        let mem = self.alloc(data.len() * self.esize(), role != BufRole::Weight)?;
-        match self.precision {
+        let mem = self.alloc(data.len() * self.role_bytes(role), preserved(role))?;
+        let f32_storage = self.precision == Precision::F32 || role == BufRole::Table;
+        match if f32_storage {
+            Precision::F32
+        } else {
+            Precision::Bf16
+        } {
             Precision::F32 => {
                 self.copy_htod(mem.ptr(), data.as_ptr() as *const u8, data.len() * 4)?
             }
@@ -92,6 +107,7 @@ impl Backend for CudaBackend {
         Ok(CudaBuf {
             mem,
             len: data.len(),
+            f32: f32_storage,
         })
     }
 
@@ -105,7 +121,11 @@ impl Backend for CudaBackend {
     fn download(&self, buf: &CudaBuf) -> Result<Vec<f32>> {
         self.bind()?;
         self.sync()?;
-        match self.precision {
+        match if buf.f32 {
+            Precision::F32
+        } else {
+            self.precision
+        } {
             Precision::F32 => {
                 let mut out = vec![0f32; buf.len];
                 self.copy_dtoh(out.as_mut_ptr() as *mut u8, buf.mem.ptr(), buf.len * 4)?;
@@ -246,6 +266,12 @@ impl Backend for CudaBackend {
 
     fn linear(&self, a: LinearArgs<'_, Self>) -> Result<()> {
         let _timer = self.op_timer("linear");
+        need("linear", "x", a.x.len, a.n * a.k)?;
+        need("linear", "w", a.w.len, a.m * a.k)?;
+        need("linear", "out", a.out.len, a.n * a.m)?;
+        if self.gemv_fits(&a) {
+            return self.gemv(a);
+        }
         self.blas.gemm(Gemm {
             trans_a: true,
             trans_b: false,

@@ -48,7 +48,11 @@ pub fn init_for(name: &str, shape: &[usize]) -> Init {
     fixed((gain * (3.0 / fan_in).sqrt()) as f32, 0.0)
 }
 
-/// Rows `rows` of tensor `name` (row width `cols`), drawn.
+/// Elements drawn per parallel task (the draw is a pure function of the index, so chunks can go
+/// to any thread in any order).
+const DRAW_CHUNK: usize = 1 << 20;
+
+/// Rows `rows` of tensor `name` (row width `cols`), drawn on every core.
 pub fn draw_rows(
     seed: u64,
     name: &str,
@@ -56,10 +60,18 @@ pub fn draw_rows(
     cols: usize,
     init: Init,
 ) -> Vec<f32> {
-    let mut data = uniform_range(seed, name, rows.start * cols, rows.len() * cols);
-    for x in &mut data {
-        *x = *x * init.scale + init.offset;
-    }
+    use rayon::prelude::*;
+    let (start, n) = (rows.start * cols, rows.len() * cols);
+    let mut data = vec![0f32; n];
+    data.par_chunks_mut(DRAW_CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let first = start + c * DRAW_CHUNK;
+            let len = chunk.len();
+            for (x, u) in chunk.iter_mut().zip(uniform_range(seed, name, first, len)) {
+                *x = u * init.scale + init.offset;
+            }
+        });
     data
 }
 

@@ -21,9 +21,6 @@ use crate::prefill::{prefill_program, PrefillBufs, PrefillCall};
 use crate::prompt::MAX_PROMPT_TOKENS;
 use crate::song::{EndReason, SongEvent, SongId, SongRequest, LEVELS};
 
-/// Program key of the prefill (frame programs use their bucket's index).
-const PREFILL_KEY: usize = usize::MAX;
-
 /// Sizes fixed at construction.
 #[derive(Clone, Debug)]
 pub struct StageOptions {
@@ -142,11 +139,11 @@ impl<B: LmOps> SemanticStage<B> {
             ));
         }
         if opts.max_context > MAX_CONTEXT
-            || opts.max_prompt > MAX_PROMPT_TOKENS
+            || opts.max_prompt > MAX_CONTEXT
             || opts.max_prompt < 3
             || opts.block_size == 0
         {
-            return Err(Error::config(OP, format!("max_context {} (<= {MAX_CONTEXT}), max_prompt {} (3..={MAX_PROMPT_TOKENS}), block_size {} out of range", opts.max_context, opts.max_prompt, opts.block_size)));
+            return Err(Error::config(OP, format!("max_context {} (<= {MAX_CONTEXT}), max_prompt {} (3..={MAX_CONTEXT}), block_size {} out of range", opts.max_context, opts.max_prompt, opts.block_size)));
         }
         let (lm, depth) = (model.lm_config.clone(), model.depth_config.clone());
         let max_blocks = blocks_for(opts.max_context, opts.block_size);
@@ -209,6 +206,32 @@ impl<B: LmOps> SemanticStage<B> {
     /// The LM's configuration.
     pub fn lm_config(&self) -> &Qwen3Config {
         &self.lm
+    }
+
+    /// Runs every bucket's frame program once on padding alone (the dummy slot, the null block),
+    /// before any song is admitted: a graph-capturing backend captures them all here, instead of
+    /// when a bucket is first needed.
+    pub fn warmup(&mut self) -> Result<()> {
+        if !self.songs.is_empty() {
+            return Err(Error::input(
+                "SemanticStage::warmup",
+                "warm up before admitting songs",
+            ));
+        }
+        for key in 0..self.buckets.len() {
+            self.stage_inputs(key)?;
+            self.run_frame(key)?;
+        }
+        Ok(())
+    }
+
+    /// Bucket sizes and the backend's program key of each (for device timing).
+    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(k, b)| (b.songs, k))
+            .collect()
     }
 
     /// Songs running now.
@@ -345,7 +368,7 @@ impl<B: LmOps> SemanticStage<B> {
             &mut self.hidden_state,
         );
         let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
-        be.run(PREFILL_KEY, &mut |be| {
+        be.run_eager(&mut |be| {
             let call = PrefillCall {
                 lm_caches: &mut *lm_caches,
                 hidden_state: &mut *hidden_state,
@@ -403,6 +426,17 @@ impl<B: LmOps> SemanticStage<B> {
             );
         }
         self.stage_inputs(key)?;
+        self.run_frame(key)?;
+        self.last_step.clear();
+        self.last_step.extend(self.songs.iter().map(|s| s.id));
+        self.last_key = key;
+        self.collect(key, sink)?;
+        Ok(n)
+    }
+
+    /// Runs bucket `key`'s frame program on the staged inputs.
+    fn run_frame(&mut self, key: usize) -> Result<()> {
+        let size = self.buckets[key].songs;
         let models = Models {
             lm: &self.lm,
             depth: &self.depth,
@@ -410,7 +444,7 @@ impl<B: LmOps> SemanticStage<B> {
         };
         let (bufs, bucket) = (&mut self.bufs, &mut self.buckets[key]);
         let (lm_caches, hidden_state) = (&mut self.lm_caches, &mut self.hidden_state);
-        let (block_size, max_blocks) = (bs, self.max_blocks);
+        let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
         self.be.run(key, &mut |be| {
             let call = FrameCall {
                 inputs: &mut bucket.inputs,
@@ -422,12 +456,7 @@ impl<B: LmOps> SemanticStage<B> {
                 max_blocks,
             };
             frame_program(be, &models, bufs, call)
-        })?;
-        self.last_step.clear();
-        self.last_step.extend(self.songs.iter().map(|s| s.id));
-        self.last_key = key;
-        self.collect(key, sink)?;
-        Ok(n)
+        })
     }
 
     /// Writes every per-song input of bucket `key`; padding rows get the dummy slot and block 0.

@@ -14,7 +14,7 @@ use chorus_music::song::{frames_for_seconds, LEVELS};
 use chorus_music::{EndReason, MusicModel, Sampling, SongEvent, SongRequest};
 
 use crate::device::DeviceKind;
-use crate::music_stage::open_stage;
+use crate::music_stage::{AnyStage, StageSpec};
 
 #[derive(clap::Args, Debug)]
 pub struct MusicArgs {
@@ -53,6 +53,9 @@ pub struct MusicArgs {
     /// CPU threads (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_parser = crate::decode::parse_precision)]
+    pub precision: Option<chorus_core::Precision>,
 }
 
 pub fn run(args: MusicArgs) -> Result<()> {
@@ -60,13 +63,14 @@ pub fn run(args: MusicArgs) -> Result<()> {
     let sampling = Sampling::parse(&args.sampling, args.seed)?;
     let model = crate::load_music(&args.model)?;
     let prompt = build_prompt(&args, &model)?;
-    let mut stage = open_stage(
-        &model,
-        args.device,
-        1,
-        prompt.len() + max_frames + 1,
-        args.threads,
-    )?;
+    let spec = StageSpec {
+        device: args.device,
+        precision: args.precision,
+        songs: 1,
+        max_context: prompt.len() + max_frames + 1,
+        threads: args.threads,
+    };
+    let mut stage = AnyStage::open(&model, &spec)?;
     let hidden = model.lm_config.hidden_size;
     drop(model);
     let interrupted = Arc::new(AtomicBool::new(false));

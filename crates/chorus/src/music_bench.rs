@@ -1,21 +1,28 @@
-//! `chorus music-bench`: milliseconds per frame step and frames per second for a number of songs
-//! decoding together at a given context length.
+//! `chorus music-bench`: milliseconds per frame and frames per second for a number of songs
+//! decoding together, over song counts at one context and over contexts at one song count. One
+//! stage serves every point (the weights are uploaded once); each point's songs are prefilled
+//! with synthetic prompts that fill the context, stepped, timed and cancelled.
 
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use chorus_core::rng::SplitMix64;
-use chorus_core::{Backend, Buckets};
+use chorus_core::Buckets;
+use chorus_music::config::{DRAWS_PER_FRAME, FRAME_RATE};
+use chorus_music::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_music::prompt::PromptIds;
-use chorus_music::{Sampling, SongRequest};
+use chorus_music::prompt::CFG_FILLER;
+use chorus_music::{MusicModel, Sampling, SongRequest};
 
 use crate::device::DeviceKind;
-use crate::music_stage::open_stage;
+use crate::music_stage::{AnyStage, StageSpec};
 
 /// Base-vocabulary ids drawn for synthetic prompts (below Qwen2's added tokens).
 const BASE_VOCAB: u64 = 151_643;
 /// Untimed frames after the prefill.
 const WARMUP_FRAMES: usize = 2;
+/// CUDA-event-timed replays of the frame graph per point.
+const DEVICE_REPLAYS: usize = 20;
 
 #[derive(clap::Args, Debug)]
 pub struct MusicBenchArgs {
@@ -23,23 +30,31 @@ pub struct MusicBenchArgs {
     pub model: String,
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceKind,
-    /// Songs per step, comma-separated.
+    /// Songs per step, comma-separated (timed at `--context`).
     #[arg(long, default_value = "1,8,32")]
     pub songs: String,
     /// Context length (positions per row) at which frames are timed: the prompt fills it.
     #[arg(long, default_value_t = 1000)]
     pub context: usize,
-    /// Timed frames per song count.
+    /// Further contexts, comma-separated, timed with `--context-songs` songs.
+    #[arg(long)]
+    pub contexts: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    pub context_songs: usize,
+    /// Timed frames per point.
     #[arg(long, default_value_t = 10)]
     pub frames: usize,
     #[arg(long)]
     pub threads: Option<usize>,
+    /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_parser = crate::decode::parse_precision)]
+    pub precision: Option<chorus_core::Precision>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-/// One song count's figures.
+/// One point's figures.
 #[derive(Debug, serde::Serialize)]
 pub struct MusicBenchRow {
     pub backend: String,
@@ -47,91 +62,163 @@ pub struct MusicBenchRow {
     pub context: usize,
     pub frames: usize,
     pub prefill_ms_per_song: f64,
+    /// Wall time of one whole step through the API (staging, replay, sync, outputs read).
     pub ms_per_frame_median: f64,
     pub ms_per_frame_mean: f64,
-    /// Frames per second over all songs.
+    /// CUDA only: median device time of one frame-graph replay (CUDA events).
+    pub device_ms_per_frame: Option<f64>,
+    /// Frames per second over all songs (wall time).
     pub frames_per_s: f64,
     /// Each song's speed over real time (25 frames/s).
     pub realtime_factor: f64,
+    /// Weight and KV bytes one frame reads, over the device time (CUDA) or wall time.
+    pub read_gb_per_s: f64,
 }
 
 pub fn run(args: MusicBenchArgs) -> Result<()> {
     let counts = Buckets::parse(&args.songs)?;
-    if args.frames == 0 || args.context < WARMUP_FRAMES + args.frames + 4 {
-        bail!(
-            "--frames must be positive and --context at least frames + {}",
-            WARMUP_FRAMES + 4
-        );
+    let mut points: Vec<(usize, usize)> =
+        counts.sizes().iter().map(|&s| (s, args.context)).collect();
+    if let Some(c) = &args.contexts {
+        for ctx in c.split(',').map(|x| x.trim().parse::<usize>()) {
+            points.push((args.context_songs, ctx?));
+        }
+    }
+    let min_context = WARMUP_FRAMES + args.frames + 4;
+    if args.frames == 0 || points.iter().any(|&(_, c)| c < min_context) {
+        bail!("--frames must be positive and every context at least {min_context}");
     }
     let model = crate::load_music(&args.model)?;
-    let prompt_len = args.context - WARMUP_FRAMES - args.frames - 1;
-    let max_frames = WARMUP_FRAMES + args.frames + 1;
+    let max_songs = points.iter().map(|p| p.0).max().unwrap_or(1);
+    let max_context = points.iter().map(|p| p.1).max().unwrap_or(1) + 1;
+    let kv_blocks = 1 + points
+        .iter()
+        .map(|&(s, c)| 2 * s * blocks_for(c + 1, DEFAULT_BLOCK_SIZE))
+        .max()
+        .unwrap_or(0);
+    let spec = StageSpec {
+        device: args.device,
+        precision: args.precision,
+        songs: max_songs,
+        max_context,
+        threads: args.threads,
+    };
+    let mut stage = AnyStage::open_sized(&model, &spec, kv_blocks, max_context)?;
     if !args.json {
+        println!("{}", stage.describe());
         println!(
-            "{:>6} {:>8} {:>12} {:>12} {:>12} {:>10}",
-            "songs", "context", "prefill ms", "ms/frame", "frames/s", "x realtime"
+            "{:>6} {:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
+            "songs",
+            "context",
+            "prefill ms",
+            "ms/frame",
+            "device ms",
+            "frames/s",
+            "x realtime",
+            "GB/s read"
         );
     }
-    for &songs in counts.sizes() {
-        let mut stage = open_stage(
-            &model,
-            args.device,
-            songs,
-            prompt_len + max_frames + 1,
-            args.threads,
-        )?;
-        let mut rng = SplitMix64::new(songs as u64);
-        let t0 = Instant::now();
-        for s in 0..songs {
-            let cond: Vec<u32> = (0..prompt_len)
-                .map(|_| (rng.next_u64() % BASE_VOCAB) as u32)
-                .collect();
-            let req = SongRequest {
-                prompt: PromptIds::from_cond(cond, model.lm_config.vocab_size)?,
-                max_frames,
-                sampling: Sampling::Seeded(s as u64),
-                allow_end: false,
-                forced: None,
-            };
-            stage.add_song(req)?;
-        }
-        let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / songs as f64;
-        for _ in 0..WARMUP_FRAMES {
-            stage.step(&mut |_| {})?;
-        }
-        let mut times = Vec::with_capacity(args.frames);
-        for _ in 0..args.frames {
-            let t = Instant::now();
-            stage.step(&mut |_| {})?;
-            times.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let mean = times.iter().sum::<f64>() / times.len() as f64;
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
-        let row = MusicBenchRow {
-            backend: stage.backend().device_description(),
-            songs,
-            context: args.context,
-            frames: args.frames,
-            prefill_ms_per_song: prefill_ms,
-            ms_per_frame_median: median,
-            ms_per_frame_mean: mean,
-            frames_per_s: songs as f64 * 1e3 / median,
-            realtime_factor: 1e3 / median / chorus_music::config::FRAME_RATE,
-        };
+    for (songs, context) in points {
+        let row = bench_point(&mut stage, &model, songs, context, args.frames)?;
         if args.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
-                "{:>6} {:>8} {:>12.1} {:>12.2} {:>12.1} {:>10.2}",
+                "{:>6} {:>8} {:>12.1} {:>12.3} {:>12} {:>12.1} {:>10.2} {:>10.0}",
                 row.songs,
                 row.context,
                 row.prefill_ms_per_song,
                 row.ms_per_frame_median,
+                row.device_ms_per_frame
+                    .map_or("-".into(), |m| format!("{m:.3}")),
                 row.frames_per_s,
-                row.realtime_factor
+                row.realtime_factor,
+                row.read_gb_per_s
             );
         }
     }
     Ok(())
+}
+
+/// `songs` songs at `context` positions: prefill, warm-up, timed steps, device replays, cancel.
+fn bench_point(
+    stage: &mut AnyStage,
+    model: &MusicModel,
+    songs: usize,
+    context: usize,
+    frames: usize,
+) -> Result<MusicBenchRow> {
+    let prompt_len = context - WARMUP_FRAMES - frames - 1;
+    let max_frames = WARMUP_FRAMES + frames + 1;
+    let mut rng = SplitMix64::new(songs as u64 ^ context as u64);
+    let t0 = Instant::now();
+    let mut ids = Vec::with_capacity(songs);
+    for s in 0..songs {
+        let cond: Vec<u32> = (0..prompt_len)
+            .map(|_| (rng.next_u64() % BASE_VOCAB) as u32)
+            .collect();
+        // Built directly: a benchmark may fill contexts past the 5,000-token user prompt limit.
+        let mut uncond = cond.clone();
+        uncond[1..prompt_len - 2].fill(CFG_FILLER);
+        let req = SongRequest {
+            prompt: PromptIds { cond, uncond },
+            max_frames,
+            sampling: Sampling::Seeded(s as u64),
+            allow_end: false,
+            forced: None,
+        };
+        ids.push(stage.add_song(req)?);
+    }
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / songs as f64;
+    for _ in 0..WARMUP_FRAMES {
+        stage.step(&mut |_| {})?;
+    }
+    let mut times = Vec::with_capacity(frames);
+    for _ in 0..frames {
+        let t = Instant::now();
+        stage.step(&mut |_| {})?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let device_ms = stage.device_ms(songs, DEVICE_REPLAYS)?;
+    for id in ids {
+        // Every song has one frame left (max_frames = warm-up + timed + 1), so each is still running.
+        stage.cancel(id)?;
+    }
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let ms = device_ms.unwrap_or(median);
+    Ok(MusicBenchRow {
+        backend: stage.describe(),
+        songs,
+        context,
+        frames,
+        prefill_ms_per_song: prefill_ms,
+        ms_per_frame_median: median,
+        ms_per_frame_mean: mean,
+        device_ms_per_frame: device_ms,
+        frames_per_s: songs as f64 * 1e3 / median,
+        realtime_factor: 1e3 / median / FRAME_RATE,
+        read_gb_per_s: frame_bytes(model, songs, context, stage.bytes_per_weight())
+            / (ms * 1e-3)
+            / 1e9,
+    })
+}
+
+/// Bytes one frame reads: every weight the frame multiplies by (the LM's linears and audio head,
+/// the depth decoder's projection and layers at each of its positions, its 7 heads, the gathered
+/// embedding rows aside) plus each song's K and V over its context.
+fn frame_bytes(model: &MusicModel, songs: usize, context: usize, bytes_per_weight: usize) -> f64 {
+    let (lm, dc) = (&model.lm_config, &model.depth_config);
+    let h = lm.hidden_size;
+    let lm_layer = h * lm.qkv_width()
+        + lm.num_attention_heads * lm.head_dim * h
+        + 3 * h * lm.intermediate_size;
+    let lm_w = lm.num_hidden_layers * lm_layer + (chorus_music::config::AUDIO_LOGITS) * h;
+    let d_layer = 4 * h * h + 3 * h * dc.intermediate_size;
+    let positions = DRAWS_PER_FRAME as usize;
+    let depth_w = positions * (h * h + dc.num_layers * d_layer)
+        + (dc.num_codebooks - 1) * dc.audio_vocab_size * h;
+    let kv = songs * 2 * context * lm.num_hidden_layers * 2 * lm.num_key_value_heads * lm.head_dim;
+    ((lm_w + depth_w + kv) * bytes_per_weight) as f64
 }

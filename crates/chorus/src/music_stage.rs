@@ -1,13 +1,14 @@
 //! Builds the music semantic stage on the chosen device.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+use chorus_core::Precision;
 use chorus_cpu::CpuBackend;
-use chorus_music::{MusicModel, SemanticStage, StageOptions};
+use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_music::{MusicModel, SemanticStage, SongEvent, SongId, SongRequest, StageOptions};
 
 use crate::device::{resolve, DeviceKind};
 
-/// A stage for `songs` songs of up to `max_context` positions each. The music stage runs on the
-/// CPU backend; its CUDA ops are not written yet, and asking for them is a clear error.
+/// A CPU stage for `songs` songs of up to `max_context` positions each.
 pub fn open_stage(
     model: &MusicModel,
     device: DeviceKind,
@@ -16,8 +17,120 @@ pub fn open_stage(
     threads: Option<usize>,
 ) -> Result<SemanticStage<CpuBackend>> {
     if resolve(device) == DeviceKind::Cuda {
-        bail!("the music semantic stage runs on the CPU backend only so far (--device cpu); its CUDA ops are not implemented yet");
+        anyhow::bail!("this command runs the music stage on the CPU backend (--device cpu)");
     }
     let opts = StageOptions::for_songs(songs, max_context)?;
     Ok(SemanticStage::new(CpuBackend::new(threads)?, model, opts)?)
+}
+
+/// The stage on either backend.
+pub enum AnyStage {
+    Cpu(SemanticStage<CpuBackend>),
+    Cuda(SemanticStage<CudaBackend>),
+}
+
+/// What to build.
+pub struct StageSpec {
+    pub device: DeviceKind,
+    /// `None`: f32 on the CPU, bf16 on CUDA.
+    pub precision: Option<Precision>,
+    pub songs: usize,
+    pub max_context: usize,
+    pub threads: Option<usize>,
+}
+
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            AnyStage::Cpu($s) => $e,
+            AnyStage::Cuda($s) => $e,
+        }
+    };
+}
+
+impl AnyStage {
+    /// Builds the stage; on CUDA every bucket's frame graph is captured before it returns.
+    pub fn open(model: &MusicModel, spec: &StageSpec) -> Result<Self> {
+        Self::with_options(
+            model,
+            spec,
+            StageOptions::for_songs(spec.songs, spec.max_context)?,
+        )
+    }
+
+    /// Like [`AnyStage::open`] with a pool of `kv_blocks` blocks and prompts (prefills) of up to
+    /// `max_prompt` tokens, for benchmarks that fill long contexts with one prefill.
+    pub fn open_sized(
+        model: &MusicModel,
+        spec: &StageSpec,
+        kv_blocks: usize,
+        max_prompt: usize,
+    ) -> Result<Self> {
+        let mut opts = StageOptions::for_songs(spec.songs, spec.max_context)?;
+        opts.kv_blocks = kv_blocks;
+        opts.max_prompt = max_prompt;
+        Self::with_options(model, spec, opts)
+    }
+
+    fn with_options(model: &MusicModel, spec: &StageSpec, opts: StageOptions) -> Result<Self> {
+        match resolve(spec.device) {
+            DeviceKind::Cuda => {
+                let be = CudaBackend::new(CudaOptions {
+                    precision: spec.precision.unwrap_or(Precision::Bf16),
+                    ..Default::default()
+                })?;
+                let mut st = SemanticStage::new(be, model, opts)?;
+                st.warmup()?;
+                Ok(Self::Cuda(st))
+            }
+            _ => {
+                if spec.precision == Some(Precision::Bf16) {
+                    anyhow::bail!("the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda");
+                }
+                Ok(Self::Cpu(SemanticStage::new(
+                    CpuBackend::new(spec.threads)?,
+                    model,
+                    opts,
+                )?))
+            }
+        }
+    }
+
+    pub fn add_song(&mut self, req: SongRequest) -> Result<SongId> {
+        Ok(each!(self, s => s.add_song(req))?)
+    }
+
+    pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
+        Ok(each!(self, s => s.step(sink))?)
+    }
+
+    pub fn cancel(&mut self, id: SongId) -> Result<usize> {
+        Ok(each!(self, s => s.cancel(id))?)
+    }
+
+    /// Bytes of one stored weight (4 on the CPU, 2 in bf16).
+    pub fn bytes_per_weight(&self) -> usize {
+        use chorus_core::{Backend, BufRole};
+        each!(self, s => s.backend().bytes_per_element(BufRole::Weight))
+    }
+
+    /// The device, in words.
+    pub fn describe(&self) -> String {
+        use chorus_core::Backend;
+        each!(self, s => s.backend().device_description())
+    }
+
+    /// CUDA only: median device ms of `iters` back-to-back replays of the frame graph of the
+    /// bucket holding `songs` songs.
+    pub fn device_ms(&self, songs: usize, iters: usize) -> Result<Option<f64>> {
+        let AnyStage::Cuda(s) = self else {
+            return Ok(None);
+        };
+        let Some(&(_, key)) = s.bucket_keys().iter().find(|(n, _)| *n == songs) else {
+            return Ok(None);
+        };
+        let mut ms = s.backend().time_replay(key, iters)?;
+        ms.sort_by(f32::total_cmp);
+        Ok(ms.get(ms.len() / 2).map(|&m| f64::from(m)))
+    }
 }

@@ -47,8 +47,8 @@ pub fn depth_caches<B: LmOps>(be: &B, c: &DepthConfig, rows: usize) -> Result<Ve
     (0..c.num_layers)
         .map(|_| {
             Ok(LayerCache {
-                k: be.zeros(len, chorus_core::BufRole::State)?,
-                v: be.zeros(len, chorus_core::BufRole::State)?,
+                k: be.zeros(len, chorus_core::BufRole::Pool)?,
+                v: be.zeros(len, chorus_core::BufRole::Pool)?,
             })
         })
         .collect()

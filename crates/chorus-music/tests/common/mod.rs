@@ -1,6 +1,12 @@
 //! Shared helpers: the small random model, a CPU stage, fixtures from the PyTorch oracle.
 #![allow(dead_code)]
 
+pub mod oracle;
+
+/// A free-running divergence is excused only below this oracle margin (scores are O(1)-O(10);
+/// f32 differences between two implementations are ~1e-6).
+pub const MARGIN_EPS: f32 = 1e-4;
+
 use std::path::PathBuf;
 
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
@@ -22,11 +28,15 @@ pub fn stage(model: &MusicModel, songs: usize, context: usize) -> SemanticStage<
 }
 
 /// `tests/fixtures/music/<name>.safetensors`.
+/// (Test binaries copied to the GPU machine run from the repository root: the working directory.)
 pub fn fixture(name: &str) -> SafetensorsFile {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/music")
-        .join(format!("{name}.safetensors"));
-    SafetensorsFile::open(&path).unwrap()
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/music");
+    let dir = if built.is_dir() {
+        built
+    } else {
+        PathBuf::from("tests/fixtures/music")
+    };
+    SafetensorsFile::open(&dir.join(format!("{name}.safetensors"))).unwrap()
 }
 
 pub fn floats(f: &SafetensorsFile, name: &str) -> Vec<f32> {

@@ -1,0 +1,47 @@
+//! Skinny products (kernels/lm_gemv.cu): `out = x w^T` for at most [`GEMV_MAX_ROWS`] rows, one warp
+//! per weight row streaming it at the memory's speed, where cuBLAS's tiles (built for large
+//! products) leave most of the bandwidth unused.
+
+use chorus_core::{LinearArgs, Result};
+
+use crate::backend::CudaBackend;
+use crate::kernels::{kargs, Kernel, Launch};
+
+/// Most activation rows the GEMV kernel takes (8 songs); larger products go to cuBLAS.
+pub(crate) const GEMV_MAX_ROWS: usize = 16;
+/// Warps per block of the GEMV kernel.
+const GEMV_WARPS: u32 = 8;
+/// Bytes of one vector access.
+const VEC_BYTES: usize = 16;
+
+impl CudaBackend {
+    /// True when `linear` should take the GEMV kernel for this shape.
+    pub(crate) fn gemv_fits(&self, a: &LinearArgs<'_, Self>) -> bool {
+        a.n >= 1
+            && a.n <= GEMV_MAX_ROWS
+            && a.k.is_multiple_of(VEC_BYTES / self.esize())
+            && a.m <= i32::MAX as usize
+    }
+
+    /// `out[n, m] = x[n, k] . w[m, k]^T` with the GEMV kernel (the caller checked [`Self::gemv_fits`]).
+    pub(crate) fn gemv(&self, a: LinearArgs<'_, Self>) -> Result<()> {
+        let tile: i32 = match a.n {
+            0..=2 => 2,
+            3..=4 => 4,
+            5..=8 => 8,
+            _ => 16,
+        };
+        let (x, w, out) = (a.x.mem.ptr(), a.w.mem.ptr(), a.out.mem.ptr());
+        let (n, k, m) = (a.n as i32, a.k as i32, a.m as i32);
+        let cfg = Launch {
+            grid: (a.m as u32).div_ceil(GEMV_WARPS),
+            block: 32 * GEMV_WARPS,
+            smem: 0,
+        };
+        self.launch(
+            Kernel::LmGemv,
+            cfg,
+            &mut kargs![&x, &w, &out, &n, &k, &m, &tile],
+        )
+    }
+}

@@ -1,0 +1,66 @@
+//! The stage on the CUDA backend (skipped without a GPU): the oracle's teacher-forced traces in
+//! f32 (rel L2 <= 1e-4) and bf16 (<= 2e-2), and free-running codes in `noise` mode identical to
+//! the CPU backend and the oracle, every frame one graph replay.
+
+mod common;
+
+use chorus_core::Precision;
+use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_music::{SemanticStage, StageOptions};
+use common::oracle::{assert_codes_match, free_run, teacher_forcing_errors, CONTEXT};
+use common::*;
+
+fn cuda_stage(precision: Precision, songs: usize) -> Option<SemanticStage<CudaBackend>> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    let be = CudaBackend::new(CudaOptions {
+        precision,
+        ..Default::default()
+    })
+    .unwrap();
+    let opts = StageOptions::for_songs(songs, CONTEXT).unwrap();
+    let mut st = SemanticStage::new(be, &small_model(1.0), opts).unwrap();
+    st.warmup().unwrap();
+    Some(st)
+}
+
+#[test]
+fn cuda_teacher_forcing_matches_the_oracle_in_f32_and_bf16() {
+    for (precision, tol) in [(Precision::F32, 1e-4), (Precision::Bf16, 2e-2)] {
+        let Some(mut st) = cuda_stage(precision, 1) else {
+            return;
+        };
+        for (name, e) in teacher_forcing_errors(&mut st) {
+            eprintln!(
+                "cuda {} teacher forcing {name}: rel L2 {e:.3e} (bound {tol:e})",
+                precision.name()
+            );
+            assert!(
+                e <= tol,
+                "cuda {}: {name} rel L2 {e:.3e} > {tol:e}",
+                precision.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_free_running_noise_codes_equal_the_cpu_backend_and_the_oracle() {
+    let Some(mut st) = cuda_stage(Precision::F32, 1) else {
+        return;
+    };
+    let fx = fixture("small_noise");
+    let want = code_frames(&fx, "codes");
+    let frames = want.len() - 1;
+    let sampling = chorus_music::Sampling::Noise(7);
+    let (cuda_codes, cuda_hidden, _) = free_run(&mut st, "small_noise", sampling, false, frames);
+    let mut cpu = stage(&small_model(1.0), 1, CONTEXT);
+    let (cpu_codes, cpu_hidden, _) = free_run(&mut cpu, "small_noise", sampling, false, frames);
+    assert_eq!(cuda_codes, cpu_codes, "CUDA f32 and CPU codes differ");
+    assert!(assert_codes_match("small_noise", &cuda_codes, &want));
+    let e = rel_l2(&cuda_hidden, &cpu_hidden);
+    eprintln!("cuda f32 free-running frame hiddens vs CPU: rel L2 {e:.3e}");
+    assert!(e <= 1e-4);
+}
