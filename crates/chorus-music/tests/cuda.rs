@@ -64,3 +64,46 @@ fn cuda_free_running_noise_codes_equal_the_cpu_backend_and_the_oracle() {
     eprintln!("cuda f32 free-running frame hiddens vs CPU: rel L2 {e:.3e}");
     assert!(e <= 1e-4);
 }
+
+/// Full size, on the GPU machine: the real architecture with the seeded random weights, against
+/// the oracle's full-size fixture (`scripts/device/music_full_oracle.sh` writes it; the test runs
+/// when `CHORUS_MUSIC_FULL_FIXTURE` names it): f32 within 1e-4, bf16 within 2e-2.
+#[test]
+fn full_size_teacher_forcing_matches_the_oracle() {
+    let Some(path) = std::env::var_os("CHORUS_MUSIC_FULL_FIXTURE") else {
+        eprintln!("skipped: CHORUS_MUSIC_FULL_FIXTURE is not set");
+        return;
+    };
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let fx = chorus_core::checkpoint::SafetensorsFile::open(std::path::Path::new(&path)).unwrap();
+    let t0 = std::time::Instant::now();
+    let model = chorus_music::load_music_model("random").unwrap();
+    eprintln!(
+        "full-size random weights drawn in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for (precision, tol) in [(Precision::F32, 1e-4), (Precision::Bf16, 2e-2)] {
+        let be = CudaBackend::new(CudaOptions {
+            precision,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut st =
+            SemanticStage::new(be, &model, StageOptions::for_songs(1, CONTEXT).unwrap()).unwrap();
+        st.warmup().unwrap();
+        for (name, e) in common::oracle::teacher_forcing_errors_on(&mut st, &fx) {
+            eprintln!(
+                "full size cuda {} teacher forcing {name}: rel L2 {e:.3e} (bound {tol:e})",
+                precision.name()
+            );
+            assert!(
+                e <= tol,
+                "full size cuda {}: {name} rel L2 {e:.3e} > {tol:e}",
+                precision.name()
+            );
+        }
+    }
+}

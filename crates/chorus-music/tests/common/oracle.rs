@@ -8,7 +8,6 @@ use chorus_music::{EndReason, Sampling, SemanticStage, SongEvent, SongRequest};
 
 use super::*;
 
-const H: usize = 256;
 const V: usize = 16_385;
 const DV: usize = 1024;
 /// Positions the fixture songs need: a 33-token prompt, 12 frames and the last feedback.
@@ -28,7 +27,18 @@ struct Pairs {
 /// Teacher-forces the `small_noise` codes through `st` (one song, fresh) and returns the relative
 /// L2 error of every traced quantity against the oracle.
 pub fn teacher_forcing_errors<B: LmOps>(st: &mut SemanticStage<B>) -> Vec<(&'static str, f64)> {
-    let fx = fixture("small_noise");
+    teacher_forcing_errors_on(st, &fixture("small_noise"))
+}
+
+/// Like [`teacher_forcing_errors`] for any teacher-forcing fixture (`small_noise`, or the
+/// full-size one made on the GPU machine).
+pub fn teacher_forcing_errors_on<B: LmOps>(
+    st: &mut SemanticStage<B>,
+    fx: &chorus_core::checkpoint::SafetensorsFile,
+) -> Vec<(&'static str, f64)> {
+    let fx = fx;
+    #[allow(non_snake_case)]
+    let H = st.lm_config().hidden_size;
     let forced = code_frames(&fx, "codes");
     let frames = forced.len();
     let req = SongRequest {
@@ -39,7 +49,7 @@ pub fn teacher_forcing_errors<B: LmOps>(st: &mut SemanticStage<B>) -> Vec<(&'sta
         forced: Some(forced.clone()),
     };
     st.add_song(req).unwrap();
-    let (lm_hidden, logits) = (floats(&fx, "lm_hidden"), floats(&fx, "logits"));
+    let (lm_hidden, logits) = (floats(fx, "lm_hidden"), floats(fx, "logits"));
     let (depth, heads) = (floats(&fx, "depth_hidden"), floats(&fx, "head_logits"));
     let feedback = floats(&fx, "feedback");
     let mut p = Pairs::default();

@@ -1,0 +1,471 @@
+//! Row ops of the LM (kernels/lm_rows.cu): gathers, scatters, strided copies, the feedback
+//! embedding, fused add + RMSNorm, position rows, SwiGLU, q/k norm + RoPE.
+//!
+//! Every op checks its buffer lengths (O(1), no device read), then makes exactly one launch (none
+//! when there is nothing to do): no allocation, no sync, so a frame program captures it as one
+//! graph node.
+//!
+//! - Row kernels (gather, scatter, copy, feedback, add_row, swiglu) use one layout: block `b`
+//!   handles segment `b % segs` of row `b / segs`, one chunk per thread, where a chunk is one
+//!   16-byte vector (`16 / element size` elements) when every row start and width is a multiple
+//!   of it and the pointers are 16-byte aligned, else one element. `segs * block >= chunks`.
+//! - `rms_norm`: one block per row, the row held in registers between the two passes (a reload
+//!   path for rows too wide for that gives the same bits); `qk_norm_rope`: a group of
+//!   `half / vector` lanes per (token, q or k head), one 16-byte access per lane and half (8 lanes
+//!   in bf16 and 16 in f32 for head_dim 128), else one warp per head.
+//! - Ids, codes and positions live on the device and are not validated here (the callers check
+//!   them at the API edge, the CPU backend checks them too); the kernels only never leave their
+//!   tables: an out-of-range id gathers a zero row and is skipped by a scatter, an out-of-range
+//!   code adds nothing to the feedback embedding, a RoPE position is clamped to the table.
+use chorus_core::lm_ops::{
+    AddRowArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, QkNormRopeArgs, RmsNormArgs, ScatterArgs,
+    SwigluArgs,
+};
+use chorus_core::{Precision, Result};
+
+use super::check_len;
+use crate::backend::{CudaBackend, CudaBuf};
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+
+/// Largest block of the row kernels.
+const ROW_THREADS: usize = 256;
+/// Mirrors `LMR_NORM_MAX_THREADS` and `LMR_NORM_ITEMS` in `lm_rows.cu`.
+const NORM_MAX_THREADS: usize = 1024;
+const NORM_ITEMS: usize = 2;
+/// Threads per block of `lm_qk_norm_rope` (whole warps).
+const ROPE_THREADS: usize = 256;
+
+/// `v` as a kernel `int`.
+fn int(op: &'static str, name: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| cuda_error(op, format!("`{name}` = {v} exceeds the i32 range")))
+}
+
+/// `v` as a kernel `long long`.
+fn long(op: &'static str, name: &str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| cuda_error(op, format!("`{name}` = {v} exceeds the i64 range")))
+}
+
+/// Device pointer of a buffer stored in the precision's type `T` (not an f32 table in bf16 mode).
+fn t_ptr(be: &CudaBackend, op: &'static str, name: &str, buf: &CudaBuf) -> Result<u64> {
+    if buf.f32 && be.precision != Precision::F32 {
+        return Err(cuda_error(
+            op,
+            format!("`{name}` is stored in f32 (a table buffer) but the op reads bf16 storage"),
+        ));
+    }
+    Ok(buf.mem.ptr())
+}
+
+/// Elements of `T` in one 16-byte access.
+fn vec_elems(be: &CudaBackend) -> usize {
+    16 / be.esize()
+}
+
+/// Whether every element count is a multiple of a 16-byte vector and every pointer is aligned.
+fn vectorizable(be: &CudaBackend, counts: &[usize], ptrs: &[u64]) -> bool {
+    let v = vec_elems(be);
+    counts.iter().all(|c| c % v == 0) && ptrs.iter().all(|p| p % 16 == 0)
+}
+
+/// Launch of the row layout over `rows` rows of `chunks` chunks, and its segments per row.
+fn row_launch(op: &'static str, rows: usize, chunks: usize) -> Result<(Launch, i32)> {
+    let block = chunks.next_multiple_of(32).clamp(32, ROW_THREADS);
+    let segs = chunks.div_ceil(block).max(1);
+    let grid = rows
+        .checked_mul(segs)
+        .filter(|&g| g <= i32::MAX as usize)
+        .ok_or_else(|| {
+            cuda_error(
+                op,
+                format!("{rows} rows of {chunks} chunks exceed one launch's grid"),
+            )
+        })?;
+    Ok((
+        Launch {
+            grid: grid as u32,
+            block: block as u32,
+            smem: 0,
+        },
+        segs as i32,
+    ))
+}
+
+fn nonzero_dim(op: &'static str, dim: usize) -> Result<()> {
+    if dim == 0 {
+        return Err(cuda_error(op, "dim must be at least 1"));
+    }
+    Ok(())
+}
+
+pub(crate) fn gather_rows(be: &CudaBackend, a: GatherArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "gather_rows";
+    let _timer = be.op_timer(OP);
+    let (rows, dim, per_id) = (a.rows, a.dim, a.rows_per_id);
+    if rows == 0 {
+        return Ok(());
+    }
+    nonzero_dim(OP, dim)?;
+    if per_id == 0 {
+        return Err(cuda_error(OP, "rows_per_id must be at least 1"));
+    }
+    let ids_n = (rows - 1) / per_id + 1;
+    check_len(
+        OP,
+        "ids",
+        a.ids.len,
+        (ids_n - 1) * a.ids_stride + a.ids_col + 1,
+    )?;
+    check_len(OP, "out", a.out.len, rows * dim)?;
+    let table = t_ptr(be, OP, "table", a.table)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let ids = a.ids.mem.ptr();
+    let vec = vectorizable(be, &[dim], &[table, out]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    let (cfg, segs) = row_launch(OP, rows, chunks)?;
+    let dim32 = int(OP, "dim", dim)?;
+    let per_id = int(OP, "rows_per_id", per_id)?;
+    let stride = int(OP, "ids_stride", a.ids_stride)?;
+    let col = int(OP, "ids_col", a.ids_col)?;
+    let offset = int(OP, "offset", a.offset)?;
+    // Ids past the table gather zeros; a table past the i32 range is clamped (never read past).
+    let table_rows = (a.table.len / dim).min(i32::MAX as usize) as i32;
+    let (scale, vec) = (a.scale, i32::from(vec));
+    be.launch(
+        Kernel::LmGatherRows,
+        cfg,
+        &mut kargs![
+            &table,
+            &ids,
+            &out,
+            &dim32,
+            &per_id,
+            &stride,
+            &col,
+            &offset,
+            &table_rows,
+            &scale,
+            &segs,
+            &vec
+        ],
+    )
+}
+
+/// Rows run concurrently; a row whose id a later row names again writes nothing, so the result
+/// is the reference's row order (last write wins), duplicate dummy rows included.
+pub(crate) fn scatter_rows(be: &CudaBackend, a: ScatterArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "scatter_rows";
+    let _timer = be.op_timer(OP);
+    let (rows, dim) = (a.rows, a.dim);
+    if rows == 0 {
+        return Ok(());
+    }
+    nonzero_dim(OP, dim)?;
+    check_len(OP, "src", a.src.len, rows * dim)?;
+    check_len(OP, "ids", a.ids.len, rows)?;
+    let src = t_ptr(be, OP, "src", a.src)?;
+    let table = t_ptr(be, OP, "table", a.table)?;
+    let ids = a.ids.mem.ptr();
+    let vec = vectorizable(be, &[dim], &[src, table]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    let (cfg, segs) = row_launch(OP, rows, chunks)?;
+    let rows32 = int(OP, "rows", rows)?;
+    let dim32 = int(OP, "dim", dim)?;
+    let table_rows = (a.table.len / dim).min(i32::MAX as usize) as i32;
+    let vec = i32::from(vec);
+    be.launch(
+        Kernel::LmScatterRows,
+        cfg,
+        &mut kargs![
+            &src,
+            &ids,
+            &table,
+            &rows32,
+            &dim32,
+            &table_rows,
+            &segs,
+            &vec
+        ],
+    )
+}
+
+pub(crate) fn copy_rows(be: &CudaBackend, a: CopyRowsArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "copy_rows";
+    let _timer = be.op_timer(OP);
+    let (rows, len) = (a.rows, a.len);
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let last = rows - 1;
+    check_len(
+        OP,
+        "src",
+        a.src.len,
+        a.src_offset + last * a.src_stride + len,
+    )?;
+    check_len(
+        OP,
+        "dst",
+        a.dst.len,
+        a.dst_offset + last * a.dst_stride + len,
+    )?;
+    let src = t_ptr(be, OP, "src", a.src)?;
+    let dst = t_ptr(be, OP, "dst", a.dst)?;
+    let vec = vectorizable(
+        be,
+        &[len, a.src_offset, a.src_stride, a.dst_offset, a.dst_stride],
+        &[src, dst],
+    );
+    let chunks = if vec { len / vec_elems(be) } else { len };
+    let (cfg, segs) = row_launch(OP, rows, chunks)?;
+    let len32 = int(OP, "len", len)?;
+    let src_offset = long(OP, "src_offset", a.src_offset)?;
+    let src_stride = long(OP, "src_stride", a.src_stride)?;
+    let dst_offset = long(OP, "dst_offset", a.dst_offset)?;
+    let dst_stride = long(OP, "dst_stride", a.dst_stride)?;
+    let vec = i32::from(vec);
+    be.launch(
+        Kernel::LmCopyRows,
+        cfg,
+        &mut kargs![
+            &src,
+            &dst,
+            &len32,
+            &src_offset,
+            &src_stride,
+            &dst_offset,
+            &dst_stride,
+            &segs,
+            &vec
+        ],
+    )
+}
+
+/// One thread per chunk of a song's row sums its audio rows in order of level, adds the embed
+/// row, scales, and writes both rows of the pair (the reference's order, in f32).
+pub(crate) fn feedback_embed(be: &CudaBackend, a: FeedbackArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "feedback_embed";
+    let _timer = be.op_timer(OP);
+    let (songs, dim, levels, stride, card) =
+        (a.songs, a.dim, a.levels, a.codes_stride, a.cardinality);
+    if songs == 0 {
+        return Ok(());
+    }
+    nonzero_dim(OP, dim)?;
+    if levels == 0 || levels > stride {
+        return Err(cuda_error(
+            OP,
+            format!("levels {levels} must be in 1..=codes_stride ({stride})"),
+        ));
+    }
+    check_len(OP, "codes", a.codes.len, songs * stride)?;
+    check_len(OP, "audio", a.audio.len, (levels - 1) * card * dim)?;
+    check_len(OP, "out", a.out.len, 2 * songs * dim)?;
+    let embed = t_ptr(be, OP, "embed", a.embed)?;
+    let audio = t_ptr(be, OP, "audio", a.audio)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let codes = a.codes.mem.ptr();
+    let vec = vectorizable(be, &[dim], &[embed, audio, out]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    let (cfg, segs) = row_launch(OP, songs, chunks)?;
+    let dim32 = int(OP, "dim", dim)?;
+    let levels = int(OP, "levels", levels)?;
+    let stride = int(OP, "codes_stride", stride)?;
+    let offset = int(OP, "offset", a.offset)?;
+    let card = int(OP, "cardinality", card)?;
+    let embed_rows = (a.embed.len / dim).min(i32::MAX as usize) as i32;
+    let (scale, vec) = (a.scale, i32::from(vec));
+    be.launch(
+        Kernel::LmFeedbackEmbed,
+        cfg,
+        &mut kargs![
+            &embed,
+            &audio,
+            &codes,
+            &out,
+            &dim32,
+            &levels,
+            &stride,
+            &offset,
+            &card,
+            &embed_rows,
+            &scale,
+            &segs,
+            &vec
+        ],
+    )
+}
+
+/// One block per row. Numerics (bf16 storage): `x = residual + delta` in f32; the sum of squares
+/// is taken on that f32 `x` (as nano-vllm's fused add + RMSNorm), `residual` stores `x` rounded,
+/// and `out` is `x * rsqrt(mean(x^2) + eps) * w` from the f32 `x`, rounded once. In f32 storage
+/// this is the reference's arithmetic up to the summation order.
+pub(crate) fn rms_norm(be: &CudaBackend, a: RmsNormArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "rms_norm";
+    let _timer = be.op_timer(OP);
+    let (n, dim) = (a.n, a.dim);
+    check_len(OP, "residual", a.residual.len, n * dim)?;
+    if let Some(d) = a.delta {
+        check_len(OP, "delta", d.len, n * dim)?;
+    }
+    check_len(OP, "weight", a.weight.len, dim)?;
+    check_len(OP, "out", a.out.len, n * dim)?;
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let residual = t_ptr(be, OP, "residual", a.residual)?;
+    let delta = a.delta.map(|d| t_ptr(be, OP, "delta", d)).transpose()?;
+    let weight = t_ptr(be, OP, "weight", a.weight)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let delta = delta.unwrap_or(0);
+    let vec = vectorizable(be, &[dim], &[residual, delta, weight, out]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    // The block width depends on `dim` only, so a row's bits do not depend on `n`.
+    let cached = chunks <= NORM_MAX_THREADS * NORM_ITEMS;
+    let block = if cached {
+        chunks
+            .div_ceil(NORM_ITEMS)
+            .next_multiple_of(32)
+            .clamp(32, NORM_MAX_THREADS)
+    } else {
+        NORM_MAX_THREADS
+    };
+    let cfg = Launch {
+        grid: int(OP, "n", n)? as u32,
+        block: block as u32,
+        smem: 0,
+    };
+    let dim32 = int(OP, "dim", dim)?;
+    let (eps, vec, cached) = (a.eps, i32::from(vec), i32::from(cached));
+    be.launch(
+        Kernel::LmRmsNorm,
+        cfg,
+        &mut kargs![&residual, &delta, &weight, &out, &dim32, &eps, &vec, &cached],
+    )
+}
+
+pub(crate) fn add_row(be: &CudaBackend, a: AddRowArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "add_row";
+    let _timer = be.op_timer(OP);
+    let (n, dim, row) = (a.n, a.dim, a.row);
+    check_len(OP, "x", a.x.len, n * dim)?;
+    check_len(OP, "table", a.table.len, (row + 1) * dim)?;
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let x = t_ptr(be, OP, "x", a.x)?;
+    let trow = t_ptr(be, OP, "table", a.table)? + (row * dim * be.esize()) as u64;
+    let vec = vectorizable(be, &[dim], &[x, trow]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    let (cfg, segs) = row_launch(OP, n, chunks)?;
+    let dim32 = int(OP, "dim", dim)?;
+    let vec = i32::from(vec);
+    be.launch(
+        Kernel::LmAddRow,
+        cfg,
+        &mut kargs![&x, &trow, &dim32, &segs, &vec],
+    )
+}
+
+/// `silu(a) = a / (1 + expf(-a))` in f32, times the up half, rounded once.
+pub(crate) fn swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "swiglu";
+    let _timer = be.op_timer(OP);
+    let (n, inter) = (a.n, a.inter);
+    check_len(OP, "x", a.x.len, n * 2 * inter)?;
+    check_len(OP, "out", a.out.len, n * inter)?;
+    if n == 0 || inter == 0 {
+        return Ok(());
+    }
+    let x = t_ptr(be, OP, "x", a.x)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let vec = vectorizable(be, &[inter], &[x, out]);
+    let chunks = if vec { inter / vec_elems(be) } else { inter };
+    let (cfg, segs) = row_launch(OP, n, chunks)?;
+    let inter32 = int(OP, "inter", inter)?;
+    let vec = i32::from(vec);
+    be.launch(
+        Kernel::LmSwiglu,
+        cfg,
+        &mut kargs![&x, &out, &inter32, &segs, &vec],
+    )
+}
+
+/// A group of lanes (or one warp) per (token, head) over the q heads then the k heads. Numerics: the head's sum of
+/// squares, the norm and the rotation all in f32 from the stored inputs (cos and sin from the f32
+/// table), rounded once when stored (nano-vllm rounds after the norm too; the single rounding is
+/// the closer of the two to the f32 reference).
+pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "qk_norm_rope";
+    let _timer = be.op_timer(OP);
+    let g = a.geom;
+    let (hd, time) = (g.head_dim, g.time);
+    if hd == 0 || hd % 2 != 0 {
+        return Err(cuda_error(
+            OP,
+            format!("head_dim must be even and positive ({g:?})"),
+        ));
+    }
+    let (tokens, width) = (g.tokens(), g.qkv_width());
+    check_len(OP, "qkv", a.qkv.len, tokens * width)?;
+    check_len(OP, "q_norm", a.q_norm.len, hd)?;
+    check_len(OP, "k_norm", a.k_norm.len, hd)?;
+    check_len(OP, "start", a.start.len, g.rows)?;
+    let heads = g.q_heads + g.kv_heads;
+    if tokens == 0 || heads == 0 {
+        return Ok(());
+    }
+    // Positions are device data: only the smallest table a call can use is checked here.
+    check_len(OP, "rope", a.rope.len, time * hd)?;
+    if !a.rope.f32 && be.precision != Precision::F32 {
+        return Err(cuda_error(
+            OP,
+            "`rope` must be stored in f32 (BufRole::Table)",
+        ));
+    }
+    let qkv = t_ptr(be, OP, "qkv", a.qkv)?;
+    let q_norm = t_ptr(be, OP, "q_norm", a.q_norm)?;
+    let k_norm = t_ptr(be, OP, "k_norm", a.k_norm)?;
+    let (rope, start) = (a.rope.mem.ptr(), a.start.mem.ptr());
+    let half = hd / 2;
+    // The vector layout: `group` lanes per head, one 16-byte access per lane and half.
+    let v = vec_elems(be);
+    let group = half / v;
+    let aligned = [qkv, q_norm, k_norm, rope].iter().all(|p| p % 16 == 0);
+    let vector = half % v == 0 && group.is_power_of_two() && group <= 32 && aligned;
+    // Else one warp per head, by pairs when the half spans whole warps of them.
+    let pair = half % 64 == 0 && [qkv, q_norm, k_norm, rope].iter().all(|p| p % 8 == 0);
+    let lanes_per_head = if vector { group } else { 32 };
+    let threads = tokens
+        .checked_mul(heads)
+        .and_then(|h| h.checked_mul(lanes_per_head))
+        .filter(|&t| t <= i32::MAX as usize)
+        .ok_or_else(|| {
+            cuda_error(
+                OP,
+                format!("{tokens} tokens of {heads} heads exceed one launch"),
+            )
+        })?;
+    let cfg = Launch {
+        grid: threads.div_ceil(ROPE_THREADS) as u32,
+        block: ROPE_THREADS as u32,
+        smem: 0,
+    };
+    let tokens = int(OP, "tokens", tokens)?;
+    let time = int(OP, "time", time)?;
+    let q_heads = int(OP, "q_heads", g.q_heads)?;
+    let kv_heads = int(OP, "kv_heads", g.kv_heads)?;
+    int(OP, "qkv_width", width)?;
+    let hd32 = int(OP, "head_dim", hd)?;
+    let max_pos = (a.rope.len / hd).min(i32::MAX as usize) as i32;
+    let group = if vector { group as i32 } else { 0 };
+    let (eps, pair) = (a.eps, i32::from(pair));
+    be.launch(
+        Kernel::LmQkNormRope,
+        cfg,
+        &mut kargs![
+            &qkv, &q_norm, &k_norm, &rope, &start, &tokens, &time, &q_heads, &kv_heads, &hd32,
+            &max_pos, &eps, &group, &pair
+        ],
+    )
+}
