@@ -246,6 +246,28 @@ pub trait LmOps: Backend {
     /// Host-visible f32 memory (pinned on CUDA) for per-step outputs.
     type PinnedFloats;
 
+    /// A completion marker of queued work (a CUDA event; nothing on the CPU).
+    type Mark;
+
+    /// A new marker, made once and reused.
+    fn mark(&self) -> Result<Self::Mark>;
+    /// Queues program `key` (captured and replayed as by [`Backend::run`]) and records `mark`
+    /// after it, returning without waiting for the work: the host prepares the next step while
+    /// the device runs this one. The CPU runs the program before returning.
+    fn launch(
+        &self,
+        key: usize,
+        program: &mut dyn FnMut(&Self) -> Result<()>,
+        mark: &mut Self::Mark,
+    ) -> Result<()>;
+    /// Blocks until the work recorded in `mark` has finished.
+    fn wait(&self, mark: &Self::Mark) -> Result<()>;
+    /// The host side of pinned ints without waiting: the caller has waited for every program
+    /// that reads or writes them.
+    fn pinned_ints_nowait<'p>(&self, p: &'p mut Self::PinnedInts) -> &'p mut [i32];
+    /// The host side of pinned floats without waiting (same rule).
+    fn pinned_floats_nowait<'p>(&self, p: &'p Self::PinnedFloats) -> &'p [f32];
+
     /// Allocates `len` host-visible ints, zero-filled.
     fn pinned_ints(&self, len: usize) -> Result<Self::PinnedInts>;
     /// Allocates `len` host-visible floats, zero-filled.

@@ -33,12 +33,14 @@ mod conv;
 mod convtr;
 mod elementwise;
 mod gemm;
+mod lm;
 mod math;
 mod rowdot;
 mod scratch;
 mod simd;
 
 pub use buffers::{CpuBuf, CpuInts, CpuStaging};
+pub use lm::{CpuPinnedFloats, CpuPinnedInts};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,

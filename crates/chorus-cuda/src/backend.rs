@@ -410,6 +410,16 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Queues a replay of the graph of `key`, if captured, without waiting; `false` when there is none.
+    pub(crate) fn replay_async(&self, key: usize) -> Result<bool> {
+        let graphs = lock(&self.graphs);
+        let Some(c) = graphs.get(&key) else {
+            return Ok(false);
+        };
+        c.graph.launch().or_cuda("cuGraphLaunch")?;
+        Ok(true)
+    }
+
     /// Replays the graph of `key`, if captured, and waits for it; `false` when there is none.
     pub(crate) fn replay(&self, key: usize) -> Result<bool> {
         let graphs = lock(&self.graphs);

@@ -25,8 +25,8 @@ pub fn open_stage(
 
 /// The stage on either backend.
 pub enum AnyStage {
-    Cpu(SemanticStage<CpuBackend>),
-    Cuda(SemanticStage<CudaBackend>),
+    Cpu(Box<SemanticStage<CpuBackend>>),
+    Cuda(Box<SemanticStage<CudaBackend>>),
 }
 
 /// What to build.
@@ -81,17 +81,17 @@ impl AnyStage {
                 })?;
                 let mut st = SemanticStage::new(be, model, opts)?;
                 st.warmup()?;
-                Ok(Self::Cuda(st))
+                Ok(Self::Cuda(Box::new(st)))
             }
             _ => {
                 if spec.precision == Some(Precision::Bf16) {
                     anyhow::bail!("the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda");
                 }
-                Ok(Self::Cpu(SemanticStage::new(
+                Ok(Self::Cpu(Box::new(SemanticStage::new(
                     CpuBackend::new(spec.threads)?,
                     model,
                     opts,
-                )?))
+                )?)))
             }
         }
     }

@@ -14,9 +14,10 @@ use chorus_core::lm_ops::{
 use chorus_core::{LmOps, Precision, Result};
 
 use crate::backend::{CudaBackend, CudaBuf, CudaInts};
-use crate::error::cuda_error;
+use crate::error::{cuda_error, OrCuda};
 use crate::kernels::{kargs, Kernel};
 use crate::memory::{DevMem, Pinned};
+use cudarc::driver::CudaEvent;
 
 /// Pinned host ints.
 pub struct CudaPinnedInts {
@@ -44,6 +45,39 @@ fn check_len(op: &'static str, name: &str, have: usize, want: usize) -> Result<(
 impl LmOps for CudaBackend {
     type PinnedInts = CudaPinnedInts;
     type PinnedFloats = CudaPinnedFloats;
+    type Mark = CudaEvent;
+
+    fn mark(&self) -> Result<CudaEvent> {
+        self.bind()?;
+        self.ctx.new_event(None).or_cuda("cuEventCreate")
+    }
+
+    fn launch(
+        &self,
+        key: usize,
+        program: &mut dyn FnMut(&Self) -> Result<()>,
+        mark: &mut CudaEvent,
+    ) -> Result<()> {
+        self.bind()?;
+        if self.profiling() {
+            program(self)?;
+        } else if !self.replay_async(key)? {
+            self.capture(key, program)?;
+        }
+        mark.record(&self.stream).or_cuda("cuEventRecord")
+    }
+
+    fn wait(&self, mark: &CudaEvent) -> Result<()> {
+        mark.synchronize().or_cuda("cuEventSynchronize")
+    }
+
+    fn pinned_ints_nowait<'p>(&self, p: &'p mut CudaPinnedInts) -> &'p mut [i32] {
+        p.mem.as_mut_slice::<i32>()
+    }
+
+    fn pinned_floats_nowait<'p>(&self, p: &'p CudaPinnedFloats) -> &'p [f32] {
+        p.mem.as_slice::<f32>()
+    }
 
     fn pinned_ints(&self, len: usize) -> Result<CudaPinnedInts> {
         self.bind()?;

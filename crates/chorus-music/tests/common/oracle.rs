@@ -36,13 +36,12 @@ pub fn teacher_forcing_errors_on<B: LmOps>(
     st: &mut SemanticStage<B>,
     fx: &chorus_core::checkpoint::SafetensorsFile,
 ) -> Vec<(&'static str, f64)> {
-    let fx = fx;
     #[allow(non_snake_case)]
     let H = st.lm_config().hidden_size;
-    let forced = code_frames(&fx, "codes");
+    let forced = code_frames(fx, "codes");
     let frames = forced.len();
     let req = SongRequest {
-        prompt: prompt(&fx),
+        prompt: prompt(fx),
         max_frames: frames - 1,
         sampling: Sampling::Noise(7),
         allow_end: false,
@@ -50,8 +49,8 @@ pub fn teacher_forcing_errors_on<B: LmOps>(
     };
     st.add_song(req).unwrap();
     let (lm_hidden, logits) = (floats(fx, "lm_hidden"), floats(fx, "logits"));
-    let (depth, heads) = (floats(&fx, "depth_hidden"), floats(&fx, "head_logits"));
-    let feedback = floats(&fx, "feedback");
+    let (depth, heads) = (floats(fx, "depth_hidden"), floats(fx, "head_logits"));
+    let feedback = floats(fx, "feedback");
     let mut p = Pairs::default();
     let mut ended = None;
     for f in 0..frames {
@@ -94,8 +93,18 @@ pub fn teacher_forcing_errors_on<B: LmOps>(
                 .extend_from_slice(&feedback[f * H..(f + 1) * H]);
         }
     }
+    // Outputs are read a frame late: one more step delivers the last frame and the end.
+    while ended.is_none() {
+        let launched = st
+            .step(&mut |ev| match ev {
+                SongEvent::Frame { hidden, .. } => p.frames.0.extend_from_slice(hidden),
+                SongEvent::Ended { reason, frames, .. } => ended = Some((reason, frames)),
+            })
+            .unwrap();
+        assert_eq!(launched, 0, "no frame past the forced codes is launched");
+    }
     assert_eq!(ended, Some((EndReason::MaxFrames, frames - 1)));
-    p.frames.1 = floats(&fx, "frame_hiddens");
+    p.frames.1 = floats(fx, "frame_hiddens");
     let mut errors = Vec::new();
     for (name, (got, want)) in [
         ("lm_hidden", &p.h),
@@ -115,6 +124,9 @@ pub fn teacher_forcing_errors_on<B: LmOps>(
     errors
 }
 
+/// A free run: every loop frame's codes, the frame hiddens, and how the song ended.
+pub type FreeRun = (Vec<[u32; LEVELS]>, Vec<f32>, Option<(EndReason, usize)>);
+
 /// Runs one song freely, returning the codes of every loop frame and the frame hiddens.
 pub fn free_run<B: LmOps>(
     st: &mut SemanticStage<B>,
@@ -122,7 +134,7 @@ pub fn free_run<B: LmOps>(
     sampling: Sampling,
     allow_end: bool,
     max_frames: usize,
-) -> (Vec<[u32; LEVELS]>, Vec<f32>, Option<(EndReason, usize)>) {
+) -> FreeRun {
     let fx = fixture(case);
     st.add_song(SongRequest {
         prompt: prompt(&fx),
@@ -134,13 +146,20 @@ pub fn free_run<B: LmOps>(
     .unwrap();
     let (mut codes, mut hiddens, mut ended) = (Vec::new(), Vec::new(), None);
     while ended.is_none() {
-        st.step(&mut |ev| match ev {
-            SongEvent::Frame { hidden, .. } => hiddens.extend_from_slice(hidden),
-            SongEvent::Ended { reason, frames, .. } => ended = Some((reason, frames)),
-        })
-        .unwrap();
-        let c = st.trace().unwrap().codes;
-        codes.push(std::array::from_fn(|l| c[l] as u32));
+        let launched = st
+            .step(&mut |ev| match ev {
+                SongEvent::Frame { hidden, .. } => hiddens.extend_from_slice(hidden),
+                SongEvent::Ended { reason, frames, .. } => ended = Some((reason, frames)),
+            })
+            .unwrap();
+        if launched > 0 {
+            let c = st.trace().unwrap().codes;
+            codes.push(std::array::from_fn(|l| c[l] as u32));
+        }
+    }
+    // A song that drew END ran one more frame before its END was read: that frame is discarded.
+    if let Some((reason, emitted)) = ended {
+        codes.truncate(emitted + 1 + usize::from(reason == EndReason::End));
     }
     (codes, hiddens, ended)
 }

@@ -10,16 +10,21 @@
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 
-use crate::config::{DepthConfig, Qwen3Config, END_COLUMN, MAX_AUDIO_FRAMES};
+use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
-use crate::frame::{frame_program, FrameBufs, FrameCall, Models};
+use crate::frame::{FrameBufs, Models};
 use crate::io::{FrameInputs, FrameOutputs};
+
+mod step;
+mod trace;
+
 use crate::kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
 use crate::load::MusicModel;
 use crate::model::qwen3::LayerCache;
 use crate::prefill::{prefill_program, PrefillBufs, PrefillCall};
 use crate::prompt::MAX_PROMPT_TOKENS;
-use crate::song::{EndReason, SongEvent, SongId, SongRequest, LEVELS};
+use crate::song::{SongId, SongRequest, LEVELS};
+pub use trace::FrameTrace;
 
 /// Sizes fixed at construction.
 #[derive(Clone, Debug)]
@@ -78,28 +83,24 @@ struct Song {
     forced: Option<Vec<[u32; LEVELS]>>,
 }
 
+/// One bucket's step I/O, twice: frame `f` uses half `f % 2`, so the host fills the next
+/// frame's inputs and reads the last frame's outputs while the device runs the current one.
 struct Bucket<B: LmOps> {
     songs: usize,
+    halves: [Half<B>; 2],
+}
+
+struct Half<B: LmOps> {
     inputs: FrameInputs<B>,
     outputs: FrameOutputs<B>,
 }
 
-/// Device buffers of the last step, for tests and diagnostics (downloading synchronises).
-pub struct FrameTrace {
-    /// Songs of the last step in row order: song `i` owns rows `2i` (cond) and `2i + 1`.
-    pub songs: Vec<SongId>,
-    /// `[rows, hidden]`: the hidden the step's logits came from.
-    pub h: Vec<f32>,
-    /// `[rows, 16385]`.
-    pub logits: Vec<f32>,
-    /// 7 × `[rows, hidden]`: depth positions 1..7.
-    pub depth_out: Vec<Vec<f32>>,
-    /// 7 × `[rows, audio_vocab]`.
-    pub head_logits: Vec<Vec<f32>>,
-    /// `[rows, hidden]`.
-    pub feedback: Vec<f32>,
-    /// `[songs, 8]`: the codes of the step, drawn or forced (frame 0's included).
-    pub codes: Vec<i32>,
+/// A launched frame whose outputs the host has not read yet.
+struct Pending {
+    bucket: usize,
+    half: usize,
+    /// The songs of the frame in row order, with the loop frame each ran.
+    rows: Vec<(SongId, usize)>,
 }
 
 /// The stage over backend `B`.
@@ -120,8 +121,15 @@ pub struct SemanticStage<B: LmOps> {
     next_id: SongId,
     opts: StageOptions,
     max_blocks: usize,
-    last_step: Vec<SongId>,
-    last_key: usize,
+    /// Completion markers of the two halves' last frames.
+    marks: [B::Mark; 2],
+    /// The half the next frame uses.
+    half: usize,
+    pending: Option<Pending>,
+    /// The last launched frame (for traces): songs in row order, bucket, half.
+    last: (Vec<SongId>, usize, usize),
+    /// Indices into `songs` of the songs the next frame runs (kept to avoid a per-step allocation).
+    launch: Vec<usize>,
 }
 
 impl<B: LmOps> SemanticStage<B> {
@@ -152,8 +160,8 @@ impl<B: LmOps> SemanticStage<B> {
         let lm_caches = (0..lm.num_hidden_layers)
             .map(|_| {
                 Ok(LayerCache {
-                    k: be.zeros(kv_len, BufRole::State)?,
-                    v: be.zeros(kv_len, BufRole::State)?,
+                    k: be.zeros(kv_len, BufRole::Pool)?,
+                    v: be.zeros(kv_len, BufRole::Pool)?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -164,10 +172,15 @@ impl<B: LmOps> SemanticStage<B> {
             .sizes()
             .iter()
             .map(|&songs| {
+                let half = || -> Result<Half<B>> {
+                    Ok(Half {
+                        inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
+                        outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
+                    })
+                };
                 Ok(Bucket {
                     songs,
-                    inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
-                    outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
+                    halves: [half()?, half()?],
                 })
             })
             .collect::<Result<_>>()?;
@@ -177,6 +190,7 @@ impl<B: LmOps> SemanticStage<B> {
             w: &w,
         };
         let prefill = PrefillBufs::new(&be, &models, opts.max_prompt, max_blocks)?;
+        let marks = [be.mark()?, be.mark()?];
         Ok(Self {
             hidden_state: be.zeros((opts.max_songs + 1) * 2 * lm.hidden_size, BufRole::State)?,
             pool: BlockPool::new(opts.kv_blocks)?,
@@ -193,8 +207,11 @@ impl<B: LmOps> SemanticStage<B> {
             next_id: 0,
             opts,
             max_blocks,
-            last_step: Vec::new(),
-            last_key: 0,
+            marks,
+            half: 0,
+            pending: None,
+            last: (Vec::new(), 0, 0),
+            launch: Vec::new(),
         })
     }
 
@@ -208,33 +225,7 @@ impl<B: LmOps> SemanticStage<B> {
         &self.lm
     }
 
-    /// Runs every bucket's frame program once on padding alone (the dummy slot, the null block),
-    /// before any song is admitted: a graph-capturing backend captures them all here, instead of
-    /// when a bucket is first needed.
-    pub fn warmup(&mut self) -> Result<()> {
-        if !self.songs.is_empty() {
-            return Err(Error::input(
-                "SemanticStage::warmup",
-                "warm up before admitting songs",
-            ));
-        }
-        for key in 0..self.buckets.len() {
-            self.stage_inputs(key)?;
-            self.run_frame(key)?;
-        }
-        Ok(())
-    }
-
-    /// Bucket sizes and the backend's program key of each (for device timing).
-    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(k, b)| (b.songs, k))
-            .collect()
-    }
-
-    /// Songs running now.
+    /// Songs admitted and not yet ended (a song whose last frame is in flight still counts).
     pub fn active(&self) -> usize {
         self.songs.len()
     }
@@ -400,214 +391,10 @@ impl<B: LmOps> SemanticStage<B> {
         self.finish(song);
         Ok(frames)
     }
-
-    /// Runs one frame of every active song and hands each emitted frame and each end to `sink`.
-    /// Returns the number of songs stepped.
-    pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
-        let n = self.songs.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        let size = self.opts.buckets.pick(n)?;
-        let key = self
-            .buckets
-            .iter()
-            .position(|b| b.songs == size)
-            .unwrap_or(0);
-        let bs = self.opts.block_size;
-        for song in &mut self.songs {
-            let pos = song.prompt_len + song.frame;
-            Self::grow(
-                &mut self.pool,
-                &mut song.reservation,
-                &mut song.blocks,
-                pos + 1,
-                bs,
-            );
-        }
-        self.stage_inputs(key)?;
-        self.run_frame(key)?;
-        self.last_step.clear();
-        self.last_step.extend(self.songs.iter().map(|s| s.id));
-        self.last_key = key;
-        self.collect(key, sink)?;
-        Ok(n)
-    }
-
-    /// Runs bucket `key`'s frame program on the staged inputs.
-    fn run_frame(&mut self, key: usize) -> Result<()> {
-        let size = self.buckets[key].songs;
-        let models = Models {
-            lm: &self.lm,
-            depth: &self.depth,
-            w: &self.w,
-        };
-        let (bufs, bucket) = (&mut self.bufs, &mut self.buckets[key]);
-        let (lm_caches, hidden_state) = (&mut self.lm_caches, &mut self.hidden_state);
-        let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
-        self.be.run(key, &mut |be| {
-            let call = FrameCall {
-                inputs: &mut bucket.inputs,
-                outputs: &mut bucket.outputs,
-                hidden_state: &mut *hidden_state,
-                lm_caches: &mut *lm_caches,
-                songs: size,
-                block_size,
-                max_blocks,
-            };
-            frame_program(be, &models, bufs, call)
-        })
-    }
-
-    /// Writes every per-song input of bucket `key`; padding rows get the dummy slot and block 0.
-    fn stage_inputs(&mut self, key: usize) -> Result<()> {
-        let be = &self.be;
-        let b = &mut self.buckets[key];
-        let dummy = self.opts.max_songs as i32;
-        let songs = &self.songs;
-        let get = |i: usize| songs.get(i);
-        for (i, v) in b.inputs.slots.host(be)?.iter_mut().enumerate() {
-            *v = get(i).map_or(dummy, |s| s.slot as i32);
-        }
-        for (r, v) in b.inputs.start.host(be)?.iter_mut().enumerate() {
-            *v = get(r / 2).map_or(0, |s| (s.prompt_len + s.frame) as i32);
-        }
-        let tables = b.inputs.tables.host(be)?;
-        tables.fill(NULL_BLOCK as i32);
-        for (i, s) in songs.iter().enumerate() {
-            fill_tables(
-                &mut tables[2 * i * self.max_blocks..],
-                &s.blocks,
-                self.max_blocks,
-            );
-        }
-        for (i, v) in b.inputs.mode.host(be)?.iter_mut().enumerate() {
-            *v = get(i).map_or(DrawMode::Greedy, |s| s.mode) as i32;
-        }
-        for (i, v) in b.inputs.seeds.host(be)?.chunks_exact_mut(2).enumerate() {
-            let seed = get(i).map_or(0, |s| s.seed);
-            v[0] = seed as u32 as i32;
-            v[1] = (seed >> 32) as u32 as i32;
-        }
-        for (i, v) in b.inputs.draws.host(be)?.iter_mut().enumerate() {
-            *v = get(i).map_or(0, |s| {
-                (s.frame as u32 * crate::config::DRAWS_PER_FRAME) as i32
-            });
-        }
-        for (i, v) in b.inputs.allow_end.host(be)?.iter_mut().enumerate() {
-            *v = get(i).is_some_and(|s| s.allow_end) as i32;
-        }
-        for (i, row) in b
-            .inputs
-            .codes
-            .host(be)?
-            .chunks_exact_mut(LEVELS)
-            .enumerate()
-        {
-            let forced = get(i).and_then(|s| s.forced.as_ref().and_then(|f| f.get(s.frame)));
-            for (l, v) in row.iter_mut().enumerate() {
-                *v = forced.map_or(-1, |c| c[l] as i32);
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads the bucket's outputs, emits frames and ends, and retires ended songs.
-    fn collect(&mut self, key: usize, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<()> {
-        let h8 = LEVELS * self.lm.hidden_size;
-        let mut ended = Vec::new();
-        {
-            let b = &mut self.buckets[key];
-            let codes = self.be.pinned_ints_mut(&mut b.outputs.codes)?;
-            let hiddens = self.be.pinned_floats_ref(&b.outputs.hiddens)?;
-            for (i, song) in self.songs.iter_mut().enumerate() {
-                let row = &codes[i * LEVELS..(i + 1) * LEVELS];
-                let f = song.frame;
-                song.frame += 1;
-                let reason = if row[0] as usize == END_COLUMN {
-                    Some(EndReason::End)
-                } else {
-                    if f > 0 {
-                        let mut c = [0u32; LEVELS];
-                        for (d, &s) in c.iter_mut().zip(row) {
-                            *d = s as u32;
-                        }
-                        sink(SongEvent::Frame {
-                            song: song.id,
-                            index: song.emitted,
-                            codes: c,
-                            hidden: &hiddens[i * h8..(i + 1) * h8],
-                        });
-                        song.emitted += 1;
-                    }
-                    if song.emitted == song.max_frames {
-                        Some(EndReason::MaxFrames)
-                    } else if song
-                        .forced
-                        .as_ref()
-                        .is_some_and(|fc| song.frame >= fc.len())
-                    {
-                        Some(EndReason::ForcedDone)
-                    } else {
-                        None
-                    }
-                };
-                if let Some(reason) = reason {
-                    ended.push((song.id, reason, song.emitted));
-                }
-            }
-        }
-        for (id, reason, frames) in ended {
-            if let Some(i) = self.songs.iter().position(|s| s.id == id) {
-                let song = self.songs.remove(i);
-                self.finish(song);
-            }
-            sink(SongEvent::Ended {
-                song: id,
-                reason,
-                frames,
-            });
-        }
-        Ok(())
-    }
-
-    /// Downloads the last step's buffers (synchronises; for tests and diagnostics).
-    pub fn trace(&self) -> Result<FrameTrace> {
-        let be = &self.be;
-        let rows = 2 * self.last_step.len();
-        let h = self.lm.hidden_size;
-        let cut = |buf: &B::Buf, width: usize| -> Result<Vec<f32>> {
-            let mut v = be.download(buf)?;
-            v.truncate(rows * width);
-            Ok(v)
-        };
-        let vocab = self.depth.audio_vocab_size;
-        Ok(FrameTrace {
-            songs: self.last_step.clone(),
-            h: cut(&self.bufs.h, h)?,
-            logits: cut(&self.bufs.logits, crate::config::AUDIO_LOGITS)?,
-            depth_out: self.bufs.depth_out[1..]
-                .iter()
-                .map(|b| cut(b, h))
-                .collect::<Result<_>>()?,
-            head_logits: self
-                .bufs
-                .head_logits
-                .iter()
-                .map(|b| cut(b, vocab))
-                .collect::<Result<_>>()?,
-            feedback: cut(&self.bufs.feedback, h)?,
-            codes: {
-                let mut c = be.download_ints(&self.buckets[self.last_key].inputs.codes.dev)?;
-                c.truncate(self.last_step.len() * LEVELS);
-                c
-            },
-        })
-    }
 }
 
 /// Writes both rows' block tables (`[2, max_blocks]`) of a song, unused entries the null block.
-fn fill_tables(dst: &mut [i32], blocks: &[Vec<u32>; 2], max_blocks: usize) {
+pub(crate) fn fill_tables(dst: &mut [i32], blocks: &[Vec<u32>; 2], max_blocks: usize) {
     for (r, row) in blocks.iter().enumerate() {
         let t = &mut dst[r * max_blocks..(r + 1) * max_blocks];
         t.fill(NULL_BLOCK as i32);

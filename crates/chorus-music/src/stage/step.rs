@@ -1,0 +1,260 @@
+//! One step: launch the next frame of every song that has one left, then read the previous
+//! frame's outputs (a frame late, after waiting for that frame only), emit its frames and ends,
+//! and retire ended songs. The device runs frame `f` while the host reads frame `f - 1` and
+//! prepares frame `f + 1`; a song that drew END in frame `f - 1` has already run frame `f`, whose
+//! output is discarded.
+
+use chorus_core::lm_ops::DrawMode;
+use chorus_core::{Error, LmOps, Result};
+
+use super::{fill_tables, Pending, SemanticStage};
+use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
+use crate::frame::{frame_program, FrameCall, Models};
+use crate::kv::NULL_BLOCK;
+use crate::song::{EndReason, SongEvent, LEVELS};
+
+impl<B: LmOps> SemanticStage<B> {
+    /// Launches the next frame of every song that has one, then hands the previous frame's
+    /// emitted frames and ends to `sink`. Returns the number of songs launched (0 once every song
+    /// awaits only its last read, which this call then delivers).
+    pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
+        let launched = self.launch_frame()?;
+        if let Some(prev) = self.pending.take() {
+            self.be.wait(&self.marks[prev.half])?;
+            self.collect(&prev, sink)?;
+        }
+        self.pending = launched;
+        Ok(self.last.0.len())
+    }
+
+    /// Runs every bucket's frame program on both halves, on padding alone (the dummy slot, the
+    /// null block), before any song is admitted: a graph-capturing backend captures them here
+    /// instead of when a bucket is first needed.
+    pub fn warmup(&mut self) -> Result<()> {
+        if !self.songs.is_empty() {
+            return Err(Error::input(
+                "SemanticStage::warmup",
+                "warm up before admitting songs",
+            ));
+        }
+        self.launch.clear();
+        for bucket in 0..self.buckets.len() {
+            for half in 0..2 {
+                self.stage_inputs(bucket, half)?;
+                self.run_frame(bucket, half)?;
+                self.be.wait(&self.marks[half])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bucket sizes and the backend's program key of each (half 0), for device timing.
+    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(k, b)| (b.songs, 2 * k))
+            .collect()
+    }
+
+    /// Picks the songs with a frame left, stages their inputs and launches the frame.
+    fn launch_frame(&mut self) -> Result<Option<Pending>> {
+        self.launch.clear();
+        for (i, s) in self.songs.iter().enumerate() {
+            let forced_left = s.forced.as_ref().is_none_or(|f| s.frame < f.len());
+            // Loop frames 0..=max_frames emit max_frames frames; none runs past the reservation.
+            if s.frame <= s.max_frames && forced_left {
+                self.launch.push(i);
+            }
+        }
+        self.last.0.clear();
+        if self.launch.is_empty() {
+            return Ok(None);
+        }
+        let size = self.opts.buckets.pick(self.launch.len())?;
+        let bucket = self
+            .buckets
+            .iter()
+            .position(|b| b.songs == size)
+            .unwrap_or(0);
+        let half = self.half;
+        self.half ^= 1;
+        let bs = self.opts.block_size;
+        for &i in &self.launch {
+            let s = &mut self.songs[i];
+            let pos = s.prompt_len + s.frame;
+            Self::grow(
+                &mut self.pool,
+                &mut s.reservation,
+                &mut s.blocks,
+                pos + 1,
+                bs,
+            );
+        }
+        self.stage_inputs(bucket, half)?;
+        self.run_frame(bucket, half)?;
+        let mut rows = Vec::with_capacity(self.launch.len());
+        for &i in &self.launch {
+            let s = &mut self.songs[i];
+            rows.push((s.id, s.frame));
+            self.last.0.push(s.id);
+            s.frame += 1;
+        }
+        self.last.1 = bucket;
+        self.last.2 = half;
+        Ok(Some(Pending { bucket, half, rows }))
+    }
+
+    /// Queues bucket `bucket`'s frame program on half `half` and records that half's marker.
+    fn run_frame(&mut self, bucket: usize, half: usize) -> Result<()> {
+        let size = self.buckets[bucket].songs;
+        let models = Models {
+            lm: &self.lm,
+            depth: &self.depth,
+            w: &self.w,
+        };
+        let (bufs, io) = (&mut self.bufs, &mut self.buckets[bucket].halves[half]);
+        let (lm_caches, hidden_state) = (&mut self.lm_caches, &mut self.hidden_state);
+        let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
+        let mut program = |be: &B| {
+            let call = FrameCall {
+                inputs: &mut io.inputs,
+                outputs: &mut io.outputs,
+                hidden_state: &mut *hidden_state,
+                lm_caches: &mut *lm_caches,
+                songs: size,
+                block_size,
+                max_blocks,
+            };
+            frame_program(be, &models, bufs, call)
+        };
+        self.be
+            .launch(2 * bucket + half, &mut program, &mut self.marks[half])
+    }
+
+    /// Writes the per-song inputs of the songs in `self.launch`; padding rows get the dummy slot
+    /// and the null block. The half's previous frame finished before the last step returned.
+    fn stage_inputs(&mut self, bucket: usize, half: usize) -> Result<()> {
+        let be = &self.be;
+        let inputs = &mut self.buckets[bucket].halves[half].inputs;
+        let dummy = self.opts.max_songs as i32;
+        let (songs, launch) = (&self.songs, &self.launch);
+        let get = |i: usize| launch.get(i).map(|&j| &songs[j]);
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.slots.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(dummy, |s| s.slot as i32);
+        }
+        for (r, v) in be
+            .pinned_ints_nowait(&mut inputs.start.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(r / 2).map_or(0, |s| (s.prompt_len + s.frame) as i32);
+        }
+        let tables = be.pinned_ints_nowait(&mut inputs.tables.host);
+        tables.fill(NULL_BLOCK as i32);
+        for i in 0..launch.len() {
+            if let Some(s) = get(i) {
+                fill_tables(
+                    &mut tables[2 * i * self.max_blocks..],
+                    &s.blocks,
+                    self.max_blocks,
+                );
+            }
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.mode.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(DrawMode::Greedy, |s| s.mode) as i32;
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.seeds.host)
+            .chunks_exact_mut(2)
+            .enumerate()
+        {
+            let seed = get(i).map_or(0, |s| s.seed);
+            v[0] = seed as u32 as i32;
+            v[1] = (seed >> 32) as u32 as i32;
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.draws.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(0, |s| (s.frame as u32 * DRAWS_PER_FRAME) as i32);
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.allow_end.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).is_some_and(|s| s.allow_end) as i32;
+        }
+        let codes = be.pinned_ints_nowait(&mut inputs.codes.host);
+        for (i, row) in codes.chunks_exact_mut(LEVELS).enumerate() {
+            let forced = get(i).and_then(|s| s.forced.as_ref().and_then(|f| f.get(s.frame)));
+            for (l, v) in row.iter_mut().enumerate() {
+                *v = forced.map_or(-1, |c| c[l] as i32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a finished frame's outputs, emits frames and ends, and retires ended songs.
+    fn collect(&mut self, prev: &Pending, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<()> {
+        let h8 = LEVELS * self.lm.hidden_size;
+        let out = &mut self.buckets[prev.bucket].halves[prev.half].outputs;
+        let codes = self.be.pinned_ints_nowait(&mut out.codes);
+        let hiddens = self.be.pinned_floats_nowait(&out.hiddens);
+        let mut ended = Vec::new();
+        for (i, &(id, f)) in prev.rows.iter().enumerate() {
+            // A song cancelled since the launch is gone; its row is discarded.
+            let Some(song) = self.songs.iter_mut().find(|s| s.id == id) else {
+                continue;
+            };
+            let row = &codes[i * LEVELS..(i + 1) * LEVELS];
+            let reason = if row[0] as usize == END_COLUMN {
+                Some(EndReason::End)
+            } else {
+                if f > 0 {
+                    let c: [u32; LEVELS] = std::array::from_fn(|l| row[l] as u32);
+                    let hidden = &hiddens[i * h8..(i + 1) * h8];
+                    sink(SongEvent::Frame {
+                        song: id,
+                        index: song.emitted,
+                        codes: c,
+                        hidden,
+                    });
+                    song.emitted += 1;
+                }
+                if song.emitted == song.max_frames {
+                    Some(EndReason::MaxFrames)
+                } else if song.forced.as_ref().is_some_and(|fc| f + 1 >= fc.len()) {
+                    Some(EndReason::ForcedDone)
+                } else {
+                    None
+                }
+            };
+            if let Some(reason) = reason {
+                ended.push((id, reason, song.emitted));
+            }
+        }
+        for (id, reason, frames) in ended {
+            if let Some(i) = self.songs.iter().position(|s| s.id == id) {
+                let song = self.songs.remove(i);
+                self.finish(song);
+            }
+            sink(SongEvent::Ended {
+                song: id,
+                reason,
+                frames,
+            });
+        }
+        Ok(())
+    }
+}
