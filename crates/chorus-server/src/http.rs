@@ -154,10 +154,13 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let st = state.engine.status();
-    let text = state
+    let mut text = state
         .engine
         .metrics()
         .render(st.live_streams, st.free_slots);
+    if let Some(music) = &state.music {
+        music.metrics().render(&mut text);
+    }
     (
         [(
             header::CONTENT_TYPE,

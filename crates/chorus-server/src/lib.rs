@@ -9,6 +9,7 @@
 mod http;
 mod limits;
 pub mod loadgen;
+pub mod music;
 pub mod npy;
 pub mod protocol;
 mod server;

@@ -13,6 +13,8 @@ use chorus_engine::Engine;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::music::MusicEngine;
+
 /// Default time a new connection has to send `open`.
 const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time one message may take to be written to a client before it is cut off.
@@ -75,6 +77,8 @@ pub(crate) struct AppState {
     pub config: Arc<ServerConfig>,
     pub shutdown: watch::Receiver<bool>,
     pub connections: Arc<Connections>,
+    /// The music semantic stage, when the server runs one.
+    pub music: Option<Arc<MusicEngine>>,
 }
 
 /// A running server.
@@ -90,6 +94,17 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (port 0 picks a free port) and starts serving on the current runtime.
     pub async fn bind(engine: Arc<Engine>, addr: SocketAddr, config: ServerConfig) -> Result<Self> {
+        Self::bind_with_music(engine, None, addr, config).await
+    }
+
+    /// Like [`Server::bind`], also serving `/v1/music` from `music` (without it that endpoint
+    /// answers 404 `not_enabled`).
+    pub async fn bind_with_music(
+        engine: Arc<Engine>,
+        music: Option<Arc<MusicEngine>>,
+        addr: SocketAddr,
+        config: ServerConfig,
+    ) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
@@ -104,10 +119,15 @@ impl Server {
             config: config.clone(),
             shutdown: rx.clone(),
             connections: connections.clone(),
+            music,
         };
         let app = Router::new()
             .route("/v1/stream", get(crate::ws::upgrade))
             .route("/v1/decode", post(crate::http::decode))
+            .route(
+                "/v1/music",
+                get(crate::music::ws::upgrade).post(crate::music::http::generate),
+            )
             .route("/healthz", get(crate::http::healthz))
             .route("/metrics", get(crate::http::metrics))
             .layer(DefaultBodyLimit::max(config.max_body_bytes))

@@ -1,6 +1,7 @@
 //! `chorus serve`: the streaming server on one device.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,15 +10,23 @@ use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
 use chorus_engine::{
     Engine, EngineConfig, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES,
 };
+use chorus_music::prompt::PromptTokenizer;
+use chorus_music::StageOptions;
+use chorus_server::music::{MusicConfig, MusicEngine, StageFactory};
 use chorus_server::{Server, ServerConfig};
 
 use crate::decode::parse_precision;
 use crate::device::{open_decoder, DecoderSpec, DeviceKind};
+use crate::music_stage::open_stage;
 
 /// Default stream slots.
 const DEFAULT_MAX_STREAMS: usize = 64;
 /// Default seconds a drain waits for open streams.
 const DEFAULT_DRAIN_SECS: u64 = 30;
+/// Default songs the music stage generates at once.
+const DEFAULT_MUSIC_SONGS: usize = 4;
+/// Default positions per song: a prompt of a few hundred tokens and about a minute of music.
+const DEFAULT_MUSIC_CONTEXT: usize = 2048;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -54,13 +63,32 @@ pub struct ServeArgs {
     /// Seconds SIGTERM waits for open streams to finish.
     #[arg(long, default_value_t = DEFAULT_DRAIN_SECS)]
     pub drain_timeout: u64,
+    /// Also serve the music semantic stage (MiniMax Music 3) on `/v1/music`: `random-small`,
+    /// `random`, a directory, `LM.safetensors,DEPTH.safetensors` or a hub repo id with a
+    /// subfolder. Without it `/v1/music` answers 404 `not_enabled`.
+    #[arg(long)]
+    pub music_model: Option<String>,
+    /// tokenizer.json for `caption`/`lyrics` requests (default: the one beside the music model;
+    /// without one only `prompt_ids` requests are served).
+    #[arg(long, requires = "music_model")]
+    pub music_tokenizer: Option<PathBuf>,
+    /// Songs generated at once; more are refused as busy.
+    #[arg(long, default_value_t = DEFAULT_MUSIC_SONGS)]
+    pub music_songs: usize,
+    /// Positions per song (prompt tokens + frames + 1, 25 frames per second of music); longer
+    /// requests are refused. The KV cache holds 2 rows of this many positions per song.
+    #[arg(long, default_value_t = DEFAULT_MUSIC_CONTEXT)]
+    pub music_context: usize,
+    /// Device of the music stage (CUDA: bf16 unless `--precision f32`, one graph per frame).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub music_device: DeviceKind,
 }
 
 /// File descriptors a server needs besides one per stream.
 const SPARE_FDS: u64 = 256;
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    warn_fd_limit(args.max_streams as u64 + SPARE_FDS);
+    warn_fd_limit((args.max_streams + args.music_songs) as u64 + SPARE_FDS);
     let buckets = match &args.buckets {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
@@ -89,6 +117,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         engine.info().max_slots,
         engine.info().largest_batch
     );
+    let music = start_music(&args)?.map(Arc::new);
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
@@ -101,7 +130,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let server = Server::bind(Arc::new(engine), addr, config).await?;
+        let server = Server::bind_with_music(Arc::new(engine), music, addr, config).await?;
         println!("listening on http://{}", server.local_addr());
         shutdown_signal().await;
         eprintln!("draining: no new streams; finishing open ones");
@@ -111,6 +140,65 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Starts the music engine when `--music-model` is given; the stage is built on its thread.
+fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
+    let Some(spec) = &args.music_model else {
+        return Ok(None);
+    };
+    let model = crate::load_music(spec)?;
+    let tokenizer = match args
+        .music_tokenizer
+        .clone()
+        .or_else(|| model.tokenizer.clone())
+    {
+        Some(path) => Some(
+            PromptTokenizer::from_file(&path)
+                .with_context(|| format!("loading the music tokenizer {}", path.display()))?,
+        ),
+        None => {
+            eprintln!(
+                "music: no tokenizer (--music-tokenizer): only `prompt_ids` requests are served"
+            );
+            None
+        }
+    };
+    let source = model.source.clone();
+    let (device, songs, context, threads) = (
+        args.music_device,
+        args.music_songs,
+        args.music_context,
+        args.threads,
+    );
+    let music = if crate::device::resolve(device) == DeviceKind::Cuda {
+        let precision = args.precision;
+        let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
+            let opts = StageOptions::for_songs(songs, context)?;
+            let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
+                precision: precision.unwrap_or(chorus_core::Precision::Bf16),
+                ..Default::default()
+            })?;
+            let mut stage = chorus_music::SemanticStage::new(be, &model, opts.clone())?;
+            stage.warmup()?;
+            Ok((stage, opts))
+        });
+        MusicEngine::start(factory, MusicConfig::default(), tokenizer)
+    } else {
+        let factory: StageFactory<chorus_cpu::CpuBackend> = Box::new(move || {
+            let opts = StageOptions::for_songs(songs, context)?;
+            let stage = open_stage(&model, device, songs, context, threads)
+                .map_err(|e| chorus_core::Error::config("serve::open_stage", format!("{e:#}")))?;
+            Ok((stage, opts))
+        });
+        MusicEngine::start(factory, MusicConfig::default(), tokenizer)
+    }
+    .context("starting the music stage")?;
+    eprintln!(
+        "music: {source} ({songs} songs, context {context} positions, {} KV blocks)",
+        music.info().kv_usable
+    );
+    Ok(Some(music))
 }
 
 /// Raises the open-file limit and warns when it is still below `needed`.

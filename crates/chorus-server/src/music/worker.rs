@@ -1,0 +1,254 @@
+//! The engine thread: owns the stage, admits songs between steps, steps every active song, and
+//! hands each song's events to its own bounded channel.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use chorus_core::LmOps;
+use chorus_music::{EndReason, SemanticStage, SongEvent, SongId, StageOptions};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::Sender;
+
+use super::engine::MusicInfo;
+use super::error::{MusicError, MusicErrorCode};
+use super::job::{CancelRequest, JobShared, MusicEvent, MusicFrame, Outcome};
+use super::metrics::{CancelKind, MusicGauges, MusicMetrics};
+use super::request::SongSpec;
+
+/// What the front sends the engine thread.
+pub(crate) enum Command {
+    Start(Box<StartJob>),
+    /// Fail every song and end the thread.
+    Stop,
+}
+
+/// A song to admit, with where its events go.
+pub(crate) struct StartJob {
+    pub spec: SongSpec,
+    pub events: Sender<MusicEvent>,
+    pub shared: Arc<JobShared>,
+}
+
+/// An admitted song's client side.
+pub(super) struct Running {
+    pub(super) events: Sender<MusicEvent>,
+    pub(super) shared: Arc<JobShared>,
+    pub(super) hiddens: bool,
+    /// Frames handed to the channel.
+    pub(super) sent: usize,
+}
+
+pub(crate) struct Worker<B: LmOps> {
+    pub(super) stage: SemanticStage<B>,
+    pub(super) info: MusicInfo,
+    pub(super) rx: Receiver<Command>,
+    /// Exactly the stage's active songs.
+    pub(super) jobs: HashMap<SongId, Running>,
+    pub(super) metrics: Arc<MusicMetrics>,
+    pub(super) step_songs: usize,
+}
+
+fn slow_consumer(frames: usize) -> MusicError {
+    MusicError::new(
+        MusicErrorCode::SlowConsumer,
+        format!("the client did not read its frames in time: {frames} were waiting; the song was cancelled"),
+    )
+}
+
+impl<B: LmOps> Worker<B> {
+    pub(crate) fn new(
+        stage: SemanticStage<B>,
+        opts: &StageOptions,
+        rx: Receiver<Command>,
+        metrics: Arc<MusicMetrics>,
+    ) -> Self {
+        let info = MusicInfo {
+            max_songs: opts.max_songs,
+            max_context: opts.max_context,
+            max_prompt: opts.max_prompt,
+            block_size: opts.block_size,
+            vocab_size: stage.lm_config().vocab_size,
+            hidden_size: stage.lm_config().hidden_size,
+            kv_usable: stage.kv_blocks().2,
+        };
+        Self {
+            stage,
+            info,
+            rx,
+            jobs: HashMap::new(),
+            metrics,
+            step_songs: 0,
+        }
+    }
+
+    pub(crate) fn info(&self) -> &MusicInfo {
+        &self.info
+    }
+
+    pub(crate) fn run(mut self) {
+        self.publish();
+        loop {
+            let mut commands = Vec::new();
+            // Idle: sleep until a command comes. Busy: take what has arrived and step on.
+            if self.jobs.is_empty() {
+                match self.rx.recv() {
+                    Ok(c) => commands.push(c),
+                    Err(_) => return,
+                }
+            }
+            let mut stop = false;
+            loop {
+                match self.rx.try_recv() {
+                    Ok(c) => commands.push(c),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        stop = true;
+                        break;
+                    }
+                }
+            }
+            for command in commands {
+                match command {
+                    Command::Start(job) => self.admit(*job),
+                    Command::Stop => stop = true,
+                }
+            }
+            if stop {
+                self.fail_all(MusicError::new(
+                    MusicErrorCode::Draining,
+                    "the music engine stopped: the server is shutting down",
+                ));
+                return;
+            }
+            self.sweep();
+            if !self.jobs.is_empty() {
+                self.step();
+            }
+            self.publish();
+        }
+    }
+
+    /// Cancels the songs whose clients cancelled, went away, or were too slow.
+    fn sweep(&mut self) {
+        let gone: Vec<(SongId, CancelKind)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, r)| {
+                let kind = match r.shared.cancel_request() {
+                    CancelRequest::Client => CancelKind::Client,
+                    CancelRequest::SlowClient => CancelKind::SlowConsumer,
+                    CancelRequest::None if r.events.is_closed() => CancelKind::Disconnect,
+                    CancelRequest::None => return None,
+                };
+                Some((id, kind))
+            })
+            .collect();
+        for (id, kind) in gone {
+            self.cancel(id, kind);
+        }
+    }
+
+    fn cancel(&mut self, id: SongId, kind: CancelKind) {
+        let Some(r) = self.jobs.remove(&id) else {
+            return;
+        };
+        let frames = self.stage.cancel(id).unwrap_or(r.sent);
+        self.publish();
+        self.metrics.song_cancelled(kind);
+        r.shared.set_outcome(match kind {
+            CancelKind::SlowConsumer => Outcome::Failed(slow_consumer(r.sent)),
+            CancelKind::Client | CancelKind::Disconnect => Outcome::Ended {
+                reason: EndReason::Cancelled,
+                frames,
+            },
+        });
+    }
+
+    /// One frame of every active song.
+    fn step(&mut self) {
+        let start = Instant::now();
+        let (mut frames, mut slow, mut ended) = (0usize, Vec::new(), Vec::new());
+        let jobs = &mut self.jobs;
+        let result = self.stage.step(&mut |ev| match ev {
+            SongEvent::Frame {
+                song,
+                index,
+                codes,
+                hidden,
+            } => {
+                frames += 1;
+                let Some(r) = jobs.get_mut(&song) else {
+                    return;
+                };
+                let frame = MusicFrame {
+                    index,
+                    codes,
+                    hidden: r.hiddens.then(|| hidden.to_vec()),
+                };
+                match r.events.try_send(MusicEvent::Frame(frame)) {
+                    Ok(()) => r.sent += 1,
+                    Err(TrySendError::Full(_)) => slow.push(song),
+                    // The client is gone: the next sweep cancels the song.
+                    Err(TrySendError::Closed(_)) => {}
+                }
+            }
+            SongEvent::Ended {
+                song,
+                reason,
+                frames,
+            } => ended.push((song, reason, frames)),
+        });
+        self.metrics.observe_step(start.elapsed().as_secs_f64());
+        self.metrics.frames(frames);
+        match result {
+            Ok(n) => self.step_songs = n,
+            Err(e) => {
+                self.fail_all(MusicError::internal(format!("the music step failed: {e}")));
+                return;
+            }
+        }
+        // Gauges before counters (ended songs are already out of the stage).
+        self.publish();
+        for (song, reason, frames) in ended {
+            let Some(r) = self.jobs.remove(&song) else {
+                continue;
+            };
+            if slow.contains(&song) {
+                self.metrics.song_cancelled(CancelKind::SlowConsumer);
+                r.shared.set_outcome(Outcome::Failed(slow_consumer(r.sent)));
+            } else {
+                self.metrics.song_finished();
+                r.shared.set_outcome(Outcome::Ended { reason, frames });
+            }
+        }
+        for song in slow {
+            self.cancel(song, CancelKind::SlowConsumer);
+        }
+    }
+
+    /// Ends every song with `err` (a failed step may leave the stage's songs half-stepped).
+    fn fail_all(&mut self, err: MusicError) {
+        let jobs = std::mem::take(&mut self.jobs);
+        for &id in jobs.keys() {
+            let _ = self.stage.cancel(id);
+        }
+        self.publish();
+        for r in jobs.into_values() {
+            self.metrics.song_failed();
+            r.shared.set_outcome(Outcome::Failed(err.clone()));
+        }
+    }
+
+    pub(super) fn publish(&self) {
+        let (in_use, available, usable) = self.stage.kv_blocks();
+        self.metrics.set_gauges(MusicGauges {
+            active_songs: self.stage.active(),
+            step_songs: self.step_songs,
+            kv_in_use: in_use,
+            kv_available: available,
+            kv_usable: usable,
+        });
+    }
+}
