@@ -1,0 +1,573 @@
+// Paged GQA attention of the language models (PagedAttentionArgs): the KV write, the split-K decode
+// kernel ("flash decoding") with its combine, and a tiled general kernel for prefill and for any
+// shape the decode kernel does not cover.
+//
+// A paged cache is [num_blocks, block_size, kv_heads * head_dim]: position kp of row r lives in
+// block tables[r * max_blocks + kp / block_size], entry kp % block_size. A query at position p reads
+// the positions 0..=p of its row and nothing else (stale or unwritten entries past the context may
+// hold anything, NaN included). Arithmetic is f32 throughout; the softmax is the streaming one
+// (running max subtracted before every exponential, sums rescaled when the max grows), in base 2:
+// scores carry log2(e) / sqrt(head_dim), so that every exponential is one exp2f.
+
+// Mirrors the host struct `PagedDims` (src/lm/attention.rs).
+struct PagedDims {
+    int rows, time, q_heads, kv_heads, head_dim, block_size, max_blocks, num_blocks;
+    // Decode kernel: splits per (row, kv head) and positions per split; with one split the decode
+    // kernel writes `out` itself and no combine runs.
+    int splits, split_len;
+    // log2(e) / sqrt(head_dim), rounded once on the host: scores in base 2.
+    float scale;
+    // block_size % PA_UNROLL == 0: a key group's PA_UNROLL consecutive keys share one block.
+    int grouped;
+    // Decode kernel: one (row, kv head) pair per key group (see pa_decode).
+    int group_pairs;
+};
+
+// Element offset of position kp's entry in a cache (kv head 0). Block ids are data: an id outside
+// the pool (a caller bug the host cannot see without a sync) is clamped so that nothing outside the
+// pool is ever read.
+__device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int kp, const PagedDims& d) {
+    int blk = table[kp / d.block_size];
+    blk = min(max(blk, 0), d.num_blocks - 1);
+    return ((long long)blk * d.block_size + kp % d.block_size) * (long long)(d.kv_heads * d.head_dim);
+}
+
+__device__ __forceinline__ float pa_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+__device__ __forceinline__ float pa_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// ------------------------------------------------------------------------------------------------
+// KV write: token tok = r * time + t of the call stores its k and v heads at position start[r] + t.
+// One thread per 16-byte vector of a token's kv heads (the host checks head_dim % VEC == 0).
+// Padded rows all point at the null block and may write the same entries: one of them wins.
+extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __restrict__ k_cache, T* __restrict__ v_cache,
+                                             const int* __restrict__ tables, const int* __restrict__ start, PagedDims d) {
+    int kv_dim = d.kv_heads * d.head_dim;
+    int nvec = kv_dim / VEC;
+    int width = (d.q_heads + 2 * d.kv_heads) * d.head_dim;
+    int n = d.rows * d.time * nvec;
+    GRID_LOOP(i, n) {
+        int tok = i / nvec;
+        int c = (i % nvec) * VEC;
+        int r = tok / d.time;
+        int p = start[r] + tok % d.time;
+        int b = p / d.block_size;
+        if (p < 0 || b >= d.max_blocks) {
+            continue;
+        }
+        int blk = tables[(long long)r * d.max_blocks + b];
+        if (blk < 0 || blk >= d.num_blocks) {
+            continue;
+        }
+        long long e = ((long long)blk * d.block_size + p % d.block_size) * kv_dim + c;
+        const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
+        *reinterpret_cast<uint4*>(k_cache + e) = *reinterpret_cast<const uint4*>(src);
+        *reinterpret_cast<uint4*>(v_cache + e) = *reinterpret_cast<const uint4*>(src + kv_dim);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
+// share the kv head, so every key and value row is read once for the group. Its keys are the
+// positions [split * split_len, min((split + 1) * split_len, p + 1)); a split past the row's
+// context exits at once (the grid is sized for max_blocks * block_size positions, the contexts
+// are data).
+//
+// Lanes are grouped by L (a key row's 16-byte vectors, at most a warp); each group streams its own
+// keys PA_UNROLL at a time with its own online softmax (all K and V loads of a step in flight
+// before any use), partial dot products reduced across the group with shuffles. At the end the
+// groups are merged through shared memory; the block then writes its partial (max, sum,
+// unnormalised output) to `part`, or with a single split the normalised output itself.
+//
+// With `group_pairs` (OWN: short contexts without GQA, the depth decoder), every key group serves
+// a (row, kv head) pair of its own, all of its keys, and writes the output directly: no splits, no
+// merge, no block barrier, KG pairs per block.
+#define PA_THREADS 128
+#define PA_UNROLL 4
+
+template <int D, int G, bool OWN>
+__device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __restrict__ k_cache,
+                                          const T* __restrict__ v_cache, const int* __restrict__ tables,
+                                          const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
+                                          const PagedDims& d) {
+    constexpr int NV = D / VEC;          // 16-byte vectors per key row
+    constexpr int L = NV < 32 ? NV : 32;  // lanes per key
+    constexpr int VPL = NV / L;          // vectors per lane
+    constexpr int C = VPL * VEC;         // channels per lane
+    constexpr int KG = PA_THREADS / L;   // key groups
+    constexpr int STEP = KG * PA_UNROLL;  // keys per step of the block
+    extern __shared__ float pa_smem[];
+
+    // The lanes of this thread's key group: shuffles stay inside it.
+    const unsigned gmask = L == 32 ? 0xffffffffu : (((1u << L) - 1u) << (threadIdx.x % 32 / L * L));
+    int li = threadIdx.x % L;
+    int grp = threadIdx.x / L;
+    const bool own = OWN;
+    int s = own ? 0 : blockIdx.x % d.splits;
+    int pair = own ? blockIdx.x * KG + grp : blockIdx.x / d.splits;
+    if (pair >= d.rows * d.kv_heads) {
+        return;  // only with group_pairs, where no barrier follows
+    }
+    int h = pair % d.kv_heads;
+    int r = pair / d.kv_heads;
+    int n = start[r] + 1;
+    int k_begin = s * d.split_len;
+    if (k_begin >= n) {
+        return;
+    }
+    int k_end = min(n, k_begin + d.split_len);
+    // Keys of one step: the block's STEP (groups interleaved), or the group's own PA_UNROLL.
+    const int kstep = own ? PA_UNROLL : STEP;
+    const int koff = own ? 0 : grp * PA_UNROLL;
+    int width = (d.q_heads + 2 * d.kv_heads) * D;
+
+    // This lane's channels: vectors li, li + L, ... of each row (a group reads whole rows).
+    float q[G][C];
+    const T* qrow = qkv + (long long)r * width + h * G * D;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int j = 0; j < VPL; ++j) {
+            load_c<VEC>(qrow + g * D + (li + j * L) * VEC, &q[g][j * VEC]);
+        }
+    }
+    const int* table = tables + (long long)r * d.max_blocks;
+    const T* k_head = k_cache + h * D;
+    const T* v_head = v_cache + h * D;
+
+    float m[G], l[G], acc[G][C];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[g] = NEG_INF;
+        l[g] = 0.f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            acc[g][c] = 0.f;
+        }
+    }
+
+    for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
+        int kfirst = k0 + koff;
+        // Keys past the split reload its last key (a valid position) and are masked below. The
+        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions), so
+        // with `grouped` they lie in one block: one table lookup.
+        int kpos = min(kfirst, k_end - 1);
+        int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
+        long long e0 = pa_entry(table, kpos, d);
+        uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
+#pragma unroll
+        for (int u = 0; u < PA_UNROLL; ++u) {
+            long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
+                                    : pa_entry(table, min(kfirst + u, k_end - 1), d);
+#pragma unroll
+            for (int j = 0; j < VPL; ++j) {
+                kr[u][j] = *reinterpret_cast<const uint4*>(k_head + e + (li + j * L) * VEC);
+                vr[u][j] = *reinterpret_cast<const uint4*>(v_head + e + (li + j * L) * VEC);
+            }
+        }
+        float sc[G][PA_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PA_UNROLL; ++u) {
+            float kf[C];
+#pragma unroll
+            for (int j = 0; j < VPL; ++j) {
+                unpack(kr[u][j], &kf[j * VEC]);
+            }
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                float x = 0.f;
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+                    x += q[g][c] * kf[c];
+                }
+#pragma unroll
+                for (int o = L / 2; o > 0; o >>= 1) {
+                    x += __shfl_xor_sync(gmask, x, o);
+                }
+                sc[g][u] = kfirst + u < k_end ? x * d.scale : NEG_INF;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float mt = m[g];
+#pragma unroll
+            for (int u = 0; u < PA_UNROLL; ++u) {
+                mt = fmaxf(mt, sc[g][u]);
+            }
+            // Nothing seen yet (every key of this group masked): keep everything at zero.
+            float ref = mt == NEG_INF ? 0.f : mt;
+            float alpha = exp2f(m[g] - ref);
+            l[g] *= alpha;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                acc[g][c] *= alpha;
+            }
+            m[g] = mt;
+#pragma unroll
+            for (int u = 0; u < PA_UNROLL; ++u) {
+                sc[g][u] = exp2f(sc[g][u] - ref);
+                l[g] += sc[g][u];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PA_UNROLL; ++u) {
+            float vf[C];
+#pragma unroll
+            for (int j = 0; j < VPL; ++j) {
+                unpack(vr[u][j], &vf[j * VEC]);
+            }
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+                    acc[g][c] += sc[g][u] * vf[c];
+                }
+            }
+        }
+    }
+
+    if constexpr (OWN) {
+        // The group saw every key of its pair: normalise and store its channels.
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float inv = 1.f / l[g];
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                acc[g][c] *= inv;
+            }
+            T* o = out + ((long long)r * d.q_heads + h * G + g) * D;
+#pragma unroll
+            for (int j = 0; j < VPL; ++j) {
+                store_c<VEC>(o + (li + j * L) * VEC, &acc[g][j * VEC]);
+            }
+        }
+        return;
+    }
+
+    // Merge the key groups: [KG][G][D] outputs, then [KG][G] maxima and [KG][G] sums.
+    float* sacc = pa_smem;
+    float* sm = sacc + KG * G * D;
+    float* sl = sm + KG * G;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int j = 0; j < VPL; ++j) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                sacc[(grp * G + g) * D + (li + j * L) * VEC + e] = acc[g][j * VEC + e];
+            }
+        }
+        if (li == 0) {
+            sm[grp * G + g] = m[g];
+            sl[grp * G + g] = l[g];
+        }
+    }
+    __syncthreads();
+    long long part_floats = (long long)d.rows * d.q_heads * d.splits * D;
+    for (int idx = threadIdx.x; idx < G * D; idx += PA_THREADS) {
+        int g = idx / D;
+        int c = idx % D;
+        // Group 0 saw the split's first key, so the maximum is finite.
+        float mx = NEG_INF;
+#pragma unroll
+        for (int k = 0; k < KG; ++k) {
+            mx = fmaxf(mx, sm[k * G + g]);
+        }
+        float sum = 0.f, a = 0.f;
+#pragma unroll
+        for (int k = 0; k < KG; ++k) {
+            float w = exp2f(sm[k * G + g] - mx);
+            sum += w * sl[k * G + g];
+            a += w * sacc[(k * G + g) * D + c];
+        }
+        int head = h * G + g;
+        if (d.splits == 1) {
+            st(out + ((long long)r * d.q_heads + head) * D + c, a * (1.f / sum));
+        } else {
+            long long ps = ((long long)r * d.q_heads + head) * d.splits + s;
+            part[ps * D + c] = a;
+            if (c == 0) {
+                part[part_floats + 2 * ps] = mx;
+                part[part_floats + 2 * ps + 1] = sum;
+            }
+        }
+    }
+}
+
+#define PA_DECODE_CASE(DD, GG, OWN)                                                       \
+    if (d.head_dim == DD && group == GG) {                                                \
+        pa_decode<DD, GG, OWN>(qkv, k_cache, v_cache, tables, start, out, part, d);       \
+        return;                                                                           \
+    }
+
+// The shapes the host sends here: head_dim 64, 128 or 256 and a GQA group of 1, 2 or 4 (Qwen3:
+// 128 x 4; the depth decoder: 256 x 1), group_pairs with a group of 1 only (the mode's registers
+// would otherwise cost the split instances theirs). Anything else takes lm_paged_prefill.
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
+    lm_paged_attention(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                       const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out,
+                       float* __restrict__ part, PagedDims d) {
+    int group = d.q_heads / d.kv_heads;
+    if (d.group_pairs) {
+        PA_DECODE_CASE(256, 1, true)
+        PA_DECODE_CASE(128, 1, true)
+        PA_DECODE_CASE(64, 1, true)
+        return;
+    }
+    PA_DECODE_CASE(128, 4, false)
+    PA_DECODE_CASE(256, 1, false)
+    PA_DECODE_CASE(64, 4, false)
+    PA_DECODE_CASE(128, 1, false)
+    PA_DECODE_CASE(128, 2, false)
+    PA_DECODE_CASE(64, 1, false)
+    PA_DECODE_CASE(64, 2, false)
+    PA_DECODE_CASE(256, 2, false)
+    PA_DECODE_CASE(256, 4, false)
+}
+
+// Merges the splits of lm_paged_attention: one block per (row, query head). The row's active
+// splits follow from its position alone, as in the decode kernel.
+#define PA_COMBINE_THREADS 128
+
+extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
+    lm_paged_combine(const float* __restrict__ part, const int* __restrict__ start, T* __restrict__ out, PagedDims d) {
+    extern __shared__ float pa_weights[];  // [splits]
+    __shared__ float red[PA_COMBINE_THREADS / 32];
+    int D = d.head_dim;
+    int S = d.splits;
+    int r = blockIdx.x / d.q_heads;
+    int head = blockIdx.x % d.q_heads;
+    int n = start[r] + 1;
+    int active = min(S, (n + d.split_len - 1) / d.split_len);
+    long long base = ((long long)r * d.q_heads + head) * S;
+    const float* ml = part + (long long)d.rows * d.q_heads * S * D;
+    int warp = threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+
+    float mx = NEG_INF;
+    for (int s = threadIdx.x; s < active; s += PA_COMBINE_THREADS) {
+        mx = fmaxf(mx, ml[2 * (base + s)]);
+    }
+    mx = pa_warp_max(mx);
+    if (lane == 0) {
+        red[warp] = mx;
+    }
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < PA_COMBINE_THREADS / 32; ++w) {
+        mx = fmaxf(mx, red[w]);
+    }
+    __syncthreads();
+    float sum = 0.f;
+    for (int s = threadIdx.x; s < active; s += PA_COMBINE_THREADS) {
+        float w = exp2f(ml[2 * (base + s)] - mx);
+        pa_weights[s] = w;
+        sum += w * ml[2 * (base + s) + 1];
+    }
+    sum = pa_warp_sum(sum);
+    if (lane == 0) {
+        red[warp] = sum;
+    }
+    __syncthreads();
+    sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < PA_COMBINE_THREADS / 32; ++w) {
+        sum += red[w];
+    }
+    float inv = 1.f / sum;
+    for (int c = threadIdx.x; c < D; c += PA_COMBINE_THREADS) {
+        float a = 0.f;
+        for (int s = 0; s < active; ++s) {
+            a += pa_weights[s] * part[(base + s) * D + c];
+        }
+        st(out + ((long long)r * d.q_heads + head) * D + c, a * inv);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// General kernel (prefill; decode shapes outside the decode kernel's list). The query vectors of a
+// (row, kv head) pair are x = t * G + g for token t and group head g; one block takes NQ
+// consecutive ones (a few tokens times the whole group, so each key and value tile loaded to
+// shared memory serves NQ queries) and walks the keys 0..=p_max of its last token in tiles of
+// PF_KT: lane j of every warp scores key j of the tile against the warp's QPW queries (a streaming
+// softmax per query), then every lane accumulates its channels of the values. Keys past a query's
+// position are masked; keys past p_max are never loaded.
+#define PF_WARPS 4
+#define PF_KT 32
+
+// Loads keys k0 .. k0 + PF_KT - 1 (zeros past nkeys) of kv head h, as f32, rows dp floats apart.
+__device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const T* __restrict__ cache,
+                                             const int* __restrict__ table, int k0, int nkeys, int h, int dp,
+                                             const PagedDims& d) {
+    int nvec = d.head_dim / VEC;
+    for (int idx = threadIdx.x; idx < PF_KT * nvec; idx += PF_WARPS * 32) {
+        int j = idx / nvec;
+        int c = (idx % nvec) * VEC;
+        int kp = k0 + j;
+        float f[VEC];
+        if (kp < nkeys) {
+            unpack(*reinterpret_cast<const uint4*>(cache + pa_entry(table, kp, d) + h * d.head_dim + c), f);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                f[e] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; e += 4) {
+            *reinterpret_cast<float4*>(dst + j * dp + c + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+        }
+    }
+}
+
+// QPW: queries per warp; CPL: channels per lane (head_dim <= 32 * CPL).
+template <int QPW, int CPL>
+__device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* __restrict__ k_cache,
+                                           const T* __restrict__ v_cache, const int* __restrict__ tables,
+                                           const int* __restrict__ start, T* __restrict__ out, const PagedDims& d) {
+    constexpr int NQ = PF_WARPS * QPW;
+    extern __shared__ float pf_smem[];
+    const int D = d.head_dim;
+    const int G = d.q_heads / d.kv_heads;
+    // Key rows padded by 4 floats: lane j's 16-byte reads of row j hit distinct banks.
+    const int dp = D + 4;
+    float* sq = pf_smem;          // [NQ][D]
+    float* skv = sq + NQ * D;     // [PF_KT][dp]
+    float* sp = skv + PF_KT * dp;  // [NQ][PF_KT]
+
+    int nx = d.time * G;
+    int tiles = (nx + NQ - 1) / NQ;
+    int tile = blockIdx.x % tiles;
+    int pair = blockIdx.x / tiles;
+    int h = pair % d.kv_heads;
+    int r = pair / d.kv_heads;
+    int x0 = tile * NQ;
+    int x_last = min(x0 + NQ, nx) - 1;
+    int p0 = start[r];
+    int nkeys = p0 + x_last / G + 1;
+    int width = (d.q_heads + 2 * d.kv_heads) * D;
+    int warp = threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+
+    for (int idx = threadIdx.x; idx < NQ * D; idx += PF_WARPS * 32) {
+        int x = x0 + idx / D;
+        int c = idx % D;
+        float v = 0.f;
+        if (x <= x_last) {
+            v = ld(qkv + ((long long)r * d.time + x / G) * width + (h * G + x % G) * D + c);
+        }
+        sq[idx] = v;
+    }
+    // A query's position; -1 for the unused slots of the last tile (every key masked).
+    int pos[QPW];
+    float m[QPW], l[QPW], acc[QPW][CPL];
+#pragma unroll
+    for (int i = 0; i < QPW; ++i) {
+        int x = x0 + warp * QPW + i;
+        pos[i] = x <= x_last ? p0 + x / G : -1;
+        m[i] = NEG_INF;
+        l[i] = 0.f;
+#pragma unroll
+        for (int u = 0; u < CPL; ++u) {
+            acc[i][u] = 0.f;
+        }
+    }
+    const int* table = tables + (long long)r * d.max_blocks;
+
+    for (int k0 = 0; k0 < nkeys; k0 += PF_KT) {
+        __syncthreads();  // the queries are stored; the previous tile's values are consumed
+        pf_load_tile(skv, k_cache, table, k0, nkeys, h, dp, d);
+        __syncthreads();
+        float s[QPW];
+#pragma unroll
+        for (int i = 0; i < QPW; ++i) {
+            s[i] = 0.f;
+        }
+        const float4* krow = reinterpret_cast<const float4*>(skv + lane * dp);
+        for (int c4 = 0; c4 < D / 4; ++c4) {
+            float4 kv = krow[c4];
+#pragma unroll
+            for (int i = 0; i < QPW; ++i) {
+                float4 qv = reinterpret_cast<const float4*>(sq + (warp * QPW + i) * D)[c4];
+                s[i] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+            }
+        }
+        int kp = k0 + lane;
+#pragma unroll
+        for (int i = 0; i < QPW; ++i) {
+            float sc = kp <= pos[i] ? s[i] * d.scale : NEG_INF;
+            float mt = fmaxf(m[i], pa_warp_max(sc));
+            float ref = mt == NEG_INF ? 0.f : mt;
+            float alpha = exp2f(m[i] - ref);
+            float pr = exp2f(sc - ref);
+            l[i] = l[i] * alpha + pa_warp_sum(pr);
+            m[i] = mt;
+#pragma unroll
+            for (int u = 0; u < CPL; ++u) {
+                acc[i][u] *= alpha;
+            }
+            sp[(warp * QPW + i) * PF_KT + lane] = pr;
+        }
+        __syncthreads();  // every warp is done with the keys
+        pf_load_tile(skv, v_cache, table, k0, nkeys, h, dp, d);
+        __syncthreads();
+        int kn = min(PF_KT, nkeys - k0);
+        for (int j = 0; j < kn; ++j) {
+            float vv[CPL];
+#pragma unroll
+            for (int u = 0; u < CPL; ++u) {
+                int c = lane + 32 * u;
+                vv[u] = c < D ? skv[j * dp + c] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < QPW; ++i) {
+                float p = sp[(warp * QPW + i) * PF_KT + j];
+#pragma unroll
+                for (int u = 0; u < CPL; ++u) {
+                    acc[i][u] += p * vv[u];
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < QPW; ++i) {
+        if (pos[i] < 0) {
+            continue;
+        }
+        int x = x0 + warp * QPW + i;
+        float inv = 1.f / l[i];
+        T* o = out + ((long long)r * d.time + x / G) * d.q_heads * D + (h * G + x % G) * D;
+#pragma unroll
+        for (int u = 0; u < CPL; ++u) {
+            int c = lane + 32 * u;
+            if (c < D) {
+                st(o + c, acc[i][u] * inv);
+            }
+        }
+    }
+}
+
+// head_dim <= 128: 4 queries per warp; head_dim <= 256: 2 (the host sizes shared memory alike).
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32)
+    lm_paged_prefill(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                     const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out, PagedDims d) {
+    if (d.head_dim <= 128) {
+        pa_general<4, 4>(qkv, k_cache, v_cache, tables, start, out, d);
+    } else {
+        pa_general<2, 8>(qkv, k_cache, v_cache, tables, start, out, d);
+    }
+}

@@ -1,0 +1,345 @@
+//! Paged GQA attention (kernels/lm_attention.cu).
+//!
+//! At most three launches, each shaped by the call's geometry alone (never by its data), so one
+//! captured graph serves every step of a bucket whatever the contexts:
+//! 1. `lm_paged_kv_write`: every token's k and v to its cache entry, before any read;
+//! 2. decode (`time == 1`, head_dim 64/128/256, GQA group 1/2/4, which covers Qwen3's 128 x 4 and
+//!    the depth decoder's 256 x 1): `lm_paged_attention`, one block per (row, kv head, split) over
+//!    a range of the row's positions ([`decode_plan`]); blocks past a row's context exit at once;
+//!    then `lm_paged_combine` merges the splits (skipped when there is only one: the decode kernel
+//!    then writes the output itself). Contexts of at most 64 positions without GQA (the depth
+//!    decoder) take one (row, kv head) pair per lane group instead;
+//! 3. otherwise (prefill, other shapes): `lm_paged_prefill`, the tiled general kernel, one block
+//!    per (row, kv head, group of query vectors).
+
+use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs};
+use chorus_core::{Precision, Result};
+
+use crate::backend::{CudaBackend, CudaBuf, SCRATCH_ALIGN};
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+
+const OP: &str = "paged_attention";
+/// Threads of the decode kernel (`PA_THREADS`), the combine (`PA_COMBINE_THREADS`) and the general
+/// kernel (`PF_WARPS * 32`).
+const DECODE_THREADS: u32 = 128;
+const COMBINE_THREADS: u32 = 128;
+const GENERAL_THREADS: u32 = 128;
+/// Keys a decode lane group loads at once (`PA_UNROLL`).
+const DECODE_UNROLL: usize = 4;
+/// Keys per shared-memory tile of the general kernel (`PF_KT`) and its warps (`PF_WARPS`).
+const GENERAL_KEY_TILE: usize = 32;
+const GENERAL_WARPS: usize = 4;
+/// Decode blocks resident per multiprocessor: 128 threads at 128 registers (`__launch_bounds__`).
+/// The split plan fills one such wave for full contexts and no more: a second, partial wave of
+/// blocks costs more than the longer splits of one (H200, 8 songs at 8,000 positions: 159 us in
+/// one wave, 209 us in 1.2).
+const DECODE_BLOCKS_PER_SM: usize = 4;
+/// Positions per split: a multiple of this, within [`SPLIT_QUANTUM`, `SPLIT_MAX`] (long splits
+/// only when there are enough (row, kv head) pairs to fill the GPU anyway).
+const SPLIT_QUANTUM: usize = 64;
+const SPLIT_MAX: usize = 2048;
+/// Contexts of at most this many positions (`max_blocks * block_size`: the depth decoder's 16)
+/// without GQA take the decode kernel's `group_pairs` mode: one (row, kv head) pair per lane
+/// group, so that a block serves several pairs instead of idling most of its lanes on a handful of
+/// keys.
+const GROUP_PAIRS_MAX_CTX: usize = 64;
+/// head_dim limits of every path: whole 16-byte vectors in both precisions, and the general
+/// kernel's shared-memory tiles.
+const HEAD_DIM_MULTIPLE: usize = 8;
+const MAX_HEAD_DIM: usize = 256;
+/// Dynamic shared memory a launch may take without opting in.
+const MAX_STATIC_SMEM: usize = 48 << 10;
+
+/// Mirrors `PagedDims` in `lm_attention.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PagedDims {
+    rows: i32,
+    time: i32,
+    q_heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    block_size: i32,
+    max_blocks: i32,
+    num_blocks: i32,
+    splits: i32,
+    split_len: i32,
+    scale: f32,
+    grouped: i32,
+    group_pairs: i32,
+}
+
+fn i32_of(name: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| cuda_error(OP, format!("{name} = {v} exceeds i32")))
+}
+
+fn need(name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(cuda_error(
+            OP,
+            format!("`{name}` holds {have} elements, {want} needed"),
+        ));
+    }
+    Ok(())
+}
+
+/// The kernels read and write buffers in the backend's storage type: an f32 table in bf16 mode
+/// would be misread.
+fn check_storage(be: &CudaBackend, name: &str, b: &CudaBuf) -> Result<()> {
+    if b.f32 && be.precision == Precision::Bf16 {
+        return Err(cuda_error(
+            OP,
+            format!("`{name}` must be stored in bf16 like every activation, not as an f32 table"),
+        ));
+    }
+    Ok(())
+}
+
+/// True when the decode kernel has an instance for this shape (see `lm_paged_attention`).
+fn decode_fits(g: &HeadGeom) -> bool {
+    g.time == 1
+        && matches!(g.head_dim, 64 | 128 | 256)
+        && matches!(g.q_heads / g.kv_heads, 1 | 2 | 4)
+}
+
+/// How the decode kernel covers a call, from the geometry alone (never from the contexts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DecodePlan {
+    /// Blocks per (row, kv head) pair, each over `split_len` positions.
+    pub splits: usize,
+    pub split_len: usize,
+    /// One pair per lane group (splits is then 1).
+    pub group_pairs: bool,
+}
+
+/// The decode plan for `sm_count` multiprocessors: short contexts without GQA take `group_pairs`;
+/// otherwise
+/// `rows * kv_heads * splits` blocks fill at most one wave of [`DECODE_BLOCKS_PER_SM`] per
+/// multiprocessor for contexts of `max_blocks * block_size` positions (blocks past a row's real
+/// context exit at once), each split a multiple of [`SPLIT_QUANTUM`] positions and at most
+/// [`SPLIT_MAX`].
+pub(crate) fn decode_plan(
+    sm_count: usize,
+    g: &HeadGeom,
+    block_size: usize,
+    max_blocks: usize,
+) -> DecodePlan {
+    let max_ctx = (block_size * max_blocks).max(1);
+    if max_ctx <= GROUP_PAIRS_MAX_CTX && g.q_heads == g.kv_heads {
+        return DecodePlan {
+            splits: 1,
+            split_len: max_ctx,
+            group_pairs: true,
+        };
+    }
+    let pairs = (g.rows * g.kv_heads).max(1);
+    let wanted = (DECODE_BLOCKS_PER_SM * sm_count / pairs).max(1);
+    let split_len = max_ctx
+        .div_ceil(wanted)
+        .next_multiple_of(SPLIT_QUANTUM)
+        .clamp(SPLIT_QUANTUM, SPLIT_MAX);
+    DecodePlan {
+        splits: max_ctx.div_ceil(split_len),
+        split_len,
+        group_pairs: false,
+    }
+}
+
+/// Queries per warp of the general kernel (as `lm_paged_prefill` picks its instance).
+fn general_queries_per_warp(head_dim: usize) -> usize {
+    if head_dim <= 128 {
+        4
+    } else {
+        2
+    }
+}
+
+pub(crate) fn paged_attention(
+    be: &CudaBackend,
+    a: PagedAttentionArgs<'_, CudaBackend>,
+) -> Result<()> {
+    let _timer = be.op_timer(OP);
+    let g = a.geom;
+    let hd = g.head_dim;
+    if hd == 0
+        || !hd.is_multiple_of(HEAD_DIM_MULTIPLE)
+        || hd > MAX_HEAD_DIM
+        || g.kv_heads == 0
+        || !g.q_heads.is_multiple_of(g.kv_heads)
+        || a.block_size == 0
+        || a.max_blocks == 0
+    {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "unsupported geometry {g:?}, block_size {}, max_blocks {} (need head_dim a multiple \
+                 of {HEAD_DIM_MULTIPLE} up to {MAX_HEAD_DIM}, q_heads a multiple of kv_heads >= 1, \
+                 block_size and max_blocks >= 1)",
+                a.block_size, a.max_blocks
+            ),
+        ));
+    }
+    let tokens = g.tokens();
+    let kv_dim = g.kv_heads * hd;
+    let block_len = a.block_size * kv_dim;
+    let num_blocks = a.k_cache.len / block_len;
+    need("qkv", a.qkv.len, tokens * g.qkv_width())?;
+    need("k_cache", a.k_cache.len, block_len)?;
+    need("v_cache", a.v_cache.len, num_blocks * block_len)?;
+    need("block_tables", a.block_tables.len, g.rows * a.max_blocks)?;
+    need("start", a.start.len, g.rows)?;
+    need("out", a.out.len, tokens * g.q_heads * hd)?;
+    for (name, b) in [
+        ("qkv", a.qkv),
+        ("k_cache", &*a.k_cache),
+        ("v_cache", &*a.v_cache),
+        ("out", &*a.out),
+    ] {
+        check_storage(be, name, b)?;
+    }
+    if tokens == 0 {
+        return Ok(());
+    }
+    let plan = if decode_fits(&g) {
+        decode_plan(be.sm_count, &g, a.block_size, a.max_blocks)
+    } else {
+        DecodePlan {
+            splits: 1,
+            split_len: 0,
+            group_pairs: false,
+        }
+    };
+    let (splits, split_len) = (plan.splits, plan.split_len);
+    if splits * 4 > MAX_STATIC_SMEM {
+        return Err(cuda_error(
+            OP,
+            format!("{splits} splits exceed the combine's shared memory: use fewer max_blocks"),
+        ));
+    }
+    let d = PagedDims {
+        rows: i32_of("rows", g.rows)?,
+        time: i32_of("time", g.time)?,
+        q_heads: i32_of("q_heads", g.q_heads)?,
+        kv_heads: i32_of("kv_heads", g.kv_heads)?,
+        head_dim: i32_of("head_dim", hd)?,
+        block_size: i32_of("block_size", a.block_size)?,
+        max_blocks: i32_of("max_blocks", a.max_blocks)?,
+        num_blocks: i32_of("num_blocks", num_blocks)?,
+        splits: i32_of("splits", splits)?,
+        split_len: i32_of("split_len", split_len)?,
+        scale: std::f32::consts::LOG2_E / (hd as f32).sqrt(),
+        grouped: i32::from(a.block_size.is_multiple_of(DECODE_UNROLL)),
+        group_pairs: i32::from(plan.group_pairs),
+    };
+    i32_of("qkv elements", tokens * g.qkv_width())?;
+    let (qkv, kc, vc) = (a.qkv.mem.ptr(), a.k_cache.mem.ptr(), a.v_cache.mem.ptr());
+    let (tables, start, out) = (a.block_tables.mem.ptr(), a.start.mem.ptr(), a.out.mem.ptr());
+    let vec = 16 / be.esize();
+    be.launch(
+        Kernel::LmPagedKvWrite,
+        be.grid_for(tokens * kv_dim / vec)?,
+        &mut kargs![&qkv, &kc, &vc, &tables, &start, &d],
+    )?;
+
+    let group = g.q_heads / g.kv_heads;
+    if decode_fits(&g) {
+        let lanes = (hd / vec).min(32);
+        let key_groups = DECODE_THREADS as usize / lanes;
+        let smem = (key_groups * group * (hd + 2) * 4) as u32;
+        let blocks = if plan.group_pairs {
+            (g.rows * g.kv_heads).div_ceil(key_groups)
+        } else {
+            g.rows * g.kv_heads * splits
+        };
+        let blocks = i32_of("decode blocks", blocks)? as u32;
+        // Partial outputs, then (max, sum) pairs, of every (row, query head, split).
+        let partials = g.rows * g.q_heads * splits;
+        let part = if splits > 1 {
+            be.scratch((partials * (hd + 2) * 4).next_multiple_of(SCRATCH_ALIGN))?
+        } else {
+            0u64
+        };
+        be.launch(
+            Kernel::LmPagedAttention,
+            Launch {
+                grid: blocks,
+                block: DECODE_THREADS,
+                smem,
+            },
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &d],
+        )?;
+        if splits > 1 {
+            be.launch(
+                Kernel::LmPagedCombine,
+                Launch {
+                    grid: i32_of("combine blocks", g.rows * g.q_heads)? as u32,
+                    block: COMBINE_THREADS,
+                    smem: (splits * 4) as u32,
+                },
+                &mut kargs![&part, &start, &out, &d],
+            )?;
+        }
+        return Ok(());
+    }
+
+    let nq = GENERAL_WARPS * general_queries_per_warp(hd);
+    let tiles = (g.time * group).div_ceil(nq);
+    let floats = nq * hd + GENERAL_KEY_TILE * (hd + 4) + nq * GENERAL_KEY_TILE;
+    be.launch(
+        Kernel::LmPagedPrefill,
+        Launch {
+            grid: i32_of("attention blocks", g.rows * g.kv_heads * tiles)? as u32,
+            block: GENERAL_THREADS,
+            smem: (floats * 4) as u32,
+        },
+        &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &d],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geom(rows: usize, kv_heads: usize) -> HeadGeom {
+        HeadGeom {
+            rows,
+            time: 1,
+            q_heads: 4 * kv_heads,
+            kv_heads,
+            head_dim: 128,
+        }
+    }
+
+    #[test]
+    fn decode_plan_fills_one_wave_and_covers_the_context() {
+        let wave = DECODE_BLOCKS_PER_SM * 132;
+        for rows in [1, 2, 6, 16, 40, 64, 256] {
+            for (max_blocks, bs) in [(55, 256), (12, 256), (188, 16), (3, 64)] {
+                let p = decode_plan(132, &geom(rows, 8), bs, max_blocks);
+                let ctx = bs * max_blocks;
+                assert!(!p.group_pairs);
+                assert!(p.splits * p.split_len >= ctx && (p.splits - 1) * p.split_len < ctx);
+                assert!(p.split_len.is_multiple_of(SPLIT_QUANTUM) && p.split_len <= SPLIT_MAX);
+                assert!(
+                    p.splits == 1 || rows * 8 * p.splits <= wave || p.split_len == SPLIT_MAX,
+                    "rows {rows}, {p:?}"
+                );
+            }
+        }
+        // Qwen3, one song (16 pairs) at 14,080 positions: 32 splits of 448, 512 blocks.
+        let p = decode_plan(132, &geom(2, 8), 256, 55);
+        assert_eq!((p.splits, p.split_len), (32, 448));
+        // 128 songs: one pass per 2,048 positions.
+        let p = decode_plan(132, &geom(256, 8), 256, 55);
+        assert_eq!((p.splits, p.split_len), (7, 2048));
+        // The depth decoder (16/16 heads): one block of 16 positions.
+        let depth = HeadGeom {
+            q_heads: 16,
+            ..geom(256, 16)
+        };
+        let p = decode_plan(132, &depth, 16, 1);
+        assert!(p.group_pairs && p.splits == 1 && p.split_len == 16);
+        assert!(!decode_plan(132, &geom(256, 16), 16, 1).group_pairs);
+    }
+}
