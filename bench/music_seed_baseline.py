@@ -46,7 +46,9 @@ class Lm:
         self.cap = cap
 
     def rope(self, x, pos):
-        c, s = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)
+        # index_select, not indexing by a tensor: indexing checks bounds on the host (a sync).
+        c = torch.index_select(self.cos, 0, pos.view(1)).to(x.dtype)
+        s = torch.index_select(self.sin, 0, pos.view(1)).to(x.dtype)
         x1, x2 = x[..., :HD // 2], x[..., HD // 2:]
         return x * c + torch.cat([-x2, x1], -1) * s
 
@@ -88,8 +90,8 @@ class Depth:
         self.causal = torch.tril(torch.ones(D_POS, D_POS, dtype=torch.bool, device=dev))
 
     def step(self, x, pos):
-        x = F.linear(x, self.proj) + self.pos[pos]
-        mask = self.causal[pos].view(1, 1, 1, D_POS)
+        x = F.linear(x, self.proj) + torch.index_select(self.pos, 0, pos.view(1))
+        mask = torch.index_select(self.causal, 0, pos.view(1)).view(1, 1, 1, D_POS)
         for i, L in enumerate(self.layers):
             n = rms(x, L['ln1'])
             q, k, v = (F.linear(n, L[p]).view(2, D_HEADS, 1, H // D_HEADS) for p in 'qkv')

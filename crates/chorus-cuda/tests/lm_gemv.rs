@@ -93,7 +93,7 @@ fn skinny_products_stream_weights_near_the_copy_bandwidth() {
         })
         .unwrap();
         let ms = median_ms(&be, key);
-        let path = if n <= 16 { "GEMV kernel" } else { "cuBLAS" };
+        let path = if n <= 2 { "GEMV kernel" } else { "cuBLAS" };
         eprintln!(
             "skinny products n={n:>3} ({path}): {ms:.3} ms for {:.2} GB of weights = {:.0} GB/s",
             bytes as f64 / 1e9,

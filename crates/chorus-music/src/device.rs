@@ -75,7 +75,7 @@ impl<B: Backend> DeviceWeights<B> {
             lm_layers: m.lm.layers.iter().map(lm_layer).collect::<Result<_>>()?,
             norm: w(&m.lm.norm)?,
             audio_head: w(&m.lm.audio_head)?,
-            rope: be.upload(&rope_table(&m.lm_config), BufRole::Weight)?,
+            rope: be.upload(&rope_table(&m.lm_config), BufRole::Table)?,
             audio_embeddings: w(&m.depth.audio_embeddings)?,
             projection: w(&m.depth.projection)?,
             pos_embedding: w(&m.depth.pos_embedding)?,
