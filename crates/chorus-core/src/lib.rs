@@ -11,6 +11,7 @@ pub mod buckets;
 pub mod checkpoint;
 pub mod codes;
 pub mod consts;
+pub mod convrot;
 pub mod decoder;
 pub mod error;
 pub mod host;

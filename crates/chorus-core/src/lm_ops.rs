@@ -192,6 +192,37 @@ pub struct SwigluArgs<'a, B: Backend + ?Sized> {
     pub inter: usize,
 }
 
+/// An int8 product (the ConvRot format, `crate::convrot`):
+/// `out[i, j] = scale[j] * sum_kk x[i, kk] * q[j, kk]` for `i < n`, `j < m`, the sum in f32 over
+/// `q` converted exactly to f32, the scale applied once after it. `x` is already rotated
+/// ([`HadamardArgs`]); `q` and `scale` are the weight's `[m, k]` int8 rows and `[m]` f32 scales.
+pub struct LinearQ8Args<'a, B: LmOps + ?Sized> {
+    /// `[n, k]`.
+    pub x: &'a B::Buf,
+    /// `[m, k]` int8 and `[m]` scales ([`LmOps::upload_q8`]).
+    pub w: &'a B::QWeight,
+    /// `[n, m]`.
+    pub out: &'a mut B::Buf,
+    pub n: usize,
+    pub k: usize,
+    pub m: usize,
+}
+
+/// Block Hadamard rotation of activations: `out[r, b*group .. (b+1)*group] = x[r, same] · H_group`
+/// for `r < n` and every block `b` of a row, `H_group = kron(H4, ..., H4) / sqrt(group)` with
+/// `H4 = [[1,1,1,-1],[1,1,-1,1],[1,-1,1,1],[-1,1,1,1]]` (symmetric, orthogonal). `group` is a power
+/// of 4 up to `convrot::MAX_GROUP` dividing `dim`. Each block is transformed alone, in the fixed
+/// radix-4 order of `convrot::rotate_block`, in f32. `out` and `x` are distinct buffers.
+pub struct HadamardArgs<'a, B: Backend + ?Sized> {
+    /// `[n, dim]`.
+    pub x: &'a B::Buf,
+    /// `[n, dim]`.
+    pub out: &'a mut B::Buf,
+    pub n: usize,
+    pub dim: usize,
+    pub group: usize,
+}
+
 /// How a draw picks its winner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
@@ -248,6 +279,18 @@ pub trait LmOps: Backend {
 
     /// A completion marker of queued work (a CUDA event; nothing on the CPU).
     type Mark;
+    /// An int8 weight matrix with one f32 scale per row (the ConvRot format).
+    type QWeight;
+
+    /// Uploads an int8 weight `[rows, cols]` (row-major) and its `[rows]` scales, outside
+    /// programs.
+    fn upload_q8(
+        &self,
+        data: &[i8],
+        scales: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self::QWeight>;
 
     /// A new marker, made once and reused.
     fn mark(&self) -> Result<Self::Mark>;
@@ -317,4 +360,8 @@ pub trait LmOps: Backend {
     fn swiglu(&self, args: SwigluArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`CfgDrawArgs`].
     fn cfg_draw(&self, args: CfgDrawArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`LinearQ8Args`].
+    fn linear_q8(&self, args: LinearQ8Args<'_, Self>) -> Result<()>;
+    /// Program op: see [`HadamardArgs`].
+    fn hadamard(&self, args: HadamardArgs<'_, Self>) -> Result<()>;
 }

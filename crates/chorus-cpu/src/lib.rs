@@ -40,7 +40,7 @@ mod scratch;
 mod simd;
 
 pub use buffers::{CpuBuf, CpuInts, CpuStaging};
-pub use lm::{CpuPinnedFloats, CpuPinnedInts};
+pub use lm::{CpuPinnedFloats, CpuPinnedInts, CpuQWeight};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,

@@ -14,6 +14,8 @@ mod draw;
 mod draw_cases;
 #[path = "lm_ops/norm.rs"]
 mod norm;
+#[path = "lm_ops/q8.rs"]
+mod q8;
 #[path = "lm_ops/rows.rs"]
 mod rows;
 

@@ -24,6 +24,7 @@ const SOURCES: &[(&str, &str)] = &[
     ),
     ("lm_draw.cu", include_str!("../kernels/lm_draw.cu")),
     ("lm_gemv.cu", include_str!("../kernels/lm_gemv.cu")),
+    ("lm_q8.cu", include_str!("../kernels/lm_q8.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -89,6 +90,10 @@ kernel_table! {
     LmCfgDraw => "lm_cfg_draw",
     // Skinny products (kernels/lm_gemv.cu).
     LmGemv => "lm_gemv",
+    // int8 ConvRot weights (kernels/lm_q8.cu).
+    LmGemvQ8 => "lm_gemv_q8",
+    LmDequantQ8 => "lm_dequant_q8",
+    LmHadamard => "lm_hadamard",
 }
 
 /// Grid and block of one launch.

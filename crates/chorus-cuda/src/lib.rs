@@ -26,6 +26,6 @@ pub use backend::{
     DEFAULT_WARMUP_RUNS,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
-pub use lm::{CudaPinnedFloats, CudaPinnedInts};
+pub use lm::{CudaPinnedFloats, CudaPinnedInts, CudaQWeight};
 pub use loader::{cuda_available, nvrtc_available};
 pub use profile::OpTime;

@@ -17,6 +17,7 @@ use crate::config::{
 use crate::device::DeviceWeights;
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::model::depth::{depth_caches, depth_forward, DepthActs, DepthCall};
+use crate::model::linear::{linear, LinearIo};
 use crate::model::qwen3::{lm_forward, LayerCache, LmActs, LmCall, LmShape};
 
 /// Buffers every bucket shares (sized for the largest), read back by traces after a step.
@@ -45,8 +46,9 @@ pub struct FrameBufs<B: LmOps> {
 }
 
 impl<B: LmOps> FrameBufs<B> {
-    /// Buffers for up to `songs` songs.
-    pub fn new(be: &B, lm: &Qwen3Config, dc: &DepthConfig, songs: usize) -> Result<Self> {
+    /// Buffers for up to `songs` songs of the models `m`.
+    pub fn new(be: &B, m: &Models<'_, B>, songs: usize) -> Result<Self> {
+        let (lm, dc) = (m.lm, m.depth);
         let rows = 2 * songs;
         let h = lm.hidden_size;
         let levels = dc.num_codebooks;
@@ -65,8 +67,8 @@ impl<B: LmOps> FrameBufs<B> {
                 .collect::<Result<_>>()?,
             feedback: z(rows * h)?,
             frame_hiddens: z(songs * levels * h)?,
-            lm: LmActs::new(be, lm, rows)?,
-            depth: DepthActs::new(be, dc, rows)?,
+            lm: LmActs::new(be, lm, rows, m.w.lm_q8())?,
+            depth: DepthActs::new(be, dc, rows, m.w.depth_q8())?,
             depth_caches: depth_caches(be, dc, rows)?,
             depth_start: (0..levels)
                 .map(|p| be.ints(rows, p as i32))
@@ -181,14 +183,18 @@ pub fn frame_program<B: LmOps>(
         )?;
         if pos > 0 {
             let logits = &mut bufs.head_logits[pos - 1];
-            be.linear(LinearArgs {
-                x: &bufs.depth_out[pos],
-                w: &m.w.audio_heads[pos - 1],
-                out: logits,
-                n: rows,
-                k: h,
-                m: vocab,
-            })?;
+            linear(
+                be,
+                &m.w.audio_heads[pos - 1],
+                LinearIo {
+                    x: &bufs.depth_out[pos],
+                    rot: &mut bufs.depth.rot,
+                    out: logits,
+                    n: rows,
+                    k: h,
+                    m: vocab,
+                },
+            )?;
             cfg_draw(be, inputs, logits, songs, draw(pos, None, None, vocab))?;
         }
     }

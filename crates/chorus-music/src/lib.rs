@@ -15,13 +15,16 @@
 
 pub mod config;
 pub mod device;
+pub mod files;
 pub mod frame;
 pub mod io;
 pub mod kv;
+pub mod linear_source;
 pub mod load;
 pub mod model;
 pub mod prefill;
 pub mod prompt;
+pub mod quant;
 pub mod random;
 pub mod song;
 pub mod stage;

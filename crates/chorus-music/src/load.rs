@@ -1,37 +1,48 @@
 //! Model specs to validated configs and fused host weights.
 //!
-//! A spec is `random` (the real architecture, seeded), `random-small` (the reduced one), a
-//! directory holding the checkpoint files under their upstream names, two explicit files
+//! A spec is `random` (the real architecture, seeded), `random-small` (the reduced one), their
+//! int8 ConvRot variants `random-int8` and `random-small-int8`, a directory holding the checkpoint
+//! files under their upstream names (bf16, else int8 ConvRot), two explicit files
 //! `LM.safetensors,DEPTH.safetensors`, or a Hugging Face repo id with a subfolder
 //! (`DeepBeepMeep/TTS/MiniMaxMusic3-Qwen3`). A config json beside a weights file overrides the
-//! real configuration.
+//! real configuration. Linears stored int8 load as int8 (`linear_source.rs`), tensor by tensor.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use chorus_core::checkpoint::{hub, SafetensorsFile};
-use chorus_core::{Error, HostTensor, Result};
+use chorus_core::{Error, Result};
 
-use crate::config::{DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_END_TOKEN, SEMANTIC_VOCAB};
-use crate::random::{RandomSource, RANDOM_MUSIC_SEED};
-use crate::weights::{build_depth, build_lm, parameter_count, DepthWeights, LmWeights, LM_HEAD};
+use crate::config::{DepthConfig, Qwen3Config, SEMANTIC_VOCAB};
+use crate::random::{is_q8_linear, RandomSource, RANDOM_MUSIC_SEED};
+use crate::weights::{
+    build_depth, build_lm, depth_tensor_specs, lm_tensor_specs, parameter_count, DepthWeights,
+    LmWeights,
+};
+
+pub use crate::files::{resolve, ModelFiles};
 
 const OP: &str = "load_music_model";
 /// Spec of the real architecture with random weights.
 pub const RANDOM_SPEC: &str = "random";
 /// Spec of the reduced architecture with random weights.
 pub const RANDOM_SMALL_SPEC: &str = "random-small";
+/// Spec of the real architecture with random weights, its linears int8 ConvRot.
+pub const RANDOM_INT8_SPEC: &str = "random-int8";
+/// Spec of the reduced architecture with random weights, its linears int8 ConvRot.
+pub const RANDOM_SMALL_INT8_SPEC: &str = "random-small-int8";
 /// The LM checkpoint's file name upstream.
 pub const LM_WEIGHTS: &str = "MiniMaxMusic3-Qwen3_bf16.safetensors";
+/// The int8 ConvRot LM checkpoint's file name upstream.
+pub const LM_WEIGHTS_INT8: &str = "MiniMaxMusic3-Qwen3_int8_convrot.safetensors";
 /// The LM config's file name upstream.
 pub const LM_CONFIG: &str = "text_encoder_config.json";
 /// The depth decoder checkpoint's file name upstream.
 pub const DEPTH_WEIGHTS: &str = "rvq_depth_decoder_bf16.safetensors";
+/// The int8 ConvRot depth decoder checkpoint's file name upstream.
+pub const DEPTH_WEIGHTS_INT8: &str = "rvq_depth_decoder_int8_convrot.safetensors";
 /// The depth decoder config's file name upstream.
 pub const DEPTH_CONFIG: &str = "rvq_depth_decoder_config.json";
 /// The tokenizer's file name upstream.
 pub const TOKENIZER: &str = "tokenizer.json";
-/// Appended to hub errors.
-const LOCAL_HINT: &str = "pass local files instead: `--model DIR` (holding MiniMaxMusic3-Qwen3_bf16.safetensors and rvq_depth_decoder_bf16.safetensors) or `--model LM.safetensors,DEPTH.safetensors`";
 
 /// Both models, fused, with where they came from.
 #[derive(Clone, Debug)]
@@ -49,20 +60,34 @@ pub struct MusicModel {
     pub tokenizer: Option<PathBuf>,
 }
 
+/// The configs and int8 flag of a random spec.
+fn random_spec(spec: &str) -> Option<(Qwen3Config, DepthConfig, bool)> {
+    match spec {
+        RANDOM_SPEC => Some((Qwen3Config::music3(), DepthConfig::music3(), false)),
+        RANDOM_SMALL_SPEC => Some((Qwen3Config::small(), DepthConfig::small(), false)),
+        RANDOM_INT8_SPEC => Some((Qwen3Config::music3(), DepthConfig::music3(), true)),
+        RANDOM_SMALL_INT8_SPEC => Some((Qwen3Config::small(), DepthConfig::small(), true)),
+        _ => None,
+    }
+}
+
+/// True when `spec` names random weights (any size, float or int8).
+pub fn is_random_spec(spec: &str) -> bool {
+    random_spec(spec).is_some()
+}
+
 /// The configs a spec names, without loading weights (for `chorus info`).
 pub fn describe(spec: &str) -> Result<(Qwen3Config, DepthConfig, String)> {
-    match spec {
-        RANDOM_SPEC => Ok((
-            Qwen3Config::music3(),
-            DepthConfig::music3(),
-            "random weights".into(),
-        )),
-        RANDOM_SMALL_SPEC => Ok((
-            Qwen3Config::small(),
-            DepthConfig::small(),
-            "random weights".into(),
-        )),
-        _ => {
+    match random_spec(spec) {
+        Some((lm, depth, int8)) => {
+            let what = if int8 {
+                "random weights, int8 ConvRot linears"
+            } else {
+                "random weights"
+            };
+            Ok((lm, depth, what.into()))
+        }
+        None => {
             let files = resolve(spec)?;
             let (lm, depth) = files.configs()?;
             Ok((lm, depth, files.describe()))
@@ -72,24 +97,41 @@ pub fn describe(spec: &str) -> Result<(Qwen3Config, DepthConfig, String)> {
 
 /// Loads `spec` (see the module doc).
 pub fn load_music_model(spec: &str) -> Result<MusicModel> {
-    match spec {
-        RANDOM_SPEC => random_model(Qwen3Config::music3(), DepthConfig::music3(), 1.0),
-        RANDOM_SMALL_SPEC => random_model(Qwen3Config::small(), DepthConfig::small(), 1.0),
-        _ => resolve(spec)?.load(),
+    match random_spec(spec) {
+        Some((lm, depth, false)) => random_model(lm, depth, 1.0),
+        Some((lm, depth, true)) => random_int8_model(lm, depth, 1.0),
+        None => resolve(spec)?.load(),
     }
 }
 
 /// Seeded random weights of the given configs; `end_gain` scales the END row of the LM head.
 pub fn random_model(lm: Qwen3Config, depth: DepthConfig, end_gain: f32) -> Result<MusicModel> {
+    random_from(lm, depth, end_gain, false)
+}
+
+/// [`random_model`] with the int8 linears of `random::is_q8_linear` quantized by the ConvRot
+/// writer's formula, tensor by tensor as they are drawn.
+pub fn random_int8_model(lm: Qwen3Config, depth: DepthConfig, end_gain: f32) -> Result<MusicModel> {
+    random_from(lm, depth, end_gain, true)
+}
+
+fn random_from(
+    lm: Qwen3Config,
+    depth: DepthConfig,
+    end_gain: f32,
+    int8: bool,
+) -> Result<MusicModel> {
     lm.validate()?;
     depth.validate(&lm)?;
-    check_host_memory(&lm, &depth)?;
+    check_host_memory(&lm, &depth, int8)?;
     let src = RandomSource::new(&lm, &depth, RANDOM_MUSIC_SEED, end_gain);
+    let src = if int8 { src.quantized() } else { src };
     let lm_w = build_lm(&lm, &src, &|s| src.audio_head(s))?;
     let depth_w = build_depth(&depth, &lm, &src)?;
+    let kind = if int8 { "int8 ConvRot linears, " } else { "" };
     Ok(MusicModel {
         parameter_count: parameter_count(&lm, &depth),
-        source: format!("random weights (seed {RANDOM_MUSIC_SEED:#x}): the music is noise"),
+        source: format!("random weights ({kind}seed {RANDOM_MUSIC_SEED:#x}): the music is noise"),
         lm_config: lm,
         depth_config: depth,
         lm: lm_w,
@@ -105,9 +147,25 @@ pub fn host_bytes(lm: &Qwen3Config, depth: &DepthConfig) -> usize {
     (parameter_count(lm, depth) - head_rows * lm.hidden_size) * std::mem::size_of::<f32>()
 }
 
-/// Refuses a model whose f32 host copy cannot fit, instead of dying of memory exhaustion.
-fn check_host_memory(lm: &Qwen3Config, depth: &DepthConfig) -> Result<()> {
-    let need = host_bytes(lm, depth);
+/// Host bytes of the fused weights with the `random::is_q8_linear` linears in int8 (one byte per
+/// weight, four per row for the scales).
+pub fn host_bytes_int8(lm: &Qwen3Config, depth: &DepthConfig) -> usize {
+    let q8: usize = lm_tensor_specs(lm)
+        .iter()
+        .chain(depth_tensor_specs(depth).iter())
+        .filter(|s| is_q8_linear(&s.name))
+        .map(|s| s.shape.iter().product::<usize>() * 3 - s.shape[0] * 4)
+        .sum();
+    host_bytes(lm, depth) - q8
+}
+
+/// Refuses a model whose host copy cannot fit, instead of dying of memory exhaustion.
+fn check_host_memory(lm: &Qwen3Config, depth: &DepthConfig, int8: bool) -> Result<()> {
+    let need = if int8 {
+        host_bytes_int8(lm, depth)
+    } else {
+        host_bytes(lm, depth)
+    };
     let Some(avail) = mem_available() else {
         return Ok(());
     };
@@ -115,7 +173,7 @@ fn check_host_memory(lm: &Qwen3Config, depth: &DepthConfig) -> Result<()> {
         return Err(Error::config(
             OP,
             format!(
-                "the f32 host weights need {:.1} GB and this machine has {:.1} GB available; use `random-small` on small machines",
+                "the host weights need {:.1} GB and this machine has {:.1} GB available; use `random-small` on small machines",
                 need as f64 / 1e9,
                 avail as f64 / 1e9
             ),
@@ -130,177 +188,4 @@ fn mem_available() -> Option<usize> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
-}
-
-/// Resolved local files of a non-random spec.
-#[derive(Clone, Debug)]
-pub struct ModelFiles {
-    pub lm: PathBuf,
-    pub depth: PathBuf,
-    pub lm_config: Option<PathBuf>,
-    pub depth_config: Option<PathBuf>,
-    pub tokenizer: Option<PathBuf>,
-}
-
-impl ModelFiles {
-    fn describe(&self) -> String {
-        format!("{} + {}", self.lm.display(), self.depth.display())
-    }
-
-    fn configs(&self) -> Result<(Qwen3Config, DepthConfig)> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| Error::io(OP, p.display().to_string(), e))
-        };
-        let lm = match &self.lm_config {
-            Some(p) => Qwen3Config::from_json(&read(p)?, &p.display().to_string())?,
-            None => Qwen3Config::music3(),
-        };
-        let depth = match &self.depth_config {
-            Some(p) => DepthConfig::from_json(&read(p)?, &p.display().to_string())?,
-            None => DepthConfig::music3(),
-        };
-        depth.validate(&lm)?;
-        Ok((lm, depth))
-    }
-
-    fn load(&self) -> Result<MusicModel> {
-        let (lm, depth) = self.configs()?;
-        let lm_file = SafetensorsFile::open(&self.lm)?;
-        let depth_file = SafetensorsFile::open(&self.depth)?;
-        let lm_w = build_lm(&lm, &lm_file, &|_| audio_head_rows(&lm_file))?;
-        let depth_w = build_depth(&depth, &lm, &depth_file)?;
-        Ok(MusicModel {
-            parameter_count: parameter_count(&lm, &depth),
-            source: self.describe(),
-            lm_config: lm,
-            depth_config: depth,
-            lm: lm_w,
-            depth: depth_w,
-            random: false,
-            tokenizer: self.tokenizer.clone(),
-        })
-    }
-}
-
-/// The LM head's audio rows read straight from the file (the other rows are never read).
-fn audio_head_rows(file: &SafetensorsFile) -> Result<HostTensor> {
-    let codes = file.load_rows(
-        LM_HEAD,
-        Some(AUDIO_CODE_OFFSET..AUDIO_CODE_OFFSET + SEMANTIC_VOCAB),
-    )?;
-    let end = file.load_rows(LM_HEAD, Some(AUDIO_END_TOKEN..AUDIO_END_TOKEN + 1))?;
-    let h = codes.shape[1];
-    let mut data = codes.data;
-    data.extend(end.data);
-    HostTensor::new(vec![SEMANTIC_VOCAB + 1, h], data)
-}
-
-/// A spec to local files: explicit `LM,DEPTH`, a directory, or a hub repo id with a subfolder.
-pub fn resolve(spec: &str) -> Result<ModelFiles> {
-    if let Some((lm, depth)) = spec.split_once(',') {
-        let (lm, depth) = (PathBuf::from(lm.trim()), PathBuf::from(depth.trim()));
-        for p in [&lm, &depth] {
-            if !p.is_file() {
-                return Err(not_found(&p.display().to_string(), "no such file"));
-            }
-        }
-        return Ok(ModelFiles {
-            lm_config: beside(&lm, &[LM_CONFIG, "config.json"]),
-            depth_config: beside(&depth, &[DEPTH_CONFIG]),
-            tokenizer: beside(&lm, &[TOKENIZER]),
-            lm,
-            depth,
-        });
-    }
-    let path = Path::new(spec);
-    if path.is_dir() {
-        return from_dir(path);
-    }
-    if path.exists() {
-        return Err(Error::input(
-            OP,
-            format!("{spec} is one file; the stage needs two: pass `LM.safetensors,DEPTH.safetensors` or a directory"),
-        ));
-    }
-    let mut parts = spec.splitn(3, '/');
-    if let (Some(owner), Some(name)) = (parts.next(), parts.next()) {
-        let repo_id = format!("{owner}/{name}");
-        if hub::looks_like_repo_id(&repo_id) {
-            return from_hub(&repo_id, parts.next().unwrap_or(""));
-        }
-    }
-    Err(not_found(
-        spec,
-        "no such file or directory (and not a hub repo id like owner/name/subfolder)",
-    ))
-}
-
-fn not_found(what: &str, reason: &str) -> Error {
-    Error::io(
-        OP,
-        what,
-        std::io::Error::new(std::io::ErrorKind::NotFound, reason.to_string()),
-    )
-}
-
-/// The first of `names` that exists in `file`'s directory.
-fn beside(file: &Path, names: &[&str]) -> Option<PathBuf> {
-    let dir = file.parent()?;
-    names.iter().map(|n| dir.join(n)).find(|p| p.is_file())
-}
-
-/// A directory holding both checkpoints (directly or one subfolder down, as the upstream folders
-/// `MiniMaxMusic3-Qwen3/` and `MiniMax-Music3/` are laid out).
-fn from_dir(dir: &Path) -> Result<ModelFiles> {
-    let find = |name: &str| -> Option<PathBuf> {
-        let direct = dir.join(name);
-        if direct.is_file() {
-            return Some(direct);
-        }
-        let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        subs.sort();
-        subs.into_iter().map(|s| s.join(name)).find(|p| p.is_file())
-    };
-    let missing = |name: &str| {
-        Error::io(
-            OP,
-            dir.display().to_string(),
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("no {name} in this directory or its subfolders"),
-            ),
-        )
-    };
-    let lm = find(LM_WEIGHTS).ok_or_else(|| missing(LM_WEIGHTS))?;
-    let depth = find(DEPTH_WEIGHTS).ok_or_else(|| missing(DEPTH_WEIGHTS))?;
-    Ok(ModelFiles {
-        lm_config: beside(&lm, &[LM_CONFIG, "config.json"]).or_else(|| find(LM_CONFIG)),
-        depth_config: beside(&depth, &[DEPTH_CONFIG]).or_else(|| find(DEPTH_CONFIG)),
-        tokenizer: beside(&lm, &[TOKENIZER]).or_else(|| find(TOKENIZER)),
-        lm,
-        depth,
-    })
-}
-
-/// `repo_id` with `sub` (may be empty): the four files under the subfolder; configs and the
-/// tokenizer are optional.
-fn from_hub(repo_id: &str, sub: &str) -> Result<ModelFiles> {
-    let at = |name: &str| {
-        if sub.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}/{name}", sub.trim_end_matches('/'))
-        }
-    };
-    let optional = |name: &str| hub::file(repo_id, &at(name), LOCAL_HINT).ok();
-    Ok(ModelFiles {
-        lm: hub::file(repo_id, &at(LM_WEIGHTS), LOCAL_HINT)?,
-        depth: hub::file(repo_id, &at(DEPTH_WEIGHTS), LOCAL_HINT)?,
-        lm_config: optional(LM_CONFIG),
-        depth_config: optional(DEPTH_CONFIG),
-        tokenizer: optional(TOKENIZER),
-    })
 }

@@ -34,7 +34,7 @@ impl<B: LmOps> PrefillBufs<B> {
             start: be.ints(2, 0)?,
             tables: IntInput::new(be, 2 * max_blocks)?,
             slot: IntInput::new(be, 1)?,
-            acts: LmActs::new(be, m.lm, 2 * max_prompt)?,
+            acts: LmActs::new(be, m.lm, 2 * max_prompt, m.w.lm_q8())?,
             last: be.zeros(2 * m.lm.hidden_size, BufRole::Activation)?,
             max_prompt,
         })

@@ -5,14 +5,21 @@
 //! [`chorus_core::rng::uniform_range`], so the LM head's audio rows are drawn without drawing the
 //! other 183,615 rows. Scales: embeddings 1, norms `1 + 0.1 u`, linears `sqrt(3 / fan_in)` (unit
 //! variance in, unit variance out), heads twice that (logits of std ~2, like the real model's).
+//!
+//! The int8 variants (`random-int8`, `random-small-int8`) quantize the linears [`is_q8_linear`]
+//! names by the ConvRot writer's formula (`quant.rs`), tensor by tensor as they are drawn, exactly
+//! as `tools/fixtures/music_int8.py` writes its `*_int8_convrot.safetensors` files.
 
 use std::collections::HashMap;
 
 use chorus_core::checkpoint::TensorSource;
+use chorus_core::convrot::writer_group;
 use chorus_core::rng::uniform_range;
 use chorus_core::{Error, HostTensor, Result};
 
 use crate::config::{DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_END_TOKEN, SEMANTIC_VOCAB};
+use crate::linear_source::{load_checked, LinearSource};
+use crate::quant::{HostLinear, Q8Tensor};
 use crate::weights::{depth_tensor_specs, lm_tensor_specs, Spec, LM_HEAD};
 
 /// Seed of the `random` and `random-small` model specs.
@@ -46,6 +53,37 @@ pub fn init_for(name: &str, shape: &[usize]) -> Init {
         1.0
     };
     fixed((gain * (3.0 / fan_in).sqrt()) as f32, 0.0)
+}
+
+/// True for the linears the int8 random models (and `music_int8.py`) store in int8: the seven of
+/// every LM layer, and the depth decoder's projection and layer linears (its audio heads, like the
+/// LM head and every embedding and norm, stay float).
+pub fn is_q8_linear(name: &str) -> bool {
+    const LM: [&str; 7] = [
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ];
+    const DEPTH: [&str; 7] = [
+        "attn.to_q.weight",
+        "attn.to_k.weight",
+        "attn.to_v.weight",
+        "attn.to_out.weight",
+        "gate_proj.weight",
+        "up_proj.weight",
+        "down_proj.weight",
+    ];
+    let layer = |prefix: &str, ends: &[&str]| {
+        name.strip_prefix(prefix).is_some_and(|rest| {
+            rest.split_once('.')
+                .is_some_and(|(l, n)| l.parse::<usize>().is_ok() && ends.contains(&n))
+        })
+    };
+    name == "projection.weight" || layer("model.layers.", &LM) || layer("layers.", &DEPTH)
 }
 
 /// Elements drawn per parallel task (the draw is a pure function of the index, so chunks can go
@@ -82,6 +120,8 @@ pub struct RandomSource {
     specs: HashMap<String, Vec<usize>>,
     /// Multiplies the LM head's END row (1 leaves it as drawn): makes END likely, for tests.
     end_gain: f32,
+    /// Quantize the [`is_q8_linear`] linears (the int8 random models).
+    int8: bool,
 }
 
 impl RandomSource {
@@ -97,6 +137,16 @@ impl RandomSource {
             name: format!("random weights (seed {seed:#x}): the music is noise"),
             specs,
             end_gain,
+            int8: false,
+        }
+    }
+
+    /// The same source with the [`is_q8_linear`] linears quantized by the ConvRot writer's formula.
+    pub fn quantized(self) -> Self {
+        Self {
+            int8: true,
+            name: self.name.replace("seed", "int8 ConvRot, seed"),
+            ..self
         }
     }
 
@@ -153,5 +203,22 @@ impl TensorSource for RandomSource {
         let cols = shape.iter().skip(1).product::<usize>();
         let data = draw_rows(self.seed, name, 0..rows, cols, init_for(name, &shape));
         HostTensor::new(shape, data)
+    }
+}
+
+impl LinearSource for RandomSource {
+    fn tensors(&self) -> &dyn TensorSource {
+        self
+    }
+
+    fn linear(&self, op: &'static str, name: &str, shape: &[usize]) -> Result<HostLinear> {
+        let dense = load_checked(self, op, name, shape)?;
+        let group = shape.get(1).and_then(|&cols| writer_group(cols));
+        match group {
+            Some(g) if self.int8 && is_q8_linear(name) => {
+                Q8Tensor::quantize(dense, g).map(HostLinear::Q8)
+            }
+            _ => Ok(HostLinear::Dense(dense)),
+        }
     }
 }

@@ -3,12 +3,15 @@
 //! One list, used twice: loading validates every (name, shape) of [`lm_tensor_specs`] and
 //! [`depth_tensor_specs`] before reading data, and `random.rs` draws weights from the same lists.
 //! Fusion happens here, once: q/k/v and gate/up concatenate along the output axis, and the LM
-//! head keeps only the audio rows (codes `151675..168059`, then END `151670`).
+//! head keeps only the audio rows (codes `151675..168059`, then END `151670`). Linears come from a
+//! [`LinearSource`], dense or int8 ConvRot per tensor (`quant.rs`).
 
 use chorus_core::checkpoint::TensorSource;
 use chorus_core::{Error, HostTensor, Result};
 
 use crate::config::{DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_END_TOKEN, SEMANTIC_VOCAB};
+use crate::linear_source::{LinearSource, Loader};
+use crate::quant::HostLinear;
 
 /// One checkpoint tensor: its name and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,14 +95,14 @@ pub fn depth_tensor_specs(c: &DepthConfig) -> Vec<Spec> {
 pub struct LmLayer {
     pub input_layernorm: HostTensor,
     /// `[q + 2 kv, hidden]`: q_proj, k_proj, v_proj rows.
-    pub qkv: HostTensor,
+    pub qkv: HostLinear,
     pub q_norm: HostTensor,
     pub k_norm: HostTensor,
-    pub o_proj: HostTensor,
+    pub o_proj: HostLinear,
     pub post_attention_layernorm: HostTensor,
     /// `[2 inter, hidden]`: gate_proj then up_proj rows.
-    pub gate_up: HostTensor,
-    pub down: HostTensor,
+    pub gate_up: HostLinear,
+    pub down: HostLinear,
 }
 
 /// The LM after fusion.
@@ -117,80 +120,51 @@ pub struct LmWeights {
 pub struct DepthLayer {
     pub input_layernorm: HostTensor,
     /// `[3 hidden, hidden]`: to_q, to_k, to_v rows.
-    pub qkv: HostTensor,
-    pub to_out: HostTensor,
+    pub qkv: HostLinear,
+    pub to_out: HostLinear,
     pub post_attention_layernorm: HostTensor,
-    pub gate_up: HostTensor,
-    pub down: HostTensor,
+    pub gate_up: HostLinear,
+    pub down: HostLinear,
 }
 
 /// The depth decoder after fusion.
 #[derive(Clone, Debug)]
 pub struct DepthWeights {
     pub audio_embeddings: HostTensor,
-    pub projection: HostTensor,
+    pub projection: HostLinear,
     pub pos_embedding: HostTensor,
     pub layers: Vec<DepthLayer>,
     pub norm: HostTensor,
     /// 7 heads `[audio_vocab, hidden]`; head `l - 1` predicts level `l`.
-    pub audio_heads: Vec<HostTensor>,
+    pub audio_heads: Vec<HostLinear>,
 }
 
-/// Loads `name` after checking its shape against the spec list (shape before data).
-fn load_checked(
-    src: &dyn TensorSource,
-    op: &'static str,
-    name: &str,
-    shape: &[usize],
-) -> Result<HostTensor> {
-    match src.shape(name) {
-        None => Err(Error::MissingTensor {
-            op,
-            name: name.into(),
-            source_name: src.source_name().into(),
-        }),
-        Some(found) if found != shape => Err(Error::Shape {
-            op,
-            name: name.into(),
-            expected: shape.to_vec(),
-            found,
-        }),
-        Some(_) => src.load(name),
+impl LmLayer {
+    /// The layer's linears: fused q/k/v, o, fused gate/up, down.
+    pub fn linears(&self) -> [&HostLinear; 4] {
+        [&self.qkv, &self.o_proj, &self.gate_up, &self.down]
     }
 }
 
-/// Concatenates tensors along their first axis (row-major: their data back to back).
-fn concat_rows(parts: Vec<HostTensor>) -> Result<HostTensor> {
-    let cols = parts[0].shape[1];
-    let rows = parts.iter().map(|t| t.shape[0]).sum();
-    let data = parts.into_iter().flat_map(|t| t.data).collect();
-    HostTensor::new(vec![rows, cols], data)
+impl DepthLayer {
+    /// The layer's linears: fused q/k/v, out, fused gate/up, down.
+    pub fn linears(&self) -> [&HostLinear; 4] {
+        [&self.qkv, &self.to_out, &self.gate_up, &self.down]
+    }
 }
 
 /// Checks every LM tensor's presence and shape, then loads and fuses. `audio_head_rows` loads
 /// the head's audio rows only (a file source can read row ranges; see `load.rs`).
 pub fn build_lm(
     c: &Qwen3Config,
-    src: &dyn TensorSource,
+    lin: &dyn LinearSource,
     audio_head: &dyn Fn(&dyn TensorSource) -> Result<HostTensor>,
 ) -> Result<LmWeights> {
     const OP: &str = "load_lm";
     c.validate()?;
-    let specs = lm_tensor_specs(c);
-    for s in &specs {
-        if s.name == LM_HEAD {
-            continue;
-        }
-        if let Some(found) = src.shape(&s.name).filter(|f| *f != s.shape) {
-            return Err(Error::Shape {
-                op: OP,
-                name: s.name.clone(),
-                expected: s.shape.clone(),
-                found,
-            });
-        }
-    }
-    let head_shape = [c.vocab_size, c.hidden_size];
+    let src = lin.tensors();
+    let ld = Loader::new(OP, lin, lm_tensor_specs(c), LM_HEAD)?;
+    let head_shape = vec![c.vocab_size, c.hidden_size];
     match src.shape(LM_HEAD) {
         None => {
             return Err(Error::MissingTensor {
@@ -203,43 +177,38 @@ pub fn build_lm(
             return Err(Error::Shape {
                 op: OP,
                 name: LM_HEAD.into(),
-                expected: head_shape.to_vec(),
+                expected: head_shape,
                 found,
             })
         }
         Some(_) => {}
     }
-    let get = |name: &str| {
-        let s = specs
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.shape.clone())
-            .unwrap_or_default();
-        load_checked(src, OP, name, &s)
-    };
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for l in 0..c.num_hidden_layers {
-        let p = format!("model.layers.{l}");
-        let a = |n: &str| get(&format!("{p}.{n}"));
+        let p = format!("model.layers.{l}.");
+        let a = |n: &str| ld.tensor(&format!("{p}{n}"));
         layers.push(LmLayer {
             input_layernorm: a("input_layernorm.weight")?,
-            qkv: concat_rows(vec![
-                a("self_attn.q_proj.weight")?,
-                a("self_attn.k_proj.weight")?,
-                a("self_attn.v_proj.weight")?,
-            ])?,
+            qkv: ld.fused(
+                &p,
+                &[
+                    "self_attn.q_proj.weight",
+                    "self_attn.k_proj.weight",
+                    "self_attn.v_proj.weight",
+                ],
+            )?,
             q_norm: a("self_attn.q_norm.weight")?,
             k_norm: a("self_attn.k_norm.weight")?,
-            o_proj: a("self_attn.o_proj.weight")?,
+            o_proj: ld.linear(&format!("{p}self_attn.o_proj.weight"))?,
             post_attention_layernorm: a("post_attention_layernorm.weight")?,
-            gate_up: concat_rows(vec![a("mlp.gate_proj.weight")?, a("mlp.up_proj.weight")?])?,
-            down: a("mlp.down_proj.weight")?,
+            gate_up: ld.fused(&p, &["mlp.gate_proj.weight", "mlp.up_proj.weight"])?,
+            down: ld.linear(&format!("{p}mlp.down_proj.weight"))?,
         });
     }
     Ok(LmWeights {
-        embed_tokens: get("model.embed_tokens.weight")?,
+        embed_tokens: ld.tensor("model.embed_tokens.weight")?,
         layers,
-        norm: get("model.norm.weight")?,
+        norm: ld.tensor("model.norm.weight")?,
         audio_head: audio_head(src)?,
     })
 }
@@ -258,53 +227,34 @@ pub fn audio_head_from_full(src: &dyn TensorSource) -> Result<HostTensor> {
 pub fn build_depth(
     c: &DepthConfig,
     lm: &Qwen3Config,
-    src: &dyn TensorSource,
+    lin: &dyn LinearSource,
 ) -> Result<DepthWeights> {
     const OP: &str = "load_depth";
     c.validate(lm)?;
-    let specs = depth_tensor_specs(c);
-    for s in &specs {
-        if let Some(found) = src.shape(&s.name).filter(|f| *f != s.shape) {
-            return Err(Error::Shape {
-                op: OP,
-                name: s.name.clone(),
-                expected: s.shape.clone(),
-                found,
-            });
-        }
-    }
-    let get = |name: &str| {
-        let s = specs
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.shape.clone())
-            .unwrap_or_default();
-        load_checked(src, OP, name, &s)
-    };
+    let ld = Loader::new(OP, lin, depth_tensor_specs(c), "")?;
     let mut layers = Vec::with_capacity(c.num_layers);
     for l in 0..c.num_layers {
-        let a = |n: &str| get(&format!("layers.{l}.{n}"));
+        let p = format!("layers.{l}.");
         layers.push(DepthLayer {
-            input_layernorm: a("input_layernorm.weight")?,
-            qkv: concat_rows(vec![
-                a("attn.to_q.weight")?,
-                a("attn.to_k.weight")?,
-                a("attn.to_v.weight")?,
-            ])?,
-            to_out: a("attn.to_out.weight")?,
-            post_attention_layernorm: a("post_attention_layernorm.weight")?,
-            gate_up: concat_rows(vec![a("gate_proj.weight")?, a("up_proj.weight")?])?,
-            down: a("down_proj.weight")?,
+            input_layernorm: ld.tensor(&format!("{p}input_layernorm.weight"))?,
+            qkv: ld.fused(
+                &p,
+                &["attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight"],
+            )?,
+            to_out: ld.linear(&format!("{p}attn.to_out.weight"))?,
+            post_attention_layernorm: ld.tensor(&format!("{p}post_attention_layernorm.weight"))?,
+            gate_up: ld.fused(&p, &["gate_proj.weight", "up_proj.weight"])?,
+            down: ld.linear(&format!("{p}down_proj.weight"))?,
         });
     }
     Ok(DepthWeights {
-        audio_embeddings: get("audio_embeddings.weight")?,
-        projection: get("projection.weight")?,
-        pos_embedding: get("pos_embedding.weight")?,
+        audio_embeddings: ld.tensor("audio_embeddings.weight")?,
+        projection: ld.linear("projection.weight")?,
+        pos_embedding: ld.tensor("pos_embedding.weight")?,
         layers,
-        norm: get("norm.weight")?,
+        norm: ld.tensor("norm.weight")?,
         audio_heads: (0..c.num_codebooks - 1)
-            .map(|l| get(&format!("audio_heads.{l}.weight")))
+            .map(|l| ld.linear(&format!("audio_heads.{l}.weight")))
             .collect::<Result<_>>()?,
     })
 }

@@ -84,6 +84,11 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d
 }
 
+/// The weights of a dense linear.
+fn dense(l: &chorus_music::quant::HostLinear) -> &[f32] {
+    &l.dense().expect("a dense linear").data
+}
+
 fn bf16_round(x: &[f32]) -> Vec<f32> {
     x.iter()
         .map(|&v| half::bf16::from_f32(v).to_f32())
@@ -117,14 +122,14 @@ fn a_directory_and_explicit_files_load_to_the_random_weights_they_hold() {
         assert_eq!(got.depth_config, depth);
         assert!(!got.random);
         // LM stored in bf16: equal to the random weights rounded to bf16; fused q/k/v in order.
-        assert_eq!(got.lm.layers[0].qkv.shape, vec![64, 32]);
+        assert_eq!(got.lm.layers[0].qkv.shape(), [64, 32]);
         assert_eq!(
-            got.lm.layers[0].qkv.data,
-            bf16_round(&want.lm.layers[0].qkv.data)
+            dense(&got.lm.layers[0].qkv),
+            bf16_round(dense(&want.lm.layers[0].qkv))
         );
         assert_eq!(
-            got.lm.layers[0].gate_up.data,
-            bf16_round(&want.lm.layers[0].gate_up.data)
+            dense(&got.lm.layers[0].gate_up),
+            bf16_round(dense(&want.lm.layers[0].gate_up))
         );
         assert_eq!(
             got.lm.embed_tokens.data,
@@ -134,11 +139,14 @@ fn a_directory_and_explicit_files_load_to_the_random_weights_they_hold() {
         assert_eq!(got.lm.audio_head.shape, vec![SEMANTIC_VOCAB + 1, 32]);
         assert_eq!(got.lm.audio_head.data, bf16_round(&want.lm.audio_head.data));
         // Depth stored in f32: exact.
-        assert_eq!(got.depth.layers[0].qkv.data, want.depth.layers[0].qkv.data);
+        assert_eq!(
+            dense(&got.depth.layers[0].qkv),
+            dense(&want.depth.layers[0].qkv)
+        );
         assert_eq!(got.depth.audio_heads.len(), 7);
         assert_eq!(
-            got.depth.audio_heads[6].data,
-            want.depth.audio_heads[6].data
+            dense(&got.depth.audio_heads[6]),
+            dense(&want.depth.audio_heads[6])
         );
     }
     // The head rows of the random source are the rows a full draw gives.

@@ -75,7 +75,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
 
 /// True when `spec` names a music semantic model rather than a Mimi codec.
 pub fn is_music_spec(spec: &str) -> bool {
-    spec == chorus_music::load::RANDOM_SMALL_SPEC
+    (chorus_music::load::is_random_spec(spec) && spec != chorus_music::load::RANDOM_SPEC)
         || spec.contains(',')
         || chorus_music::load::resolve(spec).is_ok_and(|_| !spec.ends_with(".safetensors"))
 }
@@ -127,8 +127,9 @@ pub fn run_music(spec: &str) -> Result<()> {
         2 * kv_per_pos * 2
     );
     println!(
-        "host f32:     {:.2} GB after fusion (LM head cut to its audio rows)",
-        host_bytes(&lm, &depth) as f64 / 1e9
+        "host f32:     {:.2} GB after fusion (LM head cut to its audio rows); {:.2} GB with int8 ConvRot linears",
+        host_bytes(&lm, &depth) as f64 / 1e9,
+        chorus_music::load::host_bytes_int8(&lm, &depth) as f64 / 1e9
     );
     Ok(())
 }

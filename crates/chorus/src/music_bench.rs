@@ -207,18 +207,31 @@ fn bench_point(
 
 /// Bytes one frame reads: every weight the frame multiplies by (the LM's linears and audio head,
 /// the depth decoder's projection and layers at each of its positions, its 7 heads, the gathered
-/// embedding rows aside) plus each song's K and V over its context.
+/// embedding rows aside; int8 linears at one byte per weight plus their scales) plus each song's K
+/// and V over its context.
 fn frame_bytes(model: &MusicModel, songs: usize, context: usize, bytes_per_weight: usize) -> f64 {
-    let (lm, dc) = (&model.lm_config, &model.depth_config);
+    let lm = &model.lm_config;
     let h = lm.hidden_size;
-    let lm_layer = h * lm.qkv_width()
-        + lm.num_attention_heads * lm.head_dim * h
-        + 3 * h * lm.intermediate_size;
-    let lm_w = lm.num_hidden_layers * lm_layer + (chorus_music::config::AUDIO_LOGITS) * h;
-    let d_layer = 4 * h * h + 3 * h * dc.intermediate_size;
+    let b = bytes_per_weight;
+    let lin = |l: &chorus_music::quant::HostLinear| l.bytes(b);
+    let lm_w: usize = model
+        .lm
+        .layers
+        .iter()
+        .flat_map(|l| l.linears())
+        .map(lin)
+        .sum::<usize>()
+        + chorus_music::config::AUDIO_LOGITS * h * b;
     let positions = DRAWS_PER_FRAME as usize;
-    let depth_w = positions * (h * h + dc.num_layers * d_layer)
-        + (dc.num_codebooks - 1) * dc.audio_vocab_size * h;
+    let depth_step = lin(&model.depth.projection)
+        + model
+            .depth
+            .layers
+            .iter()
+            .flat_map(|l| l.linears())
+            .map(lin)
+            .sum::<usize>();
+    let heads: usize = model.depth.audio_heads.iter().map(lin).sum();
     let kv = songs * 2 * context * lm.num_hidden_layers * 2 * lm.num_key_value_heads * lm.head_dim;
-    ((lm_w + depth_w + kv) * bytes_per_weight) as f64
+    (lm_w + positions * depth_step + heads + kv * b) as f64
 }

@@ -225,6 +225,45 @@ impl SafetensorsFile {
         Ok((entry.shape.clone(), data))
     }
 
+    /// Loads a one-byte tensor stored as `I8` (int8 weights) as raw values.
+    pub fn load_i8(&self, name: &str) -> Result<(Vec<usize>, Vec<i8>)> {
+        let (shape, bytes) = self.bytes_of(name, "I8")?;
+        Ok((shape, bytes.iter().map(|&b| b as i8).collect()))
+    }
+
+    /// Loads a one-byte tensor stored as `U8` (for example UTF-8 text) as raw bytes.
+    pub fn load_u8(&self, name: &str) -> Result<(Vec<usize>, Vec<u8>)> {
+        let (shape, bytes) = self.bytes_of(name, "U8")?;
+        Ok((shape, bytes.to_vec()))
+    }
+
+    /// Shape and data bytes of a one-byte tensor of dtype `want`, checked.
+    fn bytes_of(&self, name: &str, want: &str) -> Result<(Vec<usize>, &[u8])> {
+        let entry = self.entry(name)?;
+        if entry.dtype != want {
+            return Err(Error::Dtype {
+                op: OP,
+                name: name.into(),
+                expected: want.into(),
+                found: entry.dtype.clone(),
+            });
+        }
+        let bytes = &self.mmap[self.data_start + entry.begin..self.data_start + entry.end];
+        let n: usize = entry.shape.iter().product();
+        if bytes.len() != n {
+            return Err(Error::Format {
+                op: OP,
+                path: self.display.clone(),
+                reason: format!(
+                    "tensor `{name}` of shape {:?} and dtype {want} needs {n} bytes, its range holds {}",
+                    entry.shape,
+                    bytes.len()
+                ),
+            });
+        }
+        Ok((entry.shape.clone(), bytes))
+    }
+
     /// The stored dtype name of `name` (`F32`, `BF16`, `I32`, ...), if present.
     pub fn dtype_name(&self, name: &str) -> Option<&str> {
         self.entries.get(name).map(|e| e.dtype.as_str())

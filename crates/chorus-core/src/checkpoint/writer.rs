@@ -1,4 +1,4 @@
-//! Writes named f32 tensors as a safetensors file in F32, F16 or BF16.
+//! Writes named tensors as a safetensors file: f32 data in F32, F16 or BF16, and integers.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,6 +21,10 @@ pub enum TensorData<'a> {
     Bf16Bits { shape: Vec<usize>, bits: &'a [u16] },
     /// Integers stored as I32.
     I32 { shape: Vec<usize>, data: &'a [i32] },
+    /// Integers stored as I8 (int8 weights).
+    I8 { shape: Vec<usize>, data: &'a [i8] },
+    /// Bytes stored as U8 (for example UTF-8 text).
+    U8 { shape: Vec<usize>, data: &'a [u8] },
 }
 
 impl TensorData<'_> {
@@ -29,6 +33,8 @@ impl TensorData<'_> {
             TensorData::Float(t, d) => (d.header_name(), t.shape.clone(), t.len() * d.size()),
             TensorData::Bf16Bits { shape, bits } => ("BF16", shape.clone(), bits.len() * 2),
             TensorData::I32 { shape, data } => ("I32", shape.clone(), data.len() * 4),
+            TensorData::I8 { shape, data } => ("I8", shape.clone(), data.len()),
+            TensorData::U8 { shape, data } => ("U8", shape.clone(), data.len()),
         }
     }
 
@@ -39,6 +45,8 @@ impl TensorData<'_> {
                 bits.iter().flat_map(|b| b.to_le_bytes()).collect()
             }
             TensorData::I32 { data, .. } => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I8 { data, .. } => data.iter().map(|&x| x as u8).collect(),
+            TensorData::U8 { data, .. } => data.to_vec(),
         }
     }
 }

@@ -14,13 +14,17 @@
 mod attention;
 mod draw;
 mod norm;
+mod q8;
 mod rows;
+
+pub use q8::CpuQWeight;
 
 use crate::{check, CpuBackend, CpuBuf, CpuInts};
 use chorus_core::lm_ops::{
     AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
     QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
+use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Result};
 
 /// Host-visible i32 memory: a plain vector on the CPU.
@@ -77,6 +81,17 @@ impl LmOps for CpuBackend {
     type PinnedInts = CpuPinnedInts;
     type PinnedFloats = CpuPinnedFloats;
     type Mark = ();
+    type QWeight = CpuQWeight;
+
+    fn upload_q8(
+        &self,
+        data: &[i8],
+        scales: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<CpuQWeight> {
+        q8::upload_q8(data, scales, rows, cols)
+    }
 
     fn mark(&self) -> Result<()> {
         Ok(())
@@ -169,5 +184,13 @@ impl LmOps for CpuBackend {
 
     fn cfg_draw(&self, args: CfgDrawArgs<'_, Self>) -> Result<()> {
         draw::cfg_draw(self, args)
+    }
+
+    fn linear_q8(&self, args: LinearQ8Args<'_, Self>) -> Result<()> {
+        q8::linear_q8(self, args)
+    }
+
+    fn hadamard(&self, args: HadamardArgs<'_, Self>) -> Result<()> {
+        q8::hadamard(self, args)
     }
 }

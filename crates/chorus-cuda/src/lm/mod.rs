@@ -5,12 +5,16 @@
 mod attention;
 mod draw;
 pub(crate) mod gemv;
+mod q8;
 mod rows;
+
+pub use q8::CudaQWeight;
 
 use chorus_core::lm_ops::{
     AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
     QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
+use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Precision, Result};
 
 use crate::backend::{CudaBackend, CudaBuf, CudaInts};
@@ -46,6 +50,17 @@ impl LmOps for CudaBackend {
     type PinnedInts = CudaPinnedInts;
     type PinnedFloats = CudaPinnedFloats;
     type Mark = CudaEvent;
+    type QWeight = CudaQWeight;
+
+    fn upload_q8(
+        &self,
+        data: &[i8],
+        scales: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaQWeight> {
+        q8::upload_q8(self, data, scales, rows, cols)
+    }
 
     fn mark(&self) -> Result<CudaEvent> {
         self.bind()?;
@@ -187,5 +202,13 @@ impl LmOps for CudaBackend {
 
     fn cfg_draw(&self, a: CfgDrawArgs<'_, Self>) -> Result<()> {
         draw::cfg_draw(self, a)
+    }
+
+    fn linear_q8(&self, a: LinearQ8Args<'_, Self>) -> Result<()> {
+        q8::linear_q8(self, a)
+    }
+
+    fn hadamard(&self, a: HadamardArgs<'_, Self>) -> Result<()> {
+        q8::hadamard(self, a)
     }
 }

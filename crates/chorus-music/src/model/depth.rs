@@ -4,13 +4,15 @@
 //!
 //! The cache is the paged attention op's layout with one block of `max_position_embeddings`
 //! entries per row (block table = row index), rewritten from position 0 every frame; positions
-//! past `p` are never read, so no mask and no clearing is needed.
+//! past `p` are never read, so no mask and no clearing is needed. Linears are dense or int8
+//! ConvRot (`linear.rs`).
 
 use chorus_core::lm_ops::{AddRowArgs, HeadGeom, PagedAttentionArgs, RmsNormArgs, SwigluArgs};
-use chorus_core::{LinearArgs, LmOps, Result};
+use chorus_core::{LmOps, Result};
 
 use crate::config::{DepthConfig, DEPTH_RMS_EPS};
 use crate::device::DeviceWeights;
+use crate::model::linear::{linear, LinearIo};
 use crate::model::qwen3::LayerCache;
 
 /// Activation buffers of the depth decoder for up to `rows` rows.
@@ -22,14 +24,19 @@ pub struct DepthActs<B: LmOps> {
     pub delta: B::Buf,
     pub gate_up: B::Buf,
     pub act: B::Buf,
+    /// `[rows, max(hidden, inter)]`: the rotated input of an int8 product (projection, layers and
+    /// heads); one element when every linear is dense.
+    pub rot: B::Buf,
 }
 
 impl<B: LmOps> DepthActs<B> {
-    /// Buffers for up to `rows` rows.
-    pub fn new(be: &B, c: &DepthConfig, rows: usize) -> Result<Self> {
+    /// Buffers for up to `rows` rows; `q8`: some linear is int8 (a rotation scratch is needed).
+    pub fn new(be: &B, c: &DepthConfig, rows: usize, q8: bool) -> Result<Self> {
         use chorus_core::BufRole::Activation as A;
         let h = c.hidden_size;
+        let widest = h.max(c.intermediate_size);
         Ok(Self {
+            rot: be.zeros(if q8 { rows * widest } else { 1 }, A)?,
             residual: be.zeros(rows * h, A)?,
             normed: be.zeros(rows * h, A)?,
             qkv: be.zeros(rows * 3 * h, A)?,
@@ -95,14 +102,18 @@ pub fn depth_forward<B: LmOps>(
         kv_heads: c.num_attention_heads,
         head_dim: c.head_dim(),
     };
-    be.linear(LinearArgs {
-        x: input,
-        w: &w.projection,
-        out: &mut acts.residual,
-        n: rows,
-        k: h,
-        m: h,
-    })?;
+    linear(
+        be,
+        &w.projection,
+        LinearIo {
+            x: input,
+            rot: &mut acts.rot,
+            out: &mut acts.residual,
+            n: rows,
+            k: h,
+            m: h,
+        },
+    )?;
     be.add_row(AddRowArgs {
         x: &mut acts.residual,
         table: &w.pos_embedding,
@@ -120,14 +131,18 @@ pub fn depth_forward<B: LmOps>(
             dim: h,
             eps: DEPTH_RMS_EPS,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.normed,
-            w: &l.qkv,
-            out: &mut acts.qkv,
-            n: rows,
-            k: h,
-            m: 3 * h,
-        })?;
+        linear(
+            be,
+            &l.qkv,
+            LinearIo {
+                x: &acts.normed,
+                rot: &mut acts.rot,
+                out: &mut acts.qkv,
+                n: rows,
+                k: h,
+                m: 3 * h,
+            },
+        )?;
         be.paged_attention(PagedAttentionArgs {
             qkv: &acts.qkv,
             k_cache: &mut cache.k,
@@ -139,14 +154,18 @@ pub fn depth_forward<B: LmOps>(
             block_size: c.max_position_embeddings,
             max_blocks: 1,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.attn,
-            w: &l.to_out,
-            out: &mut acts.delta,
-            n: rows,
-            k: h,
-            m: h,
-        })?;
+        linear(
+            be,
+            &l.to_out,
+            LinearIo {
+                x: &acts.attn,
+                rot: &mut acts.rot,
+                out: &mut acts.delta,
+                n: rows,
+                k: h,
+                m: h,
+            },
+        )?;
         be.rms_norm(RmsNormArgs {
             residual: &mut acts.residual,
             delta: Some(&acts.delta),
@@ -156,28 +175,36 @@ pub fn depth_forward<B: LmOps>(
             dim: h,
             eps: DEPTH_RMS_EPS,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.normed,
-            w: &l.gate_up,
-            out: &mut acts.gate_up,
-            n: rows,
-            k: h,
-            m: 2 * inter,
-        })?;
+        linear(
+            be,
+            &l.gate_up,
+            LinearIo {
+                x: &acts.normed,
+                rot: &mut acts.rot,
+                out: &mut acts.gate_up,
+                n: rows,
+                k: h,
+                m: 2 * inter,
+            },
+        )?;
         be.swiglu(SwigluArgs {
             x: &acts.gate_up,
             out: &mut acts.act,
             n: rows,
             inter,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.act,
-            w: &l.down,
-            out: &mut acts.delta,
-            n: rows,
-            k: inter,
-            m: h,
-        })?;
+        linear(
+            be,
+            &l.down,
+            LinearIo {
+                x: &acts.act,
+                rot: &mut acts.rot,
+                out: &mut acts.delta,
+                n: rows,
+                k: inter,
+                m: h,
+            },
+        )?;
     }
     be.rms_norm(RmsNormArgs {
         residual: &mut acts.residual,

@@ -1,3 +1,4 @@
 //! The two networks as functions over [`chorus_core::LmOps`].
 pub mod depth;
+pub mod linear;
 pub mod qwen3;

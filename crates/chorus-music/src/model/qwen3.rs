@@ -4,13 +4,15 @@
 //! The residual stream stays in `residual`; each RMSNorm is fused with the add that precedes it,
 //! so a layer is: norm (with the previous block's add) -> fused q/k/v -> q/k norm + RoPE -> paged
 //! attention -> o_proj -> add + norm -> fused gate/up -> SwiGLU -> down; the last add is fused
-//! with `model.norm`, whose output is the final-normed hidden `last_hidden`.
+//! with `model.norm`, whose output is the final-normed hidden `last_hidden`. Each linear is dense
+//! or int8 ConvRot (`linear.rs`); int8 products rotate their input into `rot` first.
 
 use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, SwigluArgs};
-use chorus_core::{LinearArgs, LmOps, Result};
+use chorus_core::{LmOps, Result};
 
 use crate::config::Qwen3Config;
 use crate::device::DeviceWeights;
+use crate::model::linear::{linear, LinearIo};
 
 /// Activation buffers of one LM call, each sized for `capacity` tokens.
 pub struct LmActs<B: LmOps> {
@@ -24,14 +26,21 @@ pub struct LmActs<B: LmOps> {
     pub delta: B::Buf,
     pub gate_up: B::Buf,
     pub act: B::Buf,
+    /// `[tokens, max input width]`: the rotated input of an int8 product (one element when every
+    /// linear is dense).
+    pub rot: B::Buf,
 }
 
 impl<B: LmOps> LmActs<B> {
-    /// Buffers for up to `tokens` tokens.
-    pub fn new(be: &B, c: &Qwen3Config, tokens: usize) -> Result<Self> {
+    /// Buffers for up to `tokens` tokens; `q8`: some linear is int8 (a rotation scratch is needed).
+    pub fn new(be: &B, c: &Qwen3Config, tokens: usize, q8: bool) -> Result<Self> {
         use chorus_core::BufRole::Activation as A;
         let h = c.hidden_size;
+        let widest = h
+            .max(c.num_attention_heads * c.head_dim)
+            .max(c.intermediate_size);
         Ok(Self {
+            rot: be.zeros(if q8 { tokens * widest } else { 1 }, A)?,
             residual: be.zeros(tokens * h, A)?,
             normed: be.zeros(tokens * h, A)?,
             qkv: be.zeros(tokens * c.qkv_width(), A)?,
@@ -110,14 +119,18 @@ pub fn lm_forward<B: LmOps>(
             eps,
         })?;
         // 2. q, k, v in one product.
-        be.linear(LinearArgs {
-            x: &acts.normed,
-            w: &l.qkv,
-            out: &mut acts.qkv,
-            n,
-            k: h,
-            m: geom.qkv_width(),
-        })?;
+        linear(
+            be,
+            &l.qkv,
+            LinearIo {
+                x: &acts.normed,
+                rot: &mut acts.rot,
+                out: &mut acts.qkv,
+                n,
+                k: h,
+                m: geom.qkv_width(),
+            },
+        )?;
         // 3-4. per-head q/k RMSNorm, then rotate-half RoPE at each token's position.
         be.qk_norm_rope(QkNormRopeArgs {
             qkv: &mut acts.qkv,
@@ -141,14 +154,18 @@ pub fn lm_forward<B: LmOps>(
             max_blocks: shape.max_blocks,
         })?;
         // 6. o_proj; its residual add is fused into the next norm.
-        be.linear(LinearArgs {
-            x: &acts.attn,
-            w: &l.o_proj,
-            out: &mut acts.delta,
-            n,
-            k: q_width,
-            m: h,
-        })?;
+        linear(
+            be,
+            &l.o_proj,
+            LinearIo {
+                x: &acts.attn,
+                rot: &mut acts.rot,
+                out: &mut acts.delta,
+                n,
+                k: q_width,
+                m: h,
+            },
+        )?;
         // 7. post_attention_layernorm, SwiGLU MLP.
         be.rms_norm(RmsNormArgs {
             residual: &mut acts.residual,
@@ -159,28 +176,36 @@ pub fn lm_forward<B: LmOps>(
             dim: h,
             eps,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.normed,
-            w: &l.gate_up,
-            out: &mut acts.gate_up,
-            n,
-            k: h,
-            m: 2 * inter,
-        })?;
+        linear(
+            be,
+            &l.gate_up,
+            LinearIo {
+                x: &acts.normed,
+                rot: &mut acts.rot,
+                out: &mut acts.gate_up,
+                n,
+                k: h,
+                m: 2 * inter,
+            },
+        )?;
         be.swiglu(SwigluArgs {
             x: &acts.gate_up,
             out: &mut acts.act,
             n,
             inter,
         })?;
-        be.linear(LinearArgs {
-            x: &acts.act,
-            w: &l.down,
-            out: &mut acts.delta,
-            n,
-            k: inter,
-            m: h,
-        })?;
+        linear(
+            be,
+            &l.down,
+            LinearIo {
+                x: &acts.act,
+                rot: &mut acts.rot,
+                out: &mut acts.delta,
+                n,
+                k: inter,
+                m: h,
+            },
+        )?;
     }
     // 8. the last residual add and model.norm: `last_hidden` of every token.
     be.rms_norm(RmsNormArgs {

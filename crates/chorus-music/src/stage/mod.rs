@@ -166,7 +166,12 @@ impl<B: LmOps> SemanticStage<B> {
             })
             .collect::<Result<_>>()?;
         let largest = opts.buckets.largest();
-        let bufs = FrameBufs::new(&be, &lm, &depth, largest)?;
+        let models = Models {
+            lm: &lm,
+            depth: &depth,
+            w: &w,
+        };
+        let bufs = FrameBufs::new(&be, &models, largest)?;
         let buckets = opts
             .buckets
             .sizes()
@@ -184,11 +189,6 @@ impl<B: LmOps> SemanticStage<B> {
                 })
             })
             .collect::<Result<_>>()?;
-        let models = Models {
-            lm: &lm,
-            depth: &depth,
-            w: &w,
-        };
         let prefill = PrefillBufs::new(&be, &models, opts.max_prompt, max_blocks)?;
         let marks = [be.mark()?, be.mark()?];
         Ok(Self {

@@ -1,0 +1,184 @@
+//! int8 ConvRot weights (kernels/lm_q8.cu): the int8 product `linear_q8` (the GEMV kernel for at
+//! most [`Q8_GEMV_MAX_ROWS`] rows and `k` a multiple of 16; otherwise the rows dequantized into
+//! scratch and one cuBLAS product) and the block Hadamard rotation `hadamard` of activations. Each
+//! op checks its buffers (O(1)) and launches without allocating (scratch grows only outside a
+//! capture) or syncing, so a frame program captures it.
+
+use chorus_core::convrot::check_group;
+use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
+use chorus_core::{Precision, Result};
+
+use super::check_len;
+use crate::backend::{CudaBackend, CudaBuf};
+use crate::blas::Gemm;
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+use crate::memory::DevMem;
+
+/// Most activation rows the int8 GEMV kernel takes. On the H200 (`tests/lm_q8.rs`) it streams
+/// 1.9 TB/s of int8 at 2 rows (the weights per second of the bf16 GEMV), 1.3 TB/s at 4, and falls
+/// as the rows' FMAs and loads grow (0.7 TB/s at 8); more rows go through dequantization + cuBLAS.
+const Q8_GEMV_MAX_ROWS: usize = 4;
+/// Warps per block of the GEMV kernel.
+const Q8_GEMV_WARPS: u32 = 8;
+/// Int8 weights per 16-byte load (`Q8_VEC`).
+const Q8_VEC: usize = 16;
+/// Most threads of one rotation block (a quarter of the group each do a butterfly).
+const HADAMARD_MAX_THREADS: usize = 256;
+
+/// An int8 weight `[rows, cols]` and its `[rows]` f32 scales on the device.
+pub struct CudaQWeight {
+    pub(crate) q: DevMem,
+    pub(crate) scales: DevMem,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+impl CudaQWeight {
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// `v` as a kernel `int`.
+fn int(op: &'static str, name: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| cuda_error(op, format!("`{name}` = {v} exceeds the i32 range")))
+}
+
+/// Device pointer of a buffer stored in the precision's type `T` (not an f32 table in bf16 mode).
+fn t_ptr(be: &CudaBackend, op: &'static str, name: &str, buf: &CudaBuf) -> Result<u64> {
+    if buf.f32 && be.precision != Precision::F32 {
+        return Err(cuda_error(
+            op,
+            format!("`{name}` is stored in f32 (a table buffer) but the op reads bf16 storage"),
+        ));
+    }
+    Ok(buf.mem.ptr())
+}
+
+pub(super) fn upload_q8(
+    be: &CudaBackend,
+    data: &[i8],
+    scales: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<CudaQWeight> {
+    const OP: &str = "upload_q8";
+    if data.len() != rows * cols || scales.len() != rows {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "{} int8 values and {} scales for a [{rows}, {cols}] weight",
+                data.len(),
+                scales.len()
+            ),
+        ));
+    }
+    let q = be.alloc(data.len(), false)?;
+    let s = be.alloc(scales.len() * 4, false)?;
+    be.copy_htod(q.ptr(), data.as_ptr() as *const u8, data.len())?;
+    be.copy_htod(s.ptr(), scales.as_ptr() as *const u8, scales.len() * 4)?;
+    // The host slices are pageable and borrowed: wait for the copies before returning.
+    be.sync()?;
+    Ok(CudaQWeight {
+        q,
+        scales: s,
+        rows,
+        cols,
+    })
+}
+
+pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "linear_q8";
+    let _timer = be.op_timer(OP);
+    let (n, k, m) = (a.n, a.k, a.m);
+    if a.w.rows != m || a.w.cols != k {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "`w` is [{}, {}] but the product needs [{m}, {k}]",
+                a.w.rows, a.w.cols
+            ),
+        ));
+    }
+    check_len(OP, "x", a.x.len, n * k)?;
+    check_len(OP, "out", a.out.len, n * m)?;
+    if n == 0 || m == 0 {
+        return Ok(());
+    }
+    let x = t_ptr(be, OP, "x", a.x)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let (w, s) = (a.w.q.ptr(), a.w.scales.ptr());
+    let (n32, k32, m32) = (int(OP, "n", n)?, int(OP, "k", k)?, int(OP, "m", m)?);
+    if n <= Q8_GEMV_MAX_ROWS && k.is_multiple_of(Q8_VEC) {
+        let tile: i32 = if n <= 2 { 2 } else { 4 };
+        let cfg = Launch {
+            grid: m.div_ceil(Q8_GEMV_WARPS as usize) as u32,
+            block: 32 * Q8_GEMV_WARPS,
+            smem: 0,
+        };
+        return be.launch(
+            Kernel::LmGemvQ8,
+            cfg,
+            &mut kargs![&x, &w, &s, &out, &n32, &k32, &m32, &tile],
+        );
+    }
+    // More rows: the int8 rows times their scales (already in the rotated basis of `x`) into
+    // scratch in the storage type, then one cuBLAS product.
+    let deq = be.scratch(m * k * be.esize())?;
+    let vec = i32::from(k.is_multiple_of(Q8_VEC));
+    be.launch(
+        Kernel::LmDequantQ8,
+        be.grid_for(if vec == 1 { m * k / Q8_VEC } else { m * k })?,
+        &mut kargs![&w, &s, &deq, &m32, &k32, &vec],
+    )?;
+    be.blas.gemm(Gemm {
+        trans_a: true,
+        trans_b: false,
+        m,
+        n,
+        k,
+        a: deq,
+        lda: k,
+        b: x,
+        ldb: k,
+        c: out,
+        ldc: m,
+        beta: 0.0,
+    })
+}
+
+pub(super) fn hadamard(be: &CudaBackend, a: HadamardArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "hadamard";
+    let _timer = be.op_timer(OP);
+    let (n, dim, group) = (a.n, a.dim, a.group);
+    let stages = check_group(OP, group, dim)?;
+    check_len(OP, "x", a.x.len, n * dim)?;
+    check_len(OP, "out", a.out.len, n * dim)?;
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let x = t_ptr(be, OP, "x", a.x)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    if x == out {
+        return Err(cuda_error(OP, "`out` aliases `x`"));
+    }
+    let blocks = int(OP, "blocks", n * (dim / group))?;
+    let cfg = Launch {
+        grid: blocks as u32,
+        block: (group / 4).next_multiple_of(32).min(HADAMARD_MAX_THREADS) as u32,
+        smem: (group * 4) as u32,
+    };
+    let (dim32, group32, stages32) = (int(OP, "dim", dim)?, group as i32, stages as i32);
+    be.launch(
+        Kernel::LmHadamard,
+        cfg,
+        &mut kargs![&x, &out, &dim32, &group32, &stages32],
+    )
+}
