@@ -22,7 +22,8 @@ fn preserved(role: BufRole) -> bool {
     !matches!(role, BufRole::Weight | BufRole::Table | BufRole::Pool)
 }
 
-fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+/// A length check naming the op and the buffer (every op checks before it launches).
+pub(crate) fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
     if have < want {
         return Err(cuda_error(
             op,

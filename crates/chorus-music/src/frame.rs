@@ -16,9 +16,9 @@ use crate::config::{
 };
 use crate::device::DeviceWeights;
 use crate::io::{FrameInputs, FrameOutputs};
-use crate::model::depth::{depth_caches, depth_forward, DepthActs, DepthCall};
+use crate::model::depth::{depth_acts, depth_caches, depth_forward, DepthActs, DepthCall};
 use crate::model::linear::{linear, LinearIo};
-use crate::model::qwen3::{lm_forward, LayerCache, LmActs, LmCall, LmShape};
+use crate::model::qwen3::{lm_acts, lm_forward, LayerCache, LmActs, LmCall, LmShape};
 
 /// Buffers every bucket shares (sized for the largest), read back by traces after a step.
 pub struct FrameBufs<B: LmOps> {
@@ -67,8 +67,8 @@ impl<B: LmOps> FrameBufs<B> {
                 .collect::<Result<_>>()?,
             feedback: z(rows * h)?,
             frame_hiddens: z(songs * levels * h)?,
-            lm: LmActs::new(be, lm, rows, m.w.lm_q8())?,
-            depth: DepthActs::new(be, dc, rows, m.w.depth_q8())?,
+            lm: lm_acts(be, lm, rows, m.w.lm_q8())?,
+            depth: depth_acts(be, dc, rows, m.w.depth_q8())?,
             depth_caches: depth_caches(be, dc, rows)?,
             depth_start: (0..levels)
                 .map(|p| be.ints(rows, p as i32))

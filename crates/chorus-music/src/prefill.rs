@@ -8,7 +8,7 @@ use chorus_core::{BufRole, LmOps, Result};
 
 use crate::frame::Models;
 use crate::io::IntInput;
-use crate::model::qwen3::{lm_forward, LayerCache, LmActs, LmCall, LmShape};
+use crate::model::qwen3::{lm_acts, lm_forward, LayerCache, LmActs, LmCall, LmShape};
 
 /// Buffers of the prefill program, sized for the longest prompt.
 pub struct PrefillBufs<B: LmOps> {
@@ -34,7 +34,7 @@ impl<B: LmOps> PrefillBufs<B> {
             start: be.ints(2, 0)?,
             tables: IntInput::new(be, 2 * max_blocks)?,
             slot: IntInput::new(be, 1)?,
-            acts: LmActs::new(be, m.lm, 2 * max_prompt, m.w.lm_q8())?,
+            acts: lm_acts(be, m.lm, 2 * max_prompt, m.w.lm_q8())?,
             last: be.zeros(2 * m.lm.hidden_size, BufRole::Activation)?,
             max_prompt,
         })

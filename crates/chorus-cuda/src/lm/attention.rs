@@ -75,13 +75,7 @@ fn i32_of(name: &str, v: usize) -> Result<i32> {
 }
 
 fn need(name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
-        return Err(cuda_error(
-            OP,
-            format!("`{name}` holds {have} elements, {want} needed"),
-        ));
-    }
-    Ok(())
+    crate::ops::need(OP, name, have, want)
 }
 
 /// The kernels read and write buffers in the backend's storage type: an f32 table in bf16 mode

@@ -42,13 +42,7 @@ struct DrawDims {
 }
 
 fn need(name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
-        return Err(cuda_error(
-            OP,
-            format!("`{name}` holds {have} elements, {want} needed"),
-        ));
-    }
-    Ok(())
+    crate::ops::need(OP, name, have, want)
 }
 
 fn i32_of(name: &str, v: usize) -> Result<i32> {

@@ -36,14 +36,17 @@ pub struct CudaPinnedFloats {
     pub(crate) len: usize,
 }
 
-fn check_len(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
+use crate::ops::need as check_len;
+
+/// Device pointer of a buffer stored in the precision's type `T` (not an f32 table in bf16 mode).
+pub(crate) fn t_ptr(be: &CudaBackend, op: &'static str, name: &str, buf: &CudaBuf) -> Result<u64> {
+    if buf.f32 && be.precision != Precision::F32 {
         return Err(cuda_error(
             op,
-            format!("`{name}` holds {have} elements, {want} needed"),
+            format!("`{name}` is stored in f32 (a table buffer) but the op reads bf16 storage"),
         ));
     }
-    Ok(())
+    Ok(buf.mem.ptr())
 }
 
 impl LmOps for CudaBackend {

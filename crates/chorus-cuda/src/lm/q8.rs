@@ -6,10 +6,10 @@
 
 use chorus_core::convrot::check_group;
 use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
-use chorus_core::{Precision, Result};
+use chorus_core::Result;
 
 use super::check_len;
-use crate::backend::{CudaBackend, CudaBuf};
+use crate::backend::CudaBackend;
 use crate::blas::Gemm;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
@@ -51,16 +51,7 @@ fn int(op: &'static str, name: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| cuda_error(op, format!("`{name}` = {v} exceeds the i32 range")))
 }
 
-/// Device pointer of a buffer stored in the precision's type `T` (not an f32 table in bf16 mode).
-fn t_ptr(be: &CudaBackend, op: &'static str, name: &str, buf: &CudaBuf) -> Result<u64> {
-    if buf.f32 && be.precision != Precision::F32 {
-        return Err(cuda_error(
-            op,
-            format!("`{name}` is stored in f32 (a table buffer) but the op reads bf16 storage"),
-        ));
-    }
-    Ok(buf.mem.ptr())
-}
+use super::t_ptr;
 
 pub(super) fn upload_q8(
     be: &CudaBackend,

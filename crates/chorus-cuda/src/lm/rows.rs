@@ -24,7 +24,7 @@ use chorus_core::lm_ops::{
 use chorus_core::{Precision, Result};
 
 use super::check_len;
-use crate::backend::{CudaBackend, CudaBuf};
+use crate::backend::CudaBackend;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 
@@ -46,16 +46,7 @@ fn long(op: &'static str, name: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| cuda_error(op, format!("`{name}` = {v} exceeds the i64 range")))
 }
 
-/// Device pointer of a buffer stored in the precision's type `T` (not an f32 table in bf16 mode).
-fn t_ptr(be: &CudaBackend, op: &'static str, name: &str, buf: &CudaBuf) -> Result<u64> {
-    if buf.f32 && be.precision != Precision::F32 {
-        return Err(cuda_error(
-            op,
-            format!("`{name}` is stored in f32 (a table buffer) but the op reads bf16 storage"),
-        ));
-    }
-    Ok(buf.mem.ptr())
-}
+use super::t_ptr;
 
 /// Elements of `T` in one 16-byte access.
 fn vec_elems(be: &CudaBackend) -> usize {

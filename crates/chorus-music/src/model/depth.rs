@@ -7,45 +7,34 @@
 //! past `p` are never read, so no mask and no clearing is needed. Linears are dense or int8
 //! ConvRot (`linear.rs`).
 
-use chorus_core::lm_ops::{AddRowArgs, HeadGeom, PagedAttentionArgs, RmsNormArgs, SwigluArgs};
+use chorus_core::lm_ops::{AddRowArgs, HeadGeom, PagedAttentionArgs, RmsNormArgs};
 use chorus_core::{LmOps, Result};
 
 use crate::config::{DepthConfig, DEPTH_RMS_EPS};
 use crate::device::DeviceWeights;
+use crate::model::block::{mlp_half, ActDims, Acts, Mlp};
 use crate::model::linear::{linear, LinearIo};
 use crate::model::qwen3::LayerCache;
 
-/// Activation buffers of the depth decoder for up to `rows` rows.
-pub struct DepthActs<B: LmOps> {
-    pub residual: B::Buf,
-    pub normed: B::Buf,
-    pub qkv: B::Buf,
-    pub attn: B::Buf,
-    pub delta: B::Buf,
-    pub gate_up: B::Buf,
-    pub act: B::Buf,
-    /// `[rows, max(hidden, inter)]`: the rotated input of an int8 product (projection, layers and
-    /// heads); one element when every linear is dense.
-    pub rot: B::Buf,
-}
+/// Activation buffers of the depth decoder.
+pub type DepthActs<B> = Acts<B>;
 
-impl<B: LmOps> DepthActs<B> {
-    /// Buffers for up to `rows` rows; `q8`: some linear is int8 (a rotation scratch is needed).
-    pub fn new(be: &B, c: &DepthConfig, rows: usize, q8: bool) -> Result<Self> {
-        use chorus_core::BufRole::Activation as A;
-        let h = c.hidden_size;
-        let widest = h.max(c.intermediate_size);
-        Ok(Self {
-            rot: be.zeros(if q8 { rows * widest } else { 1 }, A)?,
-            residual: be.zeros(rows * h, A)?,
-            normed: be.zeros(rows * h, A)?,
-            qkv: be.zeros(rows * 3 * h, A)?,
-            attn: be.zeros(rows * h, A)?,
-            delta: be.zeros(rows * h, A)?,
-            gate_up: be.zeros(rows * 2 * c.intermediate_size, A)?,
-            act: be.zeros(rows * c.intermediate_size, A)?,
-        })
-    }
+/// Activation buffers for up to `rows` rows; `q8`: some linear is int8.
+pub fn depth_acts<B: LmOps>(
+    be: &B,
+    c: &DepthConfig,
+    rows: usize,
+    q8: bool,
+) -> Result<DepthActs<B>> {
+    let h = c.hidden_size;
+    let dims = ActDims {
+        hidden: h,
+        qkv: 3 * h,
+        attn: h,
+        inter: c.intermediate_size,
+        q8,
+    };
+    Acts::new(be, rows, dims)
 }
 
 /// Per-layer caches `[rows, max_position_embeddings, hidden]` for up to `rows` rows.
@@ -166,45 +155,13 @@ pub fn depth_forward<B: LmOps>(
                 m: h,
             },
         )?;
-        be.rms_norm(RmsNormArgs {
-            residual: &mut acts.residual,
-            delta: Some(&acts.delta),
-            weight: &l.post_attention_layernorm,
-            out: &mut acts.normed,
-            n: rows,
-            dim: h,
+        let mlp = Mlp {
+            norm: &l.post_attention_layernorm,
+            gate_up: &l.gate_up,
+            down: &l.down,
             eps: DEPTH_RMS_EPS,
-        })?;
-        linear(
-            be,
-            &l.gate_up,
-            LinearIo {
-                x: &acts.normed,
-                rot: &mut acts.rot,
-                out: &mut acts.gate_up,
-                n: rows,
-                k: h,
-                m: 2 * inter,
-            },
-        )?;
-        be.swiglu(SwigluArgs {
-            x: &acts.gate_up,
-            out: &mut acts.act,
-            n: rows,
-            inter,
-        })?;
-        linear(
-            be,
-            &l.down,
-            LinearIo {
-                x: &acts.act,
-                rot: &mut acts.rot,
-                out: &mut acts.delta,
-                n: rows,
-                k: inter,
-                m: h,
-            },
-        )?;
+        };
+        mlp_half(be, acts, mlp, (rows, h, inter))?;
     }
     be.rms_norm(RmsNormArgs {
         residual: &mut acts.residual,

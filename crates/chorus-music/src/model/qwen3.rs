@@ -7,49 +7,27 @@
 //! with `model.norm`, whose output is the final-normed hidden `last_hidden`. Each linear is dense
 //! or int8 ConvRot (`linear.rs`); int8 products rotate their input into `rot` first.
 
-use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, SwigluArgs};
+use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs};
 use chorus_core::{LmOps, Result};
 
 use crate::config::Qwen3Config;
 use crate::device::DeviceWeights;
+use crate::model::block::{mlp_half, ActDims, Acts, Mlp};
 use crate::model::linear::{linear, LinearIo};
 
-/// Activation buffers of one LM call, each sized for `capacity` tokens.
-pub struct LmActs<B: LmOps> {
-    /// `[tokens, hidden]`: the input embeddings, then the residual stream.
-    pub residual: B::Buf,
-    /// `[tokens, hidden]`: the normed stream; after the call, the final-normed hidden.
-    pub normed: B::Buf,
-    pub qkv: B::Buf,
-    pub attn: B::Buf,
-    /// `[tokens, hidden]`: o_proj or down_proj output.
-    pub delta: B::Buf,
-    pub gate_up: B::Buf,
-    pub act: B::Buf,
-    /// `[tokens, max input width]`: the rotated input of an int8 product (one element when every
-    /// linear is dense).
-    pub rot: B::Buf,
-}
+/// Activation buffers of one LM call.
+pub type LmActs<B> = Acts<B>;
 
-impl<B: LmOps> LmActs<B> {
-    /// Buffers for up to `tokens` tokens; `q8`: some linear is int8 (a rotation scratch is needed).
-    pub fn new(be: &B, c: &Qwen3Config, tokens: usize, q8: bool) -> Result<Self> {
-        use chorus_core::BufRole::Activation as A;
-        let h = c.hidden_size;
-        let widest = h
-            .max(c.num_attention_heads * c.head_dim)
-            .max(c.intermediate_size);
-        Ok(Self {
-            rot: be.zeros(if q8 { tokens * widest } else { 1 }, A)?,
-            residual: be.zeros(tokens * h, A)?,
-            normed: be.zeros(tokens * h, A)?,
-            qkv: be.zeros(tokens * c.qkv_width(), A)?,
-            attn: be.zeros(tokens * c.num_attention_heads * c.head_dim, A)?,
-            delta: be.zeros(tokens * h, A)?,
-            gate_up: be.zeros(tokens * 2 * c.intermediate_size, A)?,
-            act: be.zeros(tokens * c.intermediate_size, A)?,
-        })
-    }
+/// Activation buffers for up to `tokens` tokens; `q8`: some linear is int8.
+pub fn lm_acts<B: LmOps>(be: &B, c: &Qwen3Config, tokens: usize, q8: bool) -> Result<LmActs<B>> {
+    let dims = ActDims {
+        hidden: c.hidden_size,
+        qkv: c.qkv_width(),
+        attn: c.num_attention_heads * c.head_dim,
+        inter: c.intermediate_size,
+        q8,
+    };
+    Acts::new(be, tokens, dims)
 }
 
 /// One layer's paged caches.
@@ -167,45 +145,13 @@ pub fn lm_forward<B: LmOps>(
             },
         )?;
         // 7. post_attention_layernorm, SwiGLU MLP.
-        be.rms_norm(RmsNormArgs {
-            residual: &mut acts.residual,
-            delta: Some(&acts.delta),
-            weight: &l.post_attention_layernorm,
-            out: &mut acts.normed,
-            n,
-            dim: h,
+        let mlp = Mlp {
+            norm: &l.post_attention_layernorm,
+            gate_up: &l.gate_up,
+            down: &l.down,
             eps,
-        })?;
-        linear(
-            be,
-            &l.gate_up,
-            LinearIo {
-                x: &acts.normed,
-                rot: &mut acts.rot,
-                out: &mut acts.gate_up,
-                n,
-                k: h,
-                m: 2 * inter,
-            },
-        )?;
-        be.swiglu(SwigluArgs {
-            x: &acts.gate_up,
-            out: &mut acts.act,
-            n,
-            inter,
-        })?;
-        linear(
-            be,
-            &l.down,
-            LinearIo {
-                x: &acts.act,
-                rot: &mut acts.rot,
-                out: &mut acts.delta,
-                n,
-                k: inter,
-                m: h,
-            },
-        )?;
+        };
+        mlp_half(be, acts, mlp, (n, h, inter))?;
     }
     // 8. the last residual add and model.norm: `last_hidden` of every token.
     be.rms_norm(RmsNormArgs {
