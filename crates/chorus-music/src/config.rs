@@ -197,7 +197,8 @@ impl Qwen3Config {
                 self.head_dim
             ));
         }
-        if self.vocab_size < AUDIO_CODE_OFFSET + SEMANTIC_VOCAB {
+        // The END column (16384) is looked up as token 151675 + 16384 by the rest of its frame.
+        if self.vocab_size <= AUDIO_CODE_OFFSET + SEMANTIC_VOCAB {
             return bad(format!(
                 "vocab_size {} cannot hold the audio codes {}..{}",
                 self.vocab_size,
@@ -336,5 +337,25 @@ impl DepthConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vocabulary_without_a_row_for_end_is_refused() {
+        // END (column 16384) is looked up as token 151675 + 16384 by the rest of its frame.
+        let c = Qwen3Config {
+            vocab_size: AUDIO_CODE_OFFSET + SEMANTIC_VOCAB,
+            ..Qwen3Config::small()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("vocab_size"));
+        let c = Qwen3Config {
+            vocab_size: AUDIO_CODE_OFFSET + SEMANTIC_VOCAB + 1,
+            ..Qwen3Config::small()
+        };
+        assert!(c.validate().is_ok());
     }
 }

@@ -15,8 +15,9 @@ const SEEDED_DOMAIN: u64 = 0x6368_6f72_7573_2d73;
 /// How a song's codes are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sampling {
-    /// The exponential race with counter-based noise from a hashed seed: the same seed gives the
-    /// same song on every backend and in any batch.
+    /// The exponential race with counter-based noise from a hashed seed: the same noise on every
+    /// backend and in any batch (the songs are bit-identical across batches on the CPU backend;
+    /// on CUDA, bf16 rounding and batch-dependent products may flip near-ties).
     Seeded(u64),
     /// The largest guided value (lowest index on ties).
     Greedy,

@@ -247,3 +247,18 @@ fn full_slots_are_a_clear_busy() {
     let e = st.add_song(request(2, 20, 5)).unwrap_err().to_string();
     assert!(e.contains("busy: all 1 song slots are in use"), "{e}");
 }
+
+#[test]
+fn prompt_rows_of_different_lengths_are_refused() {
+    let model = small_model(1.0);
+    let mut st = stage(&model, 1, CONTEXT);
+    let mut req = request(1, 20, 4);
+    req.prompt.uncond.pop();
+    let e = st.add_song(req).unwrap_err().to_string();
+    assert!(
+        e.contains("unconditional prompt row has 19 tokens, the conditional row 20"),
+        "{e}"
+    );
+    assert_eq!(st.active(), 0);
+    assert_eq!(st.kv_blocks().0, 0, "nothing reserved or taken");
+}

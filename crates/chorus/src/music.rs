@@ -118,6 +118,10 @@ pub fn run(args: MusicArgs) -> Result<()> {
     }
     bar.finish();
     let frames = codes.len() / LEVELS;
+    if frames == 0 && end == Some(EndReason::Cancelled) {
+        eprintln!("interrupted before the first frame: nothing written");
+        std::process::exit(130);
+    }
     if frames == 0 {
         bail!("generated zero audio frames (the model drew END at once); try another seed or --no-end");
     }

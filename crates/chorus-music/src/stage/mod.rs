@@ -249,6 +249,15 @@ impl<B: LmOps> SemanticStage<B> {
         const OP: &str = "SemanticStage::add_song";
         req.validate(self.depth.audio_vocab_size)?;
         let p = req.prompt.len();
+        if req.prompt.uncond.len() != p {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "the unconditional prompt row has {} tokens, the conditional row {p}: both rows must have the same length",
+                    req.prompt.uncond.len()
+                ),
+            ));
+        }
         if p < 3 || p > self.opts.max_prompt {
             return Err(Error::input(
                 OP,

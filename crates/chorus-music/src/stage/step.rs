@@ -18,12 +18,14 @@ impl<B: LmOps> SemanticStage<B> {
     /// emitted frames and ends to `sink`. Returns the number of songs launched (0 once every song
     /// awaits only its last read, which this call then delivers).
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
-        let launched = self.launch_frame()?;
+        // The frame in flight is read even when the launch fails, so no output is lost and the
+        // halves stay in step (a failed launch advances neither the half nor any song).
+        let launched = self.launch_frame();
         if let Some(prev) = self.pending.take() {
             self.be.wait(&self.marks[prev.half])?;
             self.collect(&prev, sink)?;
         }
-        self.pending = launched;
+        self.pending = launched?;
         Ok(self.last.0.len())
     }
 
@@ -78,7 +80,6 @@ impl<B: LmOps> SemanticStage<B> {
             .position(|b| b.songs == size)
             .unwrap_or(0);
         let half = self.half;
-        self.half ^= 1;
         let bs = self.opts.block_size;
         for &i in &self.launch {
             let s = &mut self.songs[i];
@@ -93,6 +94,7 @@ impl<B: LmOps> SemanticStage<B> {
         }
         self.stage_inputs(bucket, half)?;
         self.run_frame(bucket, half)?;
+        self.half ^= 1;
         let mut rows = Vec::with_capacity(self.launch.len());
         for &i in &self.launch {
             let s = &mut self.songs[i];
