@@ -10,6 +10,9 @@ use crate::kernels::{kargs, Kernel, Launch};
 /// Most activation rows the GEMV kernel takes (one song: measured on the H200, it streams bf16
 /// weights at 3.6 TB/s for 2 rows, 2.9 at 4, 2.1 at 8, while cuBLAS reaches 3.5 TB/s from 32 rows).
 pub(crate) const GEMV_MAX_ROWS: usize = 2;
+/// Shortest rows the GEMV kernel takes: the LM's products (k >= 4096, where the weights dwarf
+/// the launch); the codec's small products keep the cuBLAS path they were measured with.
+pub(crate) const GEMV_MIN_K: usize = 4096;
 /// Warps per block of the GEMV kernel.
 const GEMV_WARPS: u32 = 8;
 /// Bytes of one vector access.
@@ -20,6 +23,7 @@ impl CudaBackend {
     pub(crate) fn gemv_fits(&self, a: &LinearArgs<'_, Self>) -> bool {
         a.n >= 1
             && a.n <= GEMV_MAX_ROWS
+            && a.k >= GEMV_MIN_K
             && a.k.is_multiple_of(VEC_BYTES / self.esize())
             && a.m <= i32::MAX as usize
     }
