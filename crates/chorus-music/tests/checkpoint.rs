@@ -2,6 +2,9 @@
 //! q/k/v and gate/up fused at load, the LM head cut to its audio rows, and one named error per
 //! kind of broken input.
 
+mod common;
+
+use common::tiny;
 use std::path::Path;
 
 use chorus_core::checkpoint::{write_safetensors, write_tensors, Dtype, TensorData, TensorSource};
@@ -12,28 +15,7 @@ use chorus_music::load::{
 };
 use chorus_music::random::{RandomSource, RANDOM_MUSIC_SEED};
 use chorus_music::weights::{depth_tensor_specs, lm_tensor_specs};
-use chorus_music::{DepthConfig, Qwen3Config};
-
-/// A tiny model of the real architecture (the vocabulary stays real: audio ids reach 168,059).
-fn tiny() -> (Qwen3Config, DepthConfig) {
-    let lm = Qwen3Config {
-        hidden_size: 32,
-        intermediate_size: 64,
-        num_hidden_layers: 1,
-        num_attention_heads: 2,
-        num_key_value_heads: 1,
-        head_dim: 16,
-        ..Qwen3Config::small()
-    };
-    let depth = DepthConfig {
-        hidden_size: 32,
-        num_layers: 1,
-        num_attention_heads: 2,
-        intermediate_size: 48,
-        ..DepthConfig::small()
-    };
-    (lm, depth)
-}
+use chorus_music::Qwen3Config;
 
 const LM_JSON: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":32,"intermediate_size":64,
 "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,"vocab_size":200000,

@@ -4,6 +4,9 @@
 //! per kind of broken int8 entry. With `CHORUS_MUSIC_INT8_DIR` naming the folder
 //! `tools/fixtures/music_int8.py` wrote, its files load bit-identical to `random-small-int8`.
 
+mod common;
+
+use common::tiny;
 use std::path::{Path, PathBuf};
 
 use chorus_core::checkpoint::{write_tensors, Dtype, TensorData, TensorSource};
@@ -15,28 +18,7 @@ use chorus_music::load::{
 use chorus_music::quant::{HostLinear, Q8Tensor};
 use chorus_music::random::{is_q8_linear, RandomSource, RANDOM_MUSIC_SEED};
 use chorus_music::weights::{depth_tensor_specs, lm_tensor_specs, Spec};
-use chorus_music::{DepthConfig, MusicModel, Qwen3Config};
-
-/// A tiny model of the real architecture (groups 16 and 64).
-fn tiny() -> (Qwen3Config, DepthConfig) {
-    let lm = Qwen3Config {
-        hidden_size: 32,
-        intermediate_size: 64,
-        num_hidden_layers: 1,
-        num_attention_heads: 2,
-        num_key_value_heads: 1,
-        head_dim: 16,
-        ..Qwen3Config::small()
-    };
-    let depth = DepthConfig {
-        hidden_size: 32,
-        num_layers: 1,
-        num_attention_heads: 2,
-        intermediate_size: 48,
-        ..DepthConfig::small()
-    };
-    (lm, depth)
-}
+use chorus_music::MusicModel;
 
 const LM_JSON: &str = r#"{"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":2,
 "num_key_value_heads":1,"head_dim":16,"vocab_size":200000,"rms_norm_eps":1e-6,"max_position_embeddings":16384,

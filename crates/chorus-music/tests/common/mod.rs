@@ -75,3 +75,25 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     assert!(den > 0.0, "all-zero reference");
     (num / den).sqrt()
 }
+
+/// A tiny model of the real architecture (the vocabulary stays real: audio ids reach 168,059;
+/// int8 groups 16 and 64).
+pub fn tiny() -> (Qwen3Config, DepthConfig) {
+    let lm = Qwen3Config {
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_hidden_layers: 1,
+        num_attention_heads: 2,
+        num_key_value_heads: 1,
+        head_dim: 16,
+        ..Qwen3Config::small()
+    };
+    let depth = DepthConfig {
+        hidden_size: 32,
+        num_layers: 1,
+        num_attention_heads: 2,
+        intermediate_size: 48,
+        ..DepthConfig::small()
+    };
+    (lm, depth)
+}
