@@ -1,11 +1,11 @@
 //! `chorus bench`: frames per second, real-time streams and real-time factor per batch size.
 
 use crate::decode::parse_precision;
-use crate::device::{cuda_options, open_decoder, resolve, DecoderSpec, DeviceKind};
 use anyhow::{bail, Result};
 use chorus_core::{Buckets, Frame, FrameDecoder, FrameInput, Precision, FRAME_MS, FRAME_SAMPLES};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{DecoderOptions, SlotDecoder};
+use chorus_runtime::device::{cuda_options, open_decoder, resolve, DecoderSpec, DeviceKind};
 use std::time::{Duration, Instant};
 
 /// Untimed steps before measuring: past the 250-token window (125 frames), so every timed step

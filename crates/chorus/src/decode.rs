@@ -2,10 +2,10 @@
 
 use crate::audio_out::{write_streams, WavFormat};
 use crate::codes_file::read_codes;
-use crate::device::{open_decoder, DecoderSpec, DeviceKind};
 use anyhow::Result;
 use chorus_core::codes::decode_streams;
 use chorus_core::{Buckets, Precision};
+use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
 use std::path::PathBuf;
 
 /// Frames above which a progress bar is drawn.

@@ -1,8 +1,8 @@
 //! `chorus info`: configuration, layout, parameters and state size of a model.
 
-use crate::device::{open_decoder, DecoderSpec, DeviceKind};
 use anyhow::Result;
 use chorus_core::Buckets;
+use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
 
 #[derive(clap::Args, Debug)]
 pub struct InfoArgs {

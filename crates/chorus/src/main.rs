@@ -5,12 +5,10 @@ mod audio_out;
 mod bench;
 mod codes_file;
 mod decode;
-mod device;
 mod info;
 mod loadgen;
 mod music;
 mod music_bench;
-mod music_stage;
 mod serve;
 
 use anyhow::{Context, Result};

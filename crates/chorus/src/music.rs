@@ -13,8 +13,8 @@ use chorus_music::prompt::{PromptIds, PromptTokenizer};
 use chorus_music::song::{frames_for_seconds, LEVELS};
 use chorus_music::{EndReason, MusicModel, Sampling, SongEvent, SongRequest};
 
-use crate::device::DeviceKind;
-use crate::music_stage::{AnyStage, StageSpec};
+use chorus_runtime::device::DeviceKind;
+use chorus_runtime::music::{AnyStage, StageSpec};
 
 #[derive(clap::Args, Debug)]
 pub struct MusicArgs {

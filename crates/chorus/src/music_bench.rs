@@ -14,8 +14,8 @@ use chorus_music::prompt::PromptIds;
 use chorus_music::prompt::CFG_FILLER;
 use chorus_music::{MusicModel, Sampling, SongRequest};
 
-use crate::device::DeviceKind;
-use crate::music_stage::{AnyStage, StageSpec};
+use chorus_runtime::device::DeviceKind;
+use chorus_runtime::music::{AnyStage, StageSpec};
 
 /// Base-vocabulary ids drawn for synthetic prompts (below Qwen2's added tokens).
 const BASE_VOCAB: u64 = 151_643;

@@ -16,8 +16,8 @@ use chorus_server::music::{MusicConfig, MusicEngine, StageFactory};
 use chorus_server::{Server, ServerConfig};
 
 use crate::decode::parse_precision;
-use crate::device::{open_decoder, DecoderSpec, DeviceKind};
-use crate::music_stage::open_stage;
+use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
+use chorus_runtime::music::open_stage;
 
 /// Default stream slots.
 const DEFAULT_MAX_STREAMS: usize = 64;
@@ -171,7 +171,7 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
         args.music_context,
         args.threads,
     );
-    let music = if crate::device::resolve(device) == DeviceKind::Cuda {
+    let music = if chorus_runtime::device::resolve(device) == DeviceKind::Cuda {
         let precision = args.precision;
         let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
             let opts = StageOptions::for_songs(songs, context)?;
@@ -187,8 +187,7 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
     } else {
         let factory: StageFactory<chorus_cpu::CpuBackend> = Box::new(move || {
             let opts = StageOptions::for_songs(songs, context)?;
-            let stage = open_stage(&model, device, songs, context, threads)
-                .map_err(|e| chorus_core::Error::config("serve::open_stage", format!("{e:#}")))?;
+            let stage = open_stage(&model, device, songs, context, threads)?;
             Ok((stage, opts))
         });
         MusicEngine::start(factory, MusicConfig::default(), tokenizer)

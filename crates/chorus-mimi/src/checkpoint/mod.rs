@@ -174,19 +174,30 @@ pub(crate) fn find_weights(dir: &Path) -> Result<PathBuf> {
 pub fn load_file(path: &Path, config: MimiConfig) -> Result<LoadedModel> {
     config.validate()?;
     let file = SafetensorsFile::open(path)?;
-    let layout = detect_layout(&file)?;
+    load_source(file, config, path.display().to_string())
+}
+
+/// Builds a model from tensors held anywhere (a file, host memory) in either layout; `source`
+/// names where they came from in reports.
+pub fn load_source<S: TensorSource>(
+    src: S,
+    config: MimiConfig,
+    source: String,
+) -> Result<LoadedModel> {
+    config.validate()?;
+    let layout = detect_layout(&src)?;
     let weights = match layout {
         Layout::Kyutai => {
-            hf_layout::build_weights(&config, &KyutaiView::new(file, config.num_attention_heads))?
+            hf_layout::build_weights(&config, &KyutaiView::new(src, config.num_attention_heads))?
         }
-        _ => hf_layout::build_weights(&config, &file)?,
+        _ => hf_layout::build_weights(&config, &src)?,
     };
     Ok(LoadedModel {
         parameter_count: parameter_count(&weights),
         config,
         weights,
         layout,
-        source: path.display().to_string(),
+        source,
     })
 }
 

@@ -1,18 +1,39 @@
 //! Device selection: builds a slot decoder on the CPU or CUDA backend.
 
-use anyhow::{bail, Result};
-use chorus_core::{Buckets, FrameDecoder, Precision};
+use chorus_core::{Buckets, Error, FrameDecoder, Precision, Result};
 use chorus_cpu::CpuBackend;
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{DecoderOptions, SlotDecoder};
 
+const OP_OPEN: &str = "open_decoder";
+const OP_PARSE: &str = "DeviceKind::parse";
+/// Refusal of bf16 on the CPU, shared by the decoder and the music stage.
+pub const CPU_F32_ONLY: &str =
+    "the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda";
+
 /// Where decoding runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DeviceKind {
     /// CUDA when a usable GPU is present, else the CPU.
     Auto,
     Cpu,
     Cuda,
+}
+
+impl DeviceKind {
+    /// Parses `auto`, `cpu` or `cuda`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda),
+            other => Err(Error::input(
+                OP_PARSE,
+                format!("unknown device `{other}`: expected auto, cpu or cuda"),
+            )),
+        }
+    }
 }
 
 /// What to build.
@@ -45,7 +66,7 @@ pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn F
     match resolve(spec.device) {
         DeviceKind::Cpu => {
             if spec.precision == Some(Precision::Bf16) {
-                bail!("the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda");
+                return Err(Error::config(OP_OPEN, CPU_F32_ONLY));
             }
             let be = CpuBackend::new(spec.threads)?;
             let mut d = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
@@ -66,5 +87,36 @@ pub fn cuda_options(spec: &DecoderSpec) -> chorus_cuda::CudaOptions {
     chorus_cuda::CudaOptions {
         precision: spec.precision.unwrap_or(Precision::Bf16),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_devices_and_names_the_bad_one() {
+        assert_eq!(DeviceKind::parse("cuda").unwrap(), DeviceKind::Cuda);
+        assert_eq!(DeviceKind::parse("auto").unwrap(), DeviceKind::Auto);
+        let e = DeviceKind::parse("tpu").unwrap_err().to_string();
+        assert!(e.contains("`tpu`"), "{e}");
+    }
+
+    #[test]
+    fn cpu_refuses_bf16() {
+        let model = chorus_mimi::random::random_model(
+            &chorus_mimi::MimiConfig::default(),
+            chorus_mimi::random::RANDOM_MODEL_SEED,
+        )
+        .unwrap();
+        let spec = DecoderSpec {
+            device: DeviceKind::Cpu,
+            precision: Some(Precision::Bf16),
+            max_slots: 1,
+            buckets: Buckets::new(&[1]).unwrap(),
+            threads: Some(1),
+        };
+        let e = open_decoder(&model, &spec).err().unwrap().to_string();
+        assert!(e.contains("f32 only"), "{e}");
     }
 }

@@ -1,12 +1,13 @@
 //! Builds the music semantic stage on the chosen device.
 
-use anyhow::Result;
-use chorus_core::Precision;
+use chorus_core::{Error, Precision, Result};
 use chorus_cpu::CpuBackend;
 use chorus_cuda::{CudaBackend, CudaOptions};
 use chorus_music::{MusicModel, SemanticStage, SongEvent, SongId, SongRequest, StageOptions};
 
-use crate::device::{resolve, DeviceKind};
+use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
+
+const OP_OPEN: &str = "open_stage";
 
 /// A CPU stage for `songs` songs of up to `max_context` positions each.
 pub fn open_stage(
@@ -17,10 +18,13 @@ pub fn open_stage(
     threads: Option<usize>,
 ) -> Result<SemanticStage<CpuBackend>> {
     if resolve(device) == DeviceKind::Cuda {
-        anyhow::bail!("this command runs the music stage on the CPU backend (--device cpu)");
+        return Err(Error::config(
+            OP_OPEN,
+            "this builder runs the music stage on the CPU backend (device cpu)",
+        ));
     }
     let opts = StageOptions::for_songs(songs, max_context)?;
-    Ok(SemanticStage::new(CpuBackend::new(threads)?, model, opts)?)
+    SemanticStage::new(CpuBackend::new(threads)?, model, opts)
 }
 
 /// The stage on either backend.
@@ -85,7 +89,7 @@ impl AnyStage {
             }
             _ => {
                 if spec.precision == Some(Precision::Bf16) {
-                    anyhow::bail!("the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda");
+                    return Err(Error::config(OP_OPEN, CPU_F32_ONLY));
                 }
                 Ok(Self::Cpu(Box::new(SemanticStage::new(
                     CpuBackend::new(spec.threads)?,
@@ -97,15 +101,15 @@ impl AnyStage {
     }
 
     pub fn add_song(&mut self, req: SongRequest) -> Result<SongId> {
-        Ok(each!(self, s => s.add_song(req))?)
+        each!(self, s => s.add_song(req))
     }
 
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
-        Ok(each!(self, s => s.step(sink))?)
+        each!(self, s => s.step(sink))
     }
 
     pub fn cancel(&mut self, id: SongId) -> Result<usize> {
-        Ok(each!(self, s => s.cancel(id))?)
+        each!(self, s => s.cancel(id))
     }
 
     /// Bytes of one stored weight (4 on the CPU, 2 in bf16).

@@ -1,0 +1,23 @@
+"""Chorus from Python: exact, streaming Mimi decoding and the MiniMax Music 3 semantic stage.
+
+The heavy lifting is the Rust runtime (``chorus._chorus``); this package adds numpy and torch in
+and out, streams, and the asyncio client of the server protocol (``chorus.client``).
+"""
+
+from __future__ import annotations
+
+from ._chorus import FRAME_SAMPLES, SAMPLE_RATE, __version__, cuda_available
+from .mimi import MimiDecoder, MimiStream, from_transformers
+from .music import MusicSemantic, SemanticSong
+
+__all__ = [
+    "FRAME_SAMPLES",
+    "SAMPLE_RATE",
+    "MimiDecoder",
+    "MimiStream",
+    "MusicSemantic",
+    "SemanticSong",
+    "__version__",
+    "cuda_available",
+    "from_transformers",
+]
