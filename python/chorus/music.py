@@ -127,6 +127,7 @@ class MusicSemantic:
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} songs")
         results: List[Optional[SemanticSong]] = [None] * len(prompts)
         running = {}
+        reported = {}
         pending = list(range(len(prompts)))
         try:
             while pending or running:
@@ -137,7 +138,9 @@ class MusicSemantic:
                 for sid, done, total, end in self._core.step():
                     if sid not in running:
                         continue
-                    if progress is not None:
+                    # Frames arrive a step late: report each new count once.
+                    if progress is not None and done != reported.get(sid, 0):
+                        reported[sid] = done
                         progress(running[sid], done, total)
                     if end is not None:
                         codes, bits, why = self._core.take(sid)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the Python package (maturin, through pip) into a virtual environment under target/ and
+# runs its pytest suite against the release `chorus` binary. Called by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/pyenv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+"${pip[@]}" -r python/requirements-test.txt
+"${pip[@]}" --force-reinstall --no-deps ./python
+cargo build --release -p chorus --quiet
+"$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests "$@"
