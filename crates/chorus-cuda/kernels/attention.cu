@@ -23,6 +23,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_MAX_THREADS) attention(const T
                                                                        const int* __restrict__ tokens,
                                                                        const int* __restrict__ slots, T* __restrict__ out,
                                                                        AttnDims d) {
+    pdl_enter();
     // Dynamic shared memory, sized by the host: queries [time, D], probabilities [time, kmax],
     // per-warp partial outputs [warps, time, D].
     extern __shared__ float smem[];

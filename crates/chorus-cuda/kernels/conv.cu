@@ -15,6 +15,7 @@ __device__ __forceinline__ const T* conv_src(const T* x, const T* state, const i
 // col[r*time + t, j*c_in + c] = xin[r, t + j*dilation, c]; c_in is a multiple of VEC when `vec` is set.
 extern "C" __global__ void conv_gather(const T* __restrict__ x, const T* __restrict__ state, const int* __restrict__ slots,
                                        T* __restrict__ col, ConvDims d, int vec) {
+    pdl_enter();
     int chunk = vec ? VEC : 1;
     unsigned chunks = d.c_in / chunk;
     unsigned total = (unsigned)d.rows * d.time * d.kernel * chunks;
@@ -42,6 +43,7 @@ extern "C" __global__ void conv_gather(const T* __restrict__ x, const T* __restr
 // state[slots[r], h] = xin[r, time + h] for h in [0, history). One thread walks h upwards for its
 // channel, so the reads of later columns happen before they are overwritten.
 extern "C" __global__ void conv_state(const T* __restrict__ x, T* state, const int* __restrict__ slots, ConvDims d) {
+    pdl_enter();
     GRID_LOOP(i, (unsigned)d.rows * d.c_in) {
         int c = (int)(i % (unsigned)d.c_in);
         int r = (int)(i / (unsigned)d.c_in);
@@ -67,6 +69,7 @@ extern "C" __global__ void conv_state(const T* __restrict__ x, T* state, const i
 extern "C" __global__ void conv_direct(const T* __restrict__ x, const T* __restrict__ state, const int* __restrict__ slots,
                                        const T* __restrict__ w, const T* __restrict__ bias, const T* __restrict__ residual,
                                        T* __restrict__ out, ConvDims d, int tile, int vec) {
+    pdl_enter();
     __shared__ float sx[DIRECT_SMEM_FLOATS];
     __shared__ float sw[DIRECT_MAX_WEIGHTS];
     int tiles = (d.time + tile - 1) / tile;
@@ -126,6 +129,7 @@ extern "C" __global__ void conv_direct(const T* __restrict__ x, const T* __restr
 // xin[r, u, c] = xin(r, u) for u in [0, time + history); c_in is a multiple of VEC when `vec` is set.
 extern "C" __global__ void conv_concat(const T* __restrict__ x, const T* __restrict__ state, const int* __restrict__ slots,
                                        T* __restrict__ xin, ConvDims d, int vec) {
+    pdl_enter();
     int chunk = vec ? VEC : 1;
     unsigned chunks = d.c_in / chunk;
     unsigned span = d.time + d.history;
@@ -184,6 +188,7 @@ __device__ __forceinline__ void shift_add_body(const T* z, const T* bias, const 
 // VEC when `vec` is set.
 extern "C" __global__ void conv_shift_add(const T* __restrict__ z, const T* __restrict__ bias, const T* __restrict__ residual,
                                           T* __restrict__ out, ConvDims d, int vec) {
+    pdl_enter();
     if (vec) {
         shift_add_body<VEC>(z, bias, residual, out, d);
     } else {

@@ -72,6 +72,7 @@ __device__ __forceinline__ void convtr_body(const T* src, const T* w, const T* b
 // c_out is a multiple of VEC when `vec` is set.
 extern "C" __global__ void convtr_overlap(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
                                           T* state, const int* __restrict__ slots, T* __restrict__ out, ConvTrDims d, int vec) {
+    pdl_enter();
     if (vec) {
         convtr_body<VEC>(src, w, bias, state, slots, out, d);
     } else {

@@ -1,15 +1,18 @@
 // Element-wise kernels: casts, activations, residual updates, token counters, code embedding.
 
 extern "C" __global__ void cast_f32_to_t(const float* __restrict__ src, T* __restrict__ dst, long long n) {
+    pdl_enter();
     GRID_LOOP(i, n) { st(dst + i, src[i]); }
 }
 
 extern "C" __global__ void cast_t_to_f32(const T* __restrict__ src, float* __restrict__ dst, long long n) {
+    pdl_enter();
     GRID_LOOP(i, n) { dst[i] = ld(src + i); }
 }
 
 // Exact GELU, x * Phi(x), in place.
 extern "C" __global__ void gelu(T* x, long long n) {
+    pdl_enter();
     GRID_LOOP(i, n) {
         float v = ld(x + i);
         st(x + i, 0.5f * v * (1.f + erff(v * 0.70710678118654752f)));
@@ -18,6 +21,7 @@ extern "C" __global__ void gelu(T* x, long long n) {
 
 // ELU (alpha 1) of `n` elements; n is a multiple of VEC when `vec` is set.
 extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, long long n, int vec) {
+    pdl_enter();
     if (vec) {
         GRID_LOOP(i, n / VEC) {
             reinterpret_cast<uint4*>(out)[i] = elu_vec(reinterpret_cast<const uint4*>(x)[i]);
@@ -29,6 +33,7 @@ extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, lon
 
 // acc[i, c] += scale[c] * x[i, c].
 extern "C" __global__ void scale_add(T* acc, const T* __restrict__ x, const T* __restrict__ scale, int n, int dim) {
+    pdl_enter();
     GRID_LOOP(i, (long long)n * dim) {
         int c = (int)(i % (unsigned)dim);
         st(acc + i, ld(acc + i) + ld(scale + c) * ld(x + i));
@@ -61,6 +66,7 @@ __device__ __forceinline__ void bias_residual_body(T* out, const T* bias, const 
 // c_out is a multiple of VEC when `vec` is set.
 extern "C" __global__ void bias_residual(T* out, const T* __restrict__ bias, const T* __restrict__ residual, long long n, int c_out,
                                          int vec) {
+    pdl_enter();
     if (vec) {
         bias_residual_body<VEC>(out, bias, residual, n, c_out);
     } else {
@@ -70,6 +76,7 @@ extern "C" __global__ void bias_residual(T* out, const T* __restrict__ bias, con
 
 // tokens[slots[r]] += count for each row, then tokens[dummy] = 0. One block.
 extern "C" __global__ void advance_tokens(int* tokens, const int* __restrict__ slots, int rows, int count, int dummy) {
+    pdl_enter();
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
         atomicAdd(tokens + slots[r], count);
     }
@@ -82,6 +89,7 @@ extern "C" __global__ void advance_tokens(int* tokens, const int* __restrict__ s
 // out[r, d] = latents[r, d] + sum_q table[q, codes[r, q], d] over the codes that are present.
 extern "C" __global__ void embed_codes(const int* __restrict__ codes, const T* __restrict__ table, const T* __restrict__ latents,
                                        T* __restrict__ out, int rows, int codebooks, int cardinality, int dim) {
+    pdl_enter();
     GRID_LOOP(i, (long long)rows * dim) {
         int r = (int)(i / (unsigned)dim);
         int d = (int)(i % (unsigned)dim);
@@ -99,6 +107,7 @@ extern "C" __global__ void embed_codes(const int* __restrict__ codes, const T* _
 // LayerNorm over the last axis: one warp per row, two passes in f32.
 extern "C" __global__ void layer_norm(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                                       T* __restrict__ out, int n, int dim, float eps) {
+    pdl_enter();
     int warps = blockDim.x / 32;
     int row = blockIdx.x * warps + threadIdx.x / 32;
     int lane = threadIdx.x % 32;

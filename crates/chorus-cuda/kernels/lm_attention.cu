@@ -54,6 +54,7 @@ __device__ __forceinline__ float pa_warp_sum(float v) {
 // Padded rows all point at the null block and may write the same entries: one of them wins.
 extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __restrict__ k_cache, T* __restrict__ v_cache,
                                              const int* __restrict__ tables, const int* __restrict__ start, PagedDims d) {
+    pdl_enter();
     int kv_dim = d.kv_heads * d.head_dim;
     int nvec = kv_dim / VEC;
     int width = (d.q_heads + 2 * d.kv_heads) * d.head_dim;
@@ -319,6 +320,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
     lm_paged_attention(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                        const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out,
                        float* __restrict__ part, PagedDims d) {
+    pdl_enter();
     int group = d.q_heads / d.kv_heads;
     if (d.group_pairs) {
         PA_DECODE_CASE(256, 1, true)
@@ -343,6 +345,7 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
 
 extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
     lm_paged_combine(const float* __restrict__ part, const int* __restrict__ start, T* __restrict__ out, PagedDims d) {
+    pdl_enter();
     extern __shared__ float pa_weights[];  // [splits]
     __shared__ float red[PA_COMBINE_THREADS / 32];
     int D = d.head_dim;
@@ -565,6 +568,7 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
 extern "C" __global__ void __launch_bounds__(PF_WARPS * 32)
     lm_paged_prefill(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                      const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out, PagedDims d) {
+    pdl_enter();
     if (d.head_dim <= 128) {
         pa_general<4, 4>(qkv, k_cache, v_cache, tables, start, out, d);
     } else {

@@ -234,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(DRAW_MAX_THREADS)
     lm_cfg_draw(const T* __restrict__ logits, int* __restrict__ codes, const int* __restrict__ mode,
                 const int* __restrict__ seeds, const int* __restrict__ draws, const int* __restrict__ allow_end,
                 DrawDims d) {
+    pdl_enter();
     __shared__ DrawShared sh;
     int s = blockIdx.x;
     int* code = codes + (long long)s * d.codes_stride + d.col;

@@ -77,6 +77,8 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
 // `tile` is the row capacity of the instantiation (2, 4, 8 or 16), >= n; k is a multiple of VEC.
 extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int n, int k,
                                    int m, int tile) {
+    prefetch_first_row(w, (size_t)k * sizeof(T), m);
+    pdl_enter();
     switch (tile) {
         case 2: gemv_body<2>(x, w, out, n, k, m); break;
         case 4: gemv_body<4>(x, w, out, n, k, m); break;

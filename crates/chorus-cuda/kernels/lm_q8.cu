@@ -96,6 +96,8 @@ __device__ __forceinline__ void gemv_q8_body(const T* __restrict__ x, const sign
 extern "C" __global__ void lm_gemv_q8(const T* __restrict__ x, const signed char* __restrict__ w,
                                       const float* __restrict__ scale, T* __restrict__ out, int n, int k, int m,
                                       int tile) {
+    prefetch_first_row(w, (size_t)k, m);
+    pdl_enter();
     switch (tile) {
         case 2: gemv_q8_body<2>(x, w, scale, out, n, k, m); break;
         case 4: gemv_q8_body<4>(x, w, scale, out, n, k, m); break;
@@ -109,6 +111,7 @@ extern "C" __global__ void lm_gemv_q8(const T* __restrict__ x, const signed char
 // `vec` (k a multiple of 16) each step converts one 16-byte load; m * k < 2^31.
 extern "C" __global__ void lm_dequant_q8(const signed char* __restrict__ q, const float* __restrict__ scale,
                                          T* __restrict__ out, int m, int k, int vec) {
+    pdl_enter();
     if (vec) {
         const unsigned chunks = (unsigned)m * (unsigned)(k / Q8_VEC);
         GRID_LOOP(c, chunks) {
@@ -134,6 +137,7 @@ extern "C" __global__ void lm_dequant_q8(const signed char* __restrict__ q, cons
 // dynamic shared memory. out and x do not alias.
 extern "C" __global__ void lm_hadamard(const T* __restrict__ x, T* __restrict__ out, int dim, int group,
                                        int stages) {
+    pdl_enter();
     extern __shared__ float q8_hs[];
     const int per_row = dim / group;
     const size_t base = (size_t)(blockIdx.x / per_row) * dim + (size_t)(blockIdx.x % per_row) * group;

@@ -70,6 +70,7 @@ __device__ __forceinline__ void lmr_gather_body(const T* __restrict__ table, con
 extern "C" __global__ void lm_gather_rows(const T* __restrict__ table, const int* __restrict__ ids, T* __restrict__ out, int dim,
                                           int per_id, int ids_stride, int ids_col, int offset, int table_rows, float scale,
                                           int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_gather_body<VEC>(table, ids, out, dim, per_id, ids_stride, ids_col, offset, table_rows, scale, segs);
     } else {
@@ -106,6 +107,7 @@ __device__ __forceinline__ void lmr_scatter_body(const T* __restrict__ src, cons
 
 extern "C" __global__ void lm_scatter_rows(const T* __restrict__ src, const int* __restrict__ ids, T* __restrict__ table, int rows,
                                            int dim, int table_rows, int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_scatter_body<VEC>(src, ids, table, rows, dim, table_rows, segs);
     } else {
@@ -129,6 +131,7 @@ __device__ __forceinline__ void lmr_copy_rows_body(const T* __restrict__ src, T*
 
 extern "C" __global__ void lm_copy_rows(const T* __restrict__ src, T* __restrict__ dst, int len, long long src_offset,
                                         long long src_stride, long long dst_offset, long long dst_stride, int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_copy_rows_body<VEC>(src, dst, len, src_offset, src_stride, dst_offset, dst_stride, segs);
     } else {
@@ -181,6 +184,7 @@ __device__ __forceinline__ void lmr_feedback_body(const T* __restrict__ embed, c
 extern "C" __global__ void lm_feedback_embed(const T* __restrict__ embed, const T* __restrict__ audio, const int* __restrict__ codes,
                                              T* __restrict__ out, int dim, int levels, int codes_stride, int offset, int card,
                                              int embed_rows, float scale, int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_feedback_body<VEC>(embed, audio, codes, out, dim, levels, codes_stride, offset, card, embed_rows, scale, segs);
     } else {
@@ -295,6 +299,7 @@ __device__ __forceinline__ void lmr_rms_norm_body(T* residual, const T* __restri
 extern "C" __global__ void __launch_bounds__(LMR_NORM_MAX_THREADS)
     lm_rms_norm(T* residual, const T* __restrict__ delta, const T* __restrict__ weight, T* __restrict__ out, int dim, float eps,
                 int vec, int cached) {
+    pdl_enter();
     if (vec) {
         if (cached) {
             lmr_rms_norm_body<VEC, true>(residual, delta, weight, out, dim, eps);
@@ -329,6 +334,7 @@ __device__ __forceinline__ void lmr_add_row_body(T* __restrict__ x, const T* __r
 }
 
 extern "C" __global__ void lm_add_row(T* __restrict__ x, const T* __restrict__ trow, int dim, int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_add_row_body<VEC>(x, trow, dim, segs);
     } else {
@@ -355,6 +361,7 @@ __device__ __forceinline__ void lmr_swiglu_body(const T* __restrict__ x, T* __re
 }
 
 extern "C" __global__ void lm_swiglu(const T* __restrict__ x, T* __restrict__ out, int inter, int segs, int vec) {
+    pdl_enter();
     if (vec) {
         lmr_swiglu_body<VEC>(x, out, inter, segs);
     } else {
@@ -544,6 +551,7 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
 extern "C" __global__ void lm_qk_norm_rope(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                            const float* __restrict__ rope, const int* __restrict__ start, int tokens, int time,
                                            int q_heads, int kv_heads, int head_dim, int max_pos, float eps, int group, int pair) {
+    pdl_enter();
 #define LMR_QK_ARGS qkv, q_norm, k_norm, rope, start, tokens, time, q_heads, kv_heads, head_dim, max_pos, eps
     if (group > 0) {
         lmr_qk_vec_body(LMR_QK_ARGS, group);

@@ -120,3 +120,25 @@ struct AttnDims {
 
 // -inf without <math.h>.
 #define NEG_INF (__int_as_float(0xff800000))
+
+// Programmatic dependent launch (sm_90+): kernels are launched while their predecessor drains.
+// Each kernel first waits for the predecessor's writes to be visible (and so for every earlier
+// kernel: each of them waited in turn), then lets its own successor launch.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Before waiting on its predecessor, a weight-streaming kernel asks L2 for the first weight row
+// its warp will read (`row_bytes` long): weights are never written during a step, so this overlaps
+// the DRAM latency of the first row with the predecessor's tail.
+__device__ __forceinline__ void prefetch_first_row(const void* base, size_t row_bytes, int rows) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp >= rows) return;
+    const char* p = static_cast<const char*>(base) + (size_t)warp * row_bytes;
+    for (size_t off = (size_t)(threadIdx.x & 31) * 128; off < row_bytes; off += 32 * 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+    }
+}

@@ -39,6 +39,9 @@ pub struct CudaOptions {
     pub warmup_runs: usize,
     /// Narrowing convolutions use the tap-split path (else im2col + GEMM).
     pub conv_tap_split: bool,
+    /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
+    /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
+    pub programmatic_launch: bool,
 }
 
 impl Default for CudaOptions {
@@ -50,9 +53,15 @@ impl Default for CudaOptions {
             cublas_workspace: DEFAULT_CUBLAS_WORKSPACE,
             warmup_runs: DEFAULT_WARMUP_RUNS,
             conv_tap_split: true,
+            programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
+
+/// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
+pub const PDL_ENV: &str = "CHORUS_PDL";
+/// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
+const PDL_MIN_MAJOR: i32 = 9;
 
 /// A float buffer on the device (f32 or bf16 by the backend's precision).
 pub struct CudaBuf {
@@ -167,7 +176,9 @@ impl CudaBackend {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .or_cuda("cuDeviceGetAttribute")?;
-        let kernels = Kernels::load(options.precision, arch, options.kernel_cache_dir.as_deref())?;
+        let mut kernels =
+            Kernels::load(options.precision, arch, options.kernel_cache_dir.as_deref())?;
+        kernels.set_programmatic(options.programmatic_launch && arch.0 >= PDL_MIN_MAJOR);
         let blas = Blas::new(
             &ctx,
             stream.cu_stream(),

@@ -264,6 +264,8 @@ pub fn compile_check(arch: (i32, i32)) -> Result<usize> {
 pub(crate) struct Kernels {
     module: sys::CUmodule,
     functions: Vec<sys::CUfunction>,
+    /// Launch with programmatic stream serialization (every kernel calls `pdl_enter` first).
+    programmatic: bool,
 }
 
 impl Kernels {
@@ -293,7 +295,11 @@ impl Kernels {
             .map_err(|e| cuda_error("cuModuleGetFunction", format!("`{}`: {e}", k.symbol())))?;
             functions.push(f);
         }
-        Ok(Self { module, functions })
+        Ok(Self {
+            module,
+            functions,
+            programmatic: false,
+        })
     }
 
     /// Launches `kernel` on `stream`. `args` points at each kernel parameter, in order, each of
@@ -307,24 +313,38 @@ impl Kernels {
     ) -> Result<()> {
         // `functions` follows `Kernel::ALL`, which the table builds in declaration order.
         let f = self.functions[kernel as usize];
-        // SAFETY: `f` belongs to the loaded module; the caller passes one pointer per parameter of
-        // the matching type, alive for the duration of this call (the driver copies the values).
-        let code = unsafe {
-            sys::cuLaunchKernel(
-                f,
-                cfg.grid.max(1),
-                1,
-                1,
-                cfg.block,
-                1,
-                1,
-                cfg.smem,
-                stream,
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+        // SAFETY: a plain C union of attribute values; all-zero is a valid value of each member.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
         };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid.max(1),
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: cfg.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: cfg.smem,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: u32::from(self.programmatic),
+        };
+        // SAFETY: `f` belongs to the loaded module; the caller passes one pointer per parameter of
+        // the matching type, alive for the duration of this call (the driver copies the values);
+        // `config` and `attr` outlive the call. Every kernel begins with `pdl_enter`, which makes
+        // the programmatic launch wait for its predecessor's writes.
+        let code =
+            unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) };
         check(code, kernel.symbol())
+    }
+
+    /// Turns programmatic dependent launch on or off for every later launch.
+    pub(crate) fn set_programmatic(&mut self, on: bool) {
+        self.programmatic = on;
     }
 }
 

@@ -23,3 +23,31 @@ fn every_kernel_compiles_for_sm90() {
         version.0, version.1
     );
 }
+
+/// Kernels launch with programmatic dependent launch, which is only correct when each kernel
+/// waits for its predecessor before touching activations: `pdl_enter()` must be every kernel's
+/// first statement (a weight prefetch, which reads no activation, may come before it).
+#[test]
+fn every_kernel_waits_for_its_predecessor_first() {
+    let src = chorus_cuda::kernel_source();
+    let mut kernels = 0;
+    for (at, _) in src.match_indices("extern \"C\" __global__") {
+        let body = &src[at..];
+        let open = body.find('{').expect("kernel body");
+        let first: Vec<&str> = body[open + 1..]
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .take(2)
+            .collect();
+        let name = body[..open].split('(').next().unwrap_or("?");
+        let ok = first[0] == "pdl_enter();"
+            || (first[0].starts_with("prefetch_first_row(") && first[1] == "pdl_enter();");
+        assert!(
+            ok,
+            "{name}: first statements {first:?}, expected pdl_enter();"
+        );
+        kernels += 1;
+    }
+    assert!(kernels >= 33, "found only {kernels} kernels");
+}
