@@ -93,8 +93,9 @@ class MimiDecoder:
     def decode(self, codes: Any) -> Any:
         """Decodes whole sequences: codes ``[n_q, T]`` or ``[B, n_q, T]`` to float32 ``[B, T*1920]``.
 
-        Equals decoding frame by frame from a fresh stream. It uses the slots no stream holds,
-        so it can run beside open streams. numpy in, numpy out; torch in, torch out (on the
+        Runs 16 frames of each sequence per step (far faster than frame by frame) and equals
+        decoding frame by frame from a fresh stream to f32 rounding. It uses the slots no stream
+        holds, so it can run beside open streams. numpy in, numpy out; torch in, torch out (on the
         input's device).
         """
         arr, restore = _arrays.as_codes(codes)

@@ -55,7 +55,8 @@ def test_streaming_equals_whole_sequence(decoder):
     with decoder.stream(n_q=8) as s:
         one = np.concatenate([s.decode(codes[:, t]) for t in range(10)])
         chunk = s.decode(codes[:, 10:30])
-    assert np.array_equal(np.concatenate([one, chunk]), whole)
+    # Whole sequences run 16 frames per step: the same arithmetic in products of other shapes.
+    assert np.abs(np.concatenate([one, chunk]) - whole).max() <= 1e-5
 
 
 def test_many_streams_in_one_step_equal_their_own_decodes(decoder):

@@ -129,18 +129,43 @@ impl CodesBatch {
     }
 }
 
-/// Decodes streams side by side, stream i in slot i, one frame of each per step, for as many
-/// frames as the shortest has; calls `after_step` after each step. Returns each stream's PCM.
+/// Decodes streams side by side, stream i in slot i, for as many frames as the shortest has:
+/// whole chunks of [`FrameDecoder::chunk_frames`] frames per step while they last (when every
+/// stream has the same `n_q`), then one frame per step. Calls `after_frame` once per frame.
+/// Returns each stream's PCM.
 pub fn decode_streams(
     dec: &mut dyn FrameDecoder,
     streams: &[StreamCodes<'_>],
-    mut after_step: impl FnMut(),
+    mut after_frame: impl FnMut(),
 ) -> Result<Vec<Vec<f32>>> {
     let frames = streams.iter().map(|s| s.frames).min().unwrap_or(0);
     let mut out = vec![Vec::with_capacity(frames * FRAME_SAMPLES); streams.len()];
+    let k = dec.chunk_frames();
+    let n_q = streams.first().map_or(0, |s| s.n_q);
+    let mut t = 0;
+    if k > 1 && streams.iter().all(|s| s.n_q == n_q) {
+        let slots: Vec<usize> = (0..streams.len()).collect();
+        let mut codes = vec![0u32; streams.len() * k * n_q];
+        let mut pcm = vec![0f32; streams.len() * k * FRAME_SAMPLES];
+        while t + k <= frames {
+            for (i, s) in streams.iter().enumerate() {
+                for f in 0..k {
+                    for q in 0..n_q {
+                        codes[(i * k + f) * n_q + q] = s.codes[q * s.frames + t + f];
+                    }
+                }
+            }
+            dec.step_chunk(&slots, &codes, n_q, &mut pcm)?;
+            for (o, p) in out.iter_mut().zip(pcm.chunks(k * FRAME_SAMPLES)) {
+                o.extend_from_slice(p);
+            }
+            (0..k).for_each(|_| after_frame());
+            t += k;
+        }
+    }
     let mut codes: Vec<Vec<u32>> = streams.iter().map(|s| Vec::with_capacity(s.n_q)).collect();
     let mut pcm = vec![0f32; streams.len() * FRAME_SAMPLES];
-    for t in 0..frames {
+    for t in t..frames {
         for (c, s) in codes.iter_mut().zip(streams) {
             c.clear();
             c.extend((0..s.n_q).map(|q| s.codes[q * s.frames + t]));
@@ -157,7 +182,7 @@ pub fn decode_streams(
         for (s, o) in out.iter_mut().enumerate() {
             o.extend_from_slice(&pcm[s * FRAME_SAMPLES..(s + 1) * FRAME_SAMPLES]);
         }
-        after_step();
+        after_frame();
     }
     Ok(out)
 }

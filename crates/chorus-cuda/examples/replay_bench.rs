@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = DecoderOptions {
         max_slots: buckets.largest(),
         buckets: buckets.clone(),
+        chunk_frames: 1,
     };
     let t0 = std::time::Instant::now();
     let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;

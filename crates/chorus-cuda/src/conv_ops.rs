@@ -23,7 +23,10 @@ const ATTN_NARROW_THREADS: usize = 64;
 const ATTN_WIDE_THREADS: usize = 256;
 /// Resident narrow blocks per multiprocessor (the hardware's block limit).
 const ATTN_BLOCKS_PER_SM: usize = 32;
+/// Queries per tile of the kernel; a step's tokens run tile by tile.
 const ATTN_MAX_TIME: usize = 4;
+/// Shared memory a block may take without opting in.
+const ATTN_MAX_SMEM: usize = 48 * 1024;
 const ATTN_MAX_HEAD_DIM: usize = 128;
 /// A key row must span whole 16-byte vectors, and its lanes must tile a warp.
 const ATTN_MIN_HEAD_DIM: usize = 8;
@@ -351,7 +354,6 @@ impl CudaBackend {
         const OP: &str = "attention";
         let g = a.geom;
         if g.time == 0
-            || g.time > ATTN_MAX_TIME
             || g.head_dim > ATTN_MAX_HEAD_DIM
             || !g.head_dim.is_power_of_two()
             || g.head_dim < ATTN_MIN_HEAD_DIM
@@ -361,7 +363,7 @@ impl CudaBackend {
             return Err(cuda_error(
                 OP,
                 format!(
-                    "unsupported geometry {g:?}: time 1..={ATTN_MAX_TIME}, head_dim a power of two in \
+                    "unsupported geometry {g:?}: time >= 1, head_dim a power of two in \
                      {ATTN_MIN_HEAD_DIM}..={ATTN_MAX_HEAD_DIM}, window + time - 1 <= min(ring, {ATTN_MAX_KEYS})"
                 ),
             ));
@@ -380,22 +382,33 @@ impl CudaBackend {
         let tokens = a.tokens.mem.ptr();
         let slots = a.slots.mem.ptr();
         let out = a.out.mem.ptr();
-        let blocks =
-            u32::try_from(g.rows * g.heads).map_err(|_| cuda_error(OP, "too many blocks"))?;
+        let tiles = g.time.div_ceil(ATTN_MAX_TIME);
+        let blocks = u32::try_from(g.rows * g.heads * tiles)
+            .map_err(|_| cuda_error(OP, "too many blocks"))?;
         // Queries, probabilities and per-warp partial outputs, as laid out in attention.cu.
         let threads = if (blocks as usize) < self.sm_count * ATTN_BLOCKS_PER_SM / 2 {
             ATTN_WIDE_THREADS
         } else {
             ATTN_NARROW_THREADS
         };
-        let kmax = g.window + g.time - 1;
-        let floats = g.time * g.head_dim + g.time * kmax + threads / 32 * g.time * g.head_dim;
+        let tile = ATTN_MAX_TIME;
+        let kmax = g.window + tile - 1;
+        let floats = g.time * g.head_dim + tile * kmax + threads / 32 * tile * g.head_dim;
+        let smem = floats * std::mem::size_of::<f32>();
+        if smem > ATTN_MAX_SMEM {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "geometry {g:?} needs {smem} bytes of shared memory (at most {ATTN_MAX_SMEM})"
+                ),
+            ));
+        }
         self.launch(
             Kernel::Attention,
             Launch {
                 grid: blocks,
                 block: threads as u32,
-                smem: (floats * std::mem::size_of::<f32>()) as u32,
+                smem: smem as u32,
             },
             &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],
         )

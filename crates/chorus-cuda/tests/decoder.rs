@@ -54,6 +54,7 @@ fn cuda_decoder_matches_cpu_decoder() {
     let opts = || DecoderOptions {
         max_slots: MAX_SLOTS,
         buckets: Buckets::new(&[1, 4]).expect("buckets"),
+        chunk_frames: 1,
     };
     let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
         .expect("cpu decoder");
@@ -130,5 +131,80 @@ fn cuda_single_stream_decode_with_reset_flag() {
         // CPU ran both precisions' sequences: start it over for the next precision.
         cpu_dec =
             chorus_mimi::StreamDecoder::new(cpu(), &model.config, &model.weights).expect("cpu");
+    }
+}
+
+/// Whole-sequence steps on CUDA (`step_chunk`, 16 frames per slot per step) against the CPU
+/// decoding frame by frame, past the 250-token attention window.
+#[test]
+fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    const CHUNK: usize = chorus_core::WHOLE_SEQUENCE_CHUNK;
+    const CHUNKS: usize = 9;
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    let model = random_model(&cfg, SEED).expect("random model");
+    let mut rng = Rng::new(SEED + 2);
+    let frames = CHUNK * CHUNKS;
+    // [streams, frames, n_q]
+    let codes: Vec<u32> = (0..2 * frames * CODEBOOKS)
+        .map(|_| rng.below(cfg.codebook_size) as u32)
+        .collect();
+    let opts = |chunk_frames| DecoderOptions {
+        max_slots: 2,
+        buckets: Buckets::new(&[1, 2]).expect("buckets"),
+        chunk_frames,
+    };
+    let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts(1))
+        .expect("cpu decoder");
+    let mut want = vec![Vec::new(); 2];
+    for t in 0..frames {
+        let c: Vec<u32> = (0..2)
+            .flat_map(|s| {
+                codes[(s * frames + t) * CODEBOOKS..(s * frames + t + 1) * CODEBOOKS].to_vec()
+            })
+            .collect();
+        let pcm = cpu_dec
+            .step_codes(&[0, 1], &c, CODEBOOKS)
+            .expect("cpu step");
+        for (s, w) in want.iter_mut().enumerate() {
+            w.extend_from_slice(
+                &pcm[s * chorus_core::FRAME_SAMPLES..(s + 1) * chorus_core::FRAME_SAMPLES],
+            );
+        }
+    }
+    for precision in [Precision::F32, Precision::Bf16] {
+        let Some(be) = cuda(precision) else { return };
+        let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts(CHUNK))
+            .expect("cuda decoder");
+        dec.warmup().expect("warmup");
+        let mut got = vec![Vec::new(); 2];
+        let mut pcm = vec![0f32; 2 * CHUNK * chorus_core::FRAME_SAMPLES];
+        for k in 0..CHUNKS {
+            let c: Vec<u32> = (0..2)
+                .flat_map(|s| {
+                    let at = (s * frames + k * CHUNK) * CODEBOOKS;
+                    codes[at..at + CHUNK * CODEBOOKS].to_vec()
+                })
+                .collect();
+            dec.step_chunk(&[0, 1], &c, CODEBOOKS, &mut pcm)
+                .expect("chunk step");
+            for (s, g) in got.iter_mut().enumerate() {
+                let n = CHUNK * chorus_core::FRAME_SAMPLES;
+                g.extend_from_slice(&pcm[s * n..(s + 1) * n]);
+            }
+        }
+        for s in 0..2 {
+            assert_parity(&format!("chunked stream {s}"), precision, &got[s], &want[s]);
+        }
+        eprintln!(
+            "chunked decode ({CHUNK} frames per step) on {}",
+            dec.describe()
+        );
     }
 }

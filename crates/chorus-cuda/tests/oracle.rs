@@ -24,6 +24,7 @@ fn check_layout(layout: Layout) {
         let opts = DecoderOptions {
             max_slots: n,
             buckets: Buckets::new(&[n]).expect("buckets"),
+            chunk_frames: 1,
         };
         let mut dec =
             SlotDecoder::from_weights(be, &model.config, &model.weights, opts).expect("decoder");

@@ -5,8 +5,8 @@ use crate::program::{forward, Activations, StepBuffers, StepShape};
 use crate::state::SlotState;
 use crate::MimiConfig;
 use chorus_core::{
-    Backend, Buckets, Error, Frame, FrameDecoder, FrameInput, Result, StagingDims, StateBytes,
-    FRAME_SAMPLES, NO_CODE,
+    validate_chunk, Backend, Buckets, Error, Frame, FrameDecoder, FrameInput, Result, StagingDims,
+    StateBytes, FRAME_SAMPLES, KV_RING, NO_CODE,
 };
 
 /// How many streams and which buckets.
@@ -15,6 +15,16 @@ pub struct DecoderOptions {
     pub max_slots: usize,
     /// Bucket sizes; those above `max_slots` are dropped and `max_slots` becomes the largest.
     pub buckets: Buckets,
+    /// Frames per slot of a [`FrameDecoder::step_chunk`] step (1: frame by frame only). Above 1,
+    /// each bucket gets a second program over that many frames, and activations and KV rings
+    /// grow to hold them.
+    pub chunk_frames: usize,
+}
+
+/// KV ring entries so that a step of `tokens` new tokens never overwrites a key its own
+/// queries still see: the window plus the step's tokens, less one, rounded up to a multiple of 32.
+fn ring_for(window: usize, tokens: usize) -> usize {
+    (window + tokens - 1).max(KV_RING).div_ceil(32) * 32
 }
 
 /// Decodes frames for up to `max_slots` streams, each with its own state row.
@@ -25,8 +35,9 @@ pub struct SlotDecoder<B: Backend> {
     state: SlotState<B>,
     acts: Activations<B>,
     buckets: Buckets,
-    /// One staging area per bucket, in bucket order.
+    /// One staging area per bucket, in bucket order, then (with chunks) one per chunk bucket.
     staging: Vec<B::Staging>,
+    chunk_frames: usize,
     max_slots: usize,
     state_bytes: StateBytes,
     /// Step-stamped marks that detect a repeated slot without allocating.
@@ -36,6 +47,7 @@ pub struct SlotDecoder<B: Backend> {
 
 const OP_NEW: &str = "SlotDecoder::new";
 const OP_STEP: &str = "SlotDecoder::step";
+const OP_CHUNK: &str = "SlotDecoder::step_chunk";
 
 impl<B: Backend> SlotDecoder<B> {
     /// Uploads the weights, allocates state, activations and staging for every bucket.
@@ -54,19 +66,25 @@ impl<B: Backend> SlotDecoder<B> {
         } else {
             opts.buckets.clone()
         };
+        let chunk = opts.chunk_frames;
+        if chunk == 0 {
+            return Err(Error::config(OP_NEW, "chunk_frames must be at least 1"));
+        }
         let prepared = prepare(&be, cfg, weights)?;
-        let mut state = SlotState::new(&be, cfg, &prepared, opts.max_slots)?;
+        let ring = ring_for(cfg.sliding_window, cfg.frame_tokens() * chunk);
+        let mut state = SlotState::new(&be, cfg, &prepared, opts.max_slots, ring)?;
         let state_bytes = state.bytes_per_slot(&be);
-        let acts = Activations::new(&be, cfg, &prepared, buckets.largest())?;
-        let staging = buckets
-            .sizes()
+        let acts = Activations::new(&be, cfg, &prepared, buckets.largest() * chunk)?;
+        let frame_counts: &[usize] = if chunk > 1 { &[1, chunk] } else { &[1] };
+        let staging = frame_counts
             .iter()
-            .map(|&rows| {
+            .flat_map(|&k| buckets.sizes().iter().map(move |&rows| (rows, k)))
+            .map(|(rows, k)| {
                 be.staging(StagingDims {
                     rows,
-                    codebooks: cfg.num_quantizers,
-                    latent_dim: cfg.hidden_size,
-                    samples: FRAME_SAMPLES,
+                    codebooks: cfg.num_quantizers * k,
+                    latent_dim: cfg.hidden_size * k,
+                    samples: FRAME_SAMPLES * k,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -78,6 +96,7 @@ impl<B: Backend> SlotDecoder<B> {
             acts,
             buckets,
             staging,
+            chunk_frames: chunk,
             max_slots: opts.max_slots,
             state_bytes,
             seen: vec![0; opts.max_slots],
@@ -102,7 +121,7 @@ impl<B: Backend> SlotDecoder<B> {
 
     /// Runs every bucket once on padding only, so that CUDA captures each graph before serving.
     pub fn warmup(&mut self) -> Result<()> {
-        for i in 0..self.buckets.sizes().len() {
+        for i in 0..self.staging.len() {
             self.fill_padding(i, 0)?;
             self.run_bucket(i)?;
         }
@@ -243,13 +262,20 @@ impl<B: Backend> SlotDecoder<B> {
         Ok(())
     }
 
-    /// Writes the padding rows `[from, rows)` of bucket `index`'s staging.
+    /// Rows and frames per row of staging (and program) `index`: the buckets frame by frame,
+    /// then the chunk buckets.
+    fn program_shape(&self, index: usize) -> (usize, usize) {
+        let sizes = self.buckets.sizes();
+        match index.checked_sub(sizes.len()) {
+            None => (sizes[index], 1),
+            Some(i) => (sizes[i], self.chunk_frames),
+        }
+    }
+
+    /// Writes the padding rows `[from, rows)` of staging `index`.
     fn fill_padding(&mut self, index: usize, from: usize) -> Result<()> {
-        let (rows, nq, dim) = (
-            self.buckets.sizes()[index],
-            self.cfg.num_quantizers,
-            self.cfg.hidden_size,
-        );
+        let (rows, k) = self.program_shape(index);
+        let (nq, dim) = (self.cfg.num_quantizers * k, self.cfg.hidden_size * k);
         let dummy = self.max_slots as i32;
         let v = self.be.staging_view(&mut self.staging[index])?;
         v.slots[from..rows].fill(dummy);
@@ -259,9 +285,11 @@ impl<B: Backend> SlotDecoder<B> {
     }
 
     fn run_bucket(&mut self, index: usize) -> Result<()> {
+        let (rows, frames) = self.program_shape(index);
         let shape = StepShape {
             cfg: &self.cfg,
-            rows: self.buckets.sizes()[index],
+            rows,
+            frames,
             dummy: self.max_slots,
         };
         let (weights, state, acts) = (&self.weights, &mut self.state, &mut self.acts);
@@ -348,6 +376,73 @@ impl<B: Backend> FrameDecoder for SlotDecoder<B> {
         self.run_bucket(index)?;
         let v = self.be.staging_view(&mut self.staging[index])?;
         pcm.copy_from_slice(&v.pcm[..n * FRAME_SAMPLES]);
+        Ok(())
+    }
+
+    fn chunk_frames(&self) -> usize {
+        self.chunk_frames
+    }
+
+    fn step_chunk(
+        &mut self,
+        slots: &[usize],
+        codes: &[u32],
+        n_q: usize,
+        pcm: &mut [f32],
+    ) -> Result<()> {
+        let k = self.chunk_frames;
+        let (nq_max, n) = (self.cfg.num_quantizers, slots.len());
+        if codes.len() != n * k * n_q || pcm.len() != n * k * FRAME_SAMPLES {
+            return Err(Error::input(
+                OP_CHUNK,
+                format!(
+                    "{} codes and {} samples for {n} slots x {k} frames x n_q {n_q}",
+                    codes.len(),
+                    pcm.len()
+                ),
+            ));
+        }
+        validate_chunk(
+            self.max_slots,
+            self.cfg.codebook_size,
+            nq_max,
+            slots,
+            codes,
+            n_q,
+        )?;
+        self.buckets.pick(n)?;
+        // pick() succeeded, so a bucket holds n rows.
+        let bucket = self
+            .buckets
+            .sizes()
+            .iter()
+            .position(|&b| b >= n)
+            .unwrap_or(0);
+        let index = if k > 1 {
+            self.buckets.sizes().len() + bucket
+        } else {
+            bucket
+        };
+        {
+            let v = self.be.staging_view(&mut self.staging[index])?;
+            for (r, &slot) in slots.iter().enumerate() {
+                v.slots[r] = slot as i32;
+                for f in 0..k {
+                    let dst = &mut v.codes[(r * k + f) * nq_max..(r * k + f + 1) * nq_max];
+                    let src = &codes[(r * k + f) * n_q..(r * k + f + 1) * n_q];
+                    for (d, &c) in dst.iter_mut().zip(src) {
+                        *d = c as i32;
+                    }
+                    dst[n_q..].fill(NO_CODE);
+                }
+                let dim = self.cfg.hidden_size * k;
+                v.latents[r * dim..(r + 1) * dim].fill(0.0);
+            }
+        }
+        self.fill_padding(index, n)?;
+        self.run_bucket(index)?;
+        let v = self.be.staging_view(&mut self.staging[index])?;
+        pcm.copy_from_slice(&v.pcm[..n * k * FRAME_SAMPLES]);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use crate::state::{SlotState, StateBuf};
 use crate::MimiConfig;
 use chorus_core::{
     AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
-    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result, KV_RING,
+    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result,
 };
 
 /// Buffers of one SEANet stage.
@@ -21,7 +21,7 @@ pub struct StageActs<B: Backend> {
     pub time: usize,
 }
 
-/// Every intermediate of one step, for `rows` rows.
+/// Every intermediate of one step, for `rows` row-frames (rows times frames per row).
 pub struct Activations<B: Backend> {
     pub slots: B::Ints,
     pub codes: B::Ints,
@@ -40,7 +40,7 @@ pub struct Activations<B: Backend> {
 }
 
 impl<B: Backend> Activations<B> {
-    /// Allocates buffers for up to `rows` rows.
+    /// Allocates buffers for up to `rows` row-frames.
     pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedWeights<B>, rows: usize) -> Result<Self> {
         let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
         let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
@@ -81,6 +81,8 @@ impl<B: Backend> Activations<B> {
 pub struct StepShape<'c> {
     pub cfg: &'c MimiConfig,
     pub rows: usize,
+    /// Consecutive frames of each row decoded in this step (time runs inside the step).
+    pub frames: usize,
     pub dummy: usize,
 }
 
@@ -107,15 +109,16 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         acts: a,
         staging,
     } = bufs;
-    let (cfg, rows) = (shape.cfg, shape.rows);
+    let (cfg, rows, frames) = (shape.cfg, shape.rows, shape.frames);
     let hid = cfg.hidden_size;
     be.stage_in(staging, &mut a.slots, &mut a.codes, &mut a.latents)?;
+    // Codes and latents are `[rows, frames, ...]`: one embedding row per row-frame.
     be.embed_codes(EmbedArgs {
         codes: &a.codes,
         table: &w.table,
         latents: &a.latents,
         out: &mut a.emb,
-        rows,
+        rows: rows * frames,
         codebooks: cfg.num_quantizers,
         cardinality: cfg.codebook_size,
         dim: hid,
@@ -130,7 +133,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         &w.upsample,
         &mut st.upsample,
         (&a.emb, &mut a.h),
-        (1, false),
+        (frames, false),
     )?;
     transformer(be, shape, w, st, a)?;
     let r = Rows {
@@ -138,7 +141,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         slots: &a.slots,
         rows,
     };
-    let tok = cfg.frame_tokens();
+    let tok = cfg.frame_tokens() * frames;
     conv(
         &r,
         &w.conv_in,
@@ -161,7 +164,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
             (input, &mut sa.up),
             (time, true),
         )?;
-        time = sa.time;
+        time *= stage_w.convtr.stride;
         for (j, (c1, c2)) in stage_w.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(&sa.up);
@@ -198,14 +201,14 @@ fn transformer<B: Backend>(
     a: &mut Activations<B>,
 ) -> Result<()> {
     let cfg = shape.cfg;
-    let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
+    let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens() * shape.frames);
     let n = shape.rows * tok;
     let geom = AttentionGeom {
         rows: shape.rows,
         time: tok,
         heads: cfg.num_attention_heads,
         head_dim: cfg.head_dim(),
-        ring: KV_RING,
+        ring: st.ring,
         window: cfg.sliding_window,
         rope_theta: cfg.rope_theta() as f32,
     };

@@ -20,6 +20,7 @@ impl<B: Backend> StreamDecoder<B> {
         let opts = DecoderOptions {
             max_slots: 1,
             buckets: Buckets::new(&[1])?,
+            chunk_frames: 1,
         };
         let mut inner = SlotDecoder::from_weights(be, cfg, weights, opts)?;
         inner.warmup()?;

@@ -2,7 +2,7 @@
 
 use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
 use crate::MimiConfig;
-use chorus_core::{Backend, BufRole, Result, StateBytes, KV_RING};
+use chorus_core::{Backend, BufRole, Result, StateBytes};
 
 /// A state buffer and the elements of one of its rows.
 pub struct StateBuf<B: Backend> {
@@ -14,7 +14,7 @@ pub struct StateBuf<B: Backend> {
 pub struct SlotState<B: Backend> {
     /// Upsample tail `[rows, kernel - stride, hidden]`.
     pub upsample: StateBuf<B>,
-    /// One KV ring per layer `[rows, KV_RING, 2, hidden]`.
+    /// One KV ring per layer `[rows, ring, 2, hidden]`.
     pub kv: Vec<StateBuf<B>>,
     /// Tokens seen by each slot `[rows]`.
     pub tokens: B::Ints,
@@ -27,6 +27,8 @@ pub struct SlotState<B: Backend> {
     pub conv_out: Option<StateBuf<B>>,
     /// `max_slots + 1`.
     pub total_rows: usize,
+    /// KV ring entries per slot: at least the window plus the tokens of one step, less one.
+    pub ring: usize,
 }
 
 fn alloc<B: Backend>(be: &B, rows: usize, row_len: usize) -> Result<StateBuf<B>> {
@@ -49,11 +51,17 @@ fn tail_state<B: Backend>(be: &B, rows: usize, c: &PreparedConvTr<B>) -> Result<
 }
 
 impl<B: Backend> SlotState<B> {
-    /// Allocates zeroed state for `max_slots` slots plus the dummy row.
-    pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedWeights<B>, max_slots: usize) -> Result<Self> {
+    /// Allocates zeroed state for `max_slots` slots plus the dummy row, with `ring` KV entries.
+    pub fn new(
+        be: &B,
+        cfg: &MimiConfig,
+        w: &PreparedWeights<B>,
+        max_slots: usize,
+        ring: usize,
+    ) -> Result<Self> {
         let rows = max_slots + 1;
         let kv = (0..w.layers.len())
-            .map(|_| alloc(be, rows, KV_RING * 2 * cfg.hidden_size))
+            .map(|_| alloc(be, rows, ring * 2 * cfg.hidden_size))
             .collect::<Result<Vec<_>>>()?;
         let stage_tails = w
             .stages
@@ -79,6 +87,7 @@ impl<B: Backend> SlotState<B> {
             res_history,
             conv_out: conv_state(be, rows, &w.conv_out)?,
             total_rows: rows,
+            ring,
         })
     }
 

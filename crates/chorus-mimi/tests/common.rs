@@ -24,6 +24,7 @@ pub fn decoder(
     let opts = DecoderOptions {
         max_slots,
         buckets: Buckets::new(buckets).unwrap(),
+        chunk_frames: 1,
     };
     SlotDecoder::from_weights(
         CpuBackend::new(None).unwrap(),

@@ -21,6 +21,7 @@ fn check_layout(layout: Layout) {
     let opts = DecoderOptions {
         max_slots: n,
         buckets: Buckets::new(&[n]).unwrap(),
+        chunk_frames: 1,
     };
     let mut dec = SlotDecoder::from_weights(
         CpuBackend::new(None).unwrap(),

@@ -46,6 +46,9 @@ pub struct DecoderSpec {
     pub buckets: Buckets,
     /// CPU threads (`None`: every core).
     pub threads: Option<usize>,
+    /// Frames per slot of a whole-sequence step (1: streaming only); see
+    /// [`chorus_mimi::DecoderOptions::chunk_frames`].
+    pub chunk_frames: usize,
 }
 
 /// Resolves `auto` to a concrete device.
@@ -62,6 +65,7 @@ pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn F
     let opts = DecoderOptions {
         max_slots: spec.max_slots,
         buckets: spec.buckets.clone(),
+        chunk_frames: spec.chunk_frames,
     };
     match resolve(spec.device) {
         DeviceKind::Cpu => {
@@ -115,6 +119,7 @@ mod tests {
             max_slots: 1,
             buckets: Buckets::new(&[1]).unwrap(),
             threads: Some(1),
+            chunk_frames: 1,
         };
         let e = open_decoder(&model, &spec).err().unwrap().to_string();
         assert!(e.contains("f32 only"), "{e}");

@@ -36,6 +36,7 @@ fn decoder(max_slots: usize, buckets: &[usize]) -> SlotDecoder<CpuBackend> {
     let opts = DecoderOptions {
         max_slots,
         buckets: Buckets::new(buckets).unwrap(),
+        chunk_frames: 1,
     };
     SlotDecoder::from_weights(CpuBackend::new(None).unwrap(), &m.config, &m.weights, opts).unwrap()
 }

@@ -88,6 +88,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             max_slots: b,
             buckets: Buckets::new(&[b])?,
             threads: args.threads,
+            chunk_frames: 1,
         };
         let row = if device == DeviceKind::Cuda {
             measure_cuda(&model, &spec, &args)?
@@ -195,6 +196,7 @@ fn measure_cuda(model: &LoadedModel, spec: &DecoderSpec, args: &BenchArgs) -> Re
     let opts = DecoderOptions {
         max_slots: spec.max_slots,
         buckets: spec.buckets.clone(),
+        chunk_frames: 1,
     };
     let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
     dec.warmup()?;

@@ -4,7 +4,7 @@ use crate::audio_out::{write_streams, WavFormat};
 use crate::codes_file::read_codes;
 use anyhow::Result;
 use chorus_core::codes::decode_streams;
-use chorus_core::{Buckets, Precision};
+use chorus_core::{Buckets, Precision, WHOLE_SEQUENCE_CHUNK};
 use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
 use std::path::PathBuf;
 
@@ -49,6 +49,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         max_slots: batch.streams,
         buckets: Buckets::new(&[batch.streams])?,
         threads: None,
+        chunk_frames: WHOLE_SEQUENCE_CHUNK,
     };
     let mut dec = open_decoder(&model, &spec)?;
     eprintln!(

@@ -59,6 +59,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
         max_slots: 1,
         buckets: Buckets::new(&[1])?,
         threads: None,
+        chunk_frames: 1,
     };
     let dec = open_decoder(&model, &spec)?;
     let s = dec.state_bytes();

@@ -100,6 +100,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_slots: args.max_streams,
         buckets,
         threads: args.threads,
+        chunk_frames: 1,
     };
     // The decoder is built on the engine thread: a CUDA decoder stays on the thread that made it.
     let factory: chorus_engine::DecoderFactory = Box::new(move || {
