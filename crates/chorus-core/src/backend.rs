@@ -272,6 +272,11 @@ pub trait Backend {
     /// The host side of a staging area. On CUDA this waits until the last step that used it
     /// has finished, so the host never overwrites inputs still being read.
     fn staging_view<'s>(&self, staging: &'s mut Self::Staging) -> Result<StagingView<'s>>;
+    /// The host side of a staging area without waiting: the caller has waited for every step
+    /// that reads or writes it (a pipelined decoder alternates two areas per bucket).
+    fn staging_view_nowait<'s>(&self, staging: &'s mut Self::Staging) -> Result<StagingView<'s>> {
+        self.staging_view(staging)
+    }
 
     /// Program op: copies the staged slots, codes and latents into device buffers.
     fn stage_in(

@@ -36,6 +36,15 @@ impl StateBytes {
     }
 }
 
+/// What a finished pipelined step reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepDone {
+    /// Rows of PCM written.
+    pub rows: usize,
+    /// Seconds the device spent on the step (CUDA events; on the CPU, the program's run time).
+    pub device_seconds: f64,
+}
+
 /// A streaming decoder of `max_slots` independent streams.
 pub trait FrameDecoder {
     /// Number of streams it holds state for.
@@ -58,6 +67,29 @@ pub trait FrameDecoder {
     fn step(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()>;
     /// Returns a slot to the zero state.
     fn reset(&mut self, slot: usize) -> Result<()>;
+    /// Steps [`FrameDecoder::launch_step`] can hold queued at once (0: it is not supported,
+    /// use [`FrameDecoder::step`]).
+    fn pipeline_depth(&self) -> usize {
+        0
+    }
+    /// Validates and queues one step like [`FrameDecoder::step`] without waiting for it: the
+    /// caller prepares the next step while the device runs this one. At most
+    /// `pipeline_depth()` steps may be queued; [`FrameDecoder::finish_step`] takes them back in
+    /// order. On error nothing was queued and no slot's state has changed.
+    fn launch_step(&mut self, _frames: &[Frame<'_>]) -> Result<()> {
+        Err(crate::Error::input(
+            "FrameDecoder::launch_step",
+            "this decoder has no pipelined steps (pipeline_depth() is 0)",
+        ))
+    }
+    /// Waits for the oldest queued step and writes its PCM, `[rows, FRAME_SAMPLES]`, into the
+    /// front of `pcm`.
+    fn finish_step(&mut self, _pcm: &mut [f32]) -> Result<StepDone> {
+        Err(crate::Error::input(
+            "FrameDecoder::finish_step",
+            "no step is queued",
+        ))
+    }
     /// Frames per slot that [`FrameDecoder::step_chunk`] takes in one step (1: frame by frame).
     fn chunk_frames(&self) -> usize {
         1

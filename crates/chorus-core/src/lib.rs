@@ -22,7 +22,7 @@ pub mod rng;
 pub use backend::*;
 pub use buckets::Buckets;
 pub use consts::*;
-pub use decoder::{validate_chunk, Frame, FrameDecoder, FrameInput, StateBytes};
+pub use decoder::{validate_chunk, Frame, FrameDecoder, FrameInput, StateBytes, StepDone};
 pub use error::{Error, Result};
 pub use host::HostTensor;
 pub use lm_ops::LmOps;

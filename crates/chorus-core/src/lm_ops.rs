@@ -305,6 +305,22 @@ pub trait LmOps: Backend {
     ) -> Result<()>;
     /// Blocks until the work recorded in `mark` has finished.
     fn wait(&self, mark: &Self::Mark) -> Result<()>;
+    /// Whether [`LmOps::launch`] returns before the work is done (a device queue). A backend
+    /// that runs programs on the calling thread gains nothing from pipelined steps.
+    fn queues_work(&self) -> bool {
+        true
+    }
+    /// A new marker that can also time (see [`LmOps::elapsed_ms`]), made once and reused.
+    fn timing_mark(&self) -> Result<Self::Mark> {
+        self.mark()
+    }
+    /// Records `mark` at the current end of the queue, without waiting.
+    fn record(&self, mark: &mut Self::Mark) -> Result<()>;
+    /// Device milliseconds between two finished timing marks; `None` where the backend runs
+    /// programs on the calling thread (the CPU), whose callers time on the host.
+    fn elapsed_ms(&self, _start: &Self::Mark, _end: &Self::Mark) -> Result<Option<f32>> {
+        Ok(None)
+    }
     /// The host side of pinned ints without waiting: the caller has waited for every program
     /// that reads or writes them.
     fn pinned_ints_nowait<'p>(&self, p: &'p mut Self::PinnedInts) -> &'p mut [i32];

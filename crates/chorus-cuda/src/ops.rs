@@ -174,6 +174,22 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn staging_view_nowait<'s>(&self, staging: &'s mut CudaStaging) -> Result<StagingView<'s>> {
+        let CudaStaging {
+            slots,
+            codes,
+            latents,
+            pcm,
+            ..
+        } = staging;
+        Ok(StagingView {
+            slots: slots.as_mut_slice(),
+            codes: codes.as_mut_slice(),
+            latents: latents.as_mut_slice(),
+            pcm: pcm.as_slice(),
+        })
+    }
+
     fn stage_in(
         &self,
         staging: &CudaStaging,

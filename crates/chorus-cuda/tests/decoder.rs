@@ -4,7 +4,7 @@
 
 mod common;
 
-use chorus_core::{Backend, Buckets, FrameDecoder, Precision};
+use chorus_core::{Buckets, FrameDecoder, Precision};
 use chorus_mimi::random::random_model;
 use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
 use common::*;
@@ -23,7 +23,7 @@ const SCHEDULE: &[Option<&[usize]>] = &[
     Some(&[3, 2, 0]),
 ];
 
-fn decode_all<B: Backend>(dec: &mut SlotDecoder<B>, card: usize) -> Vec<Vec<f32>> {
+fn decode_all<B: chorus_core::LmOps>(dec: &mut SlotDecoder<B>, card: usize) -> Vec<Vec<f32>> {
     let mut rng = Rng::new(SEED);
     let mut outputs = Vec::new();
     for step in SCHEDULE {
@@ -206,5 +206,82 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
             "chunked decode ({CHUNK} frames per step) on {}",
             dec.describe()
         );
+    }
+}
+
+/// `decode_all`'s schedule with two steps queued at a time (`launch_step` / `finish_step`):
+/// resets and steps must keep their order on the device queue.
+fn decode_all_pipelined<B: chorus_core::LmOps>(
+    dec: &mut SlotDecoder<B>,
+    card: usize,
+) -> Vec<Vec<f32>> {
+    let mut rng = Rng::new(SEED);
+    let mut outputs = Vec::new();
+    let mut queued = 0;
+    let mut pcm = vec![0f32; MAX_SLOTS * chorus_core::FRAME_SAMPLES];
+    let mut take = |dec: &mut SlotDecoder<B>, outputs: &mut Vec<Vec<f32>>| {
+        let done = dec.finish_step(&mut pcm).expect("finish");
+        outputs.push(pcm[..done.rows * chorus_core::FRAME_SAMPLES].to_vec());
+    };
+    for step in SCHEDULE {
+        match step {
+            Some(slots) => {
+                let codes: Vec<u32> = (0..slots.len() * CODEBOOKS)
+                    .map(|_| rng.below(card) as u32)
+                    .collect();
+                let frames: Vec<chorus_core::Frame<'_>> = slots
+                    .iter()
+                    .zip(codes.chunks(CODEBOOKS))
+                    .map(|(&slot, c)| chorus_core::Frame {
+                        slot,
+                        input: chorus_core::FrameInput::Codes(c),
+                    })
+                    .collect();
+                if queued == 2 {
+                    take(dec, &mut outputs);
+                    queued -= 1;
+                }
+                dec.launch_step(&frames).expect("launch");
+                queued += 1;
+            }
+            None => dec.reset(2).expect("reset"),
+        }
+    }
+    for _ in 0..queued {
+        take(dec, &mut outputs);
+    }
+    outputs
+}
+
+#[test]
+fn cuda_pipelined_steps_match_cpu_decoder() {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    let model = random_model(&cfg, SEED).expect("random model");
+    let opts = || DecoderOptions {
+        max_slots: MAX_SLOTS,
+        buckets: Buckets::new(&[1, 4]).expect("buckets"),
+        chunk_frames: 1,
+    };
+    let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
+        .expect("cpu decoder");
+    let want = decode_all(&mut cpu_dec, cfg.codebook_size);
+    for precision in [Precision::F32, Precision::Bf16] {
+        let Some(be) = cuda(precision) else { return };
+        let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts())
+            .expect("cuda decoder");
+        dec.warmup().expect("warmup");
+        assert_eq!(dec.pipeline_depth(), 2);
+        let got = decode_all_pipelined(&mut dec, cfg.codebook_size);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("pipelined step {i}"), precision, g, w);
+        }
     }
 }

@@ -4,11 +4,14 @@
 //! function of that digest, so reordering, lost resets and state shared between slots all
 //! change the output. [`FakeDecoder::reference`] decodes one stream offline the same way.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, StateBytes, FRAME_SAMPLES};
+use chorus_core::{
+    Error, Frame, FrameDecoder, FrameInput, Result, StateBytes, StepDone, FRAME_SAMPLES,
+};
 
 /// Codebook entries of the fake model.
 pub const FAKE_CODEBOOK_SIZE: usize = 2048;
@@ -16,6 +19,8 @@ pub const FAKE_CODEBOOK_SIZE: usize = 2048;
 pub const FAKE_CODEBOOKS: usize = 32;
 /// Latent size of the fake model.
 pub const FAKE_LATENT_DIM: usize = 16;
+/// Steps a pipelined fake decoder holds queued.
+const FAKE_PIPELINE_DEPTH: usize = 2;
 /// A frame whose first code is this makes the step fail as [`FakeOptions::poison`] says.
 pub const POISON_CODE: u32 = 2047;
 
@@ -84,6 +89,9 @@ pub struct FakeOptions {
     pub poison: Poison,
     /// Make `reset` a no-op (a broken decoder, to show that tests catch lost resets).
     pub ignore_reset: bool,
+    /// Offer pipelined steps (`launch_step` / `finish_step`), as the CUDA decoder does: a
+    /// device fault then surfaces when the step is finished.
+    pub pipelined: bool,
 }
 
 /// The slots of every step run, in order.
@@ -97,6 +105,8 @@ pub struct FakeDecoder {
     pub steps: Arc<AtomicU64>,
     /// Slots of each successful step, shared with tests.
     pub log: StepLog,
+    /// Pipelined steps launched and not yet finished: their PCM, or the fault to report.
+    queued: VecDeque<Result<Vec<f32>>>,
 }
 
 fn mix(h: u64, v: u64) -> u64 {
@@ -138,6 +148,7 @@ impl FakeDecoder {
             opts,
             steps: Arc::new(AtomicU64::new(0)),
             log: StepLog::default(),
+            queued: VecDeque::new(),
         }
     }
 
@@ -237,6 +248,46 @@ impl FrameDecoder for FakeDecoder {
             });
         }
         Ok(())
+    }
+
+    fn pipeline_depth(&self) -> usize {
+        if self.opts.pipelined {
+            FAKE_PIPELINE_DEPTH
+        } else {
+            0
+        }
+    }
+
+    fn launch_step(&mut self, frames: &[Frame<'_>]) -> Result<()> {
+        if !self.opts.pipelined || self.queued.len() >= FAKE_PIPELINE_DEPTH {
+            return Err(Error::input(
+                "FakeDecoder::launch_step",
+                "no room to queue a step",
+            ));
+        }
+        let mut pcm = vec![0f32; frames.len() * FRAME_SAMPLES];
+        match self.step(frames, &mut pcm) {
+            Ok(()) => self.queued.push_back(Ok(pcm)),
+            // A device fault is seen when the step is finished, as on CUDA.
+            Err(e @ Error::Backend { .. }) => self.queued.push_back(Err(e)),
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn finish_step(&mut self, pcm: &mut [f32]) -> Result<StepDone> {
+        let Some(done) = self.queued.pop_front() else {
+            return Err(Error::input(
+                "FakeDecoder::finish_step",
+                "no step is queued",
+            ));
+        };
+        let out = done?;
+        pcm[..out.len()].copy_from_slice(&out);
+        Ok(StepDone {
+            rows: out.len() / FRAME_SAMPLES,
+            device_seconds: self.opts.step_delay.as_secs_f64(),
+        })
     }
 
     fn reset(&mut self, slot: usize) -> Result<()> {

@@ -107,7 +107,14 @@ pub struct Metrics {
     pub streams_opened: AtomicU64,
     /// Frames whose PCM was ready more than one frame period (80 ms) after the frame arrived.
     pub deadline_misses: AtomicU64,
+    /// From a step's launch to its PCM being ready (queued behind the previous step included).
     pub step_seconds: Histogram,
+    /// Device time of each step (CUDA events; the program's run time on the CPU). Its sum over
+    /// the wall time is the share of time the device is busy.
+    pub device_seconds: Histogram,
+    /// Engine-thread time of each step spent on host work: picking frames, staging, launching and
+    /// handing PCM out (not waiting for the device or for frames).
+    pub host_seconds: Histogram,
     pub batch_size: Histogram,
     /// From a frame's arrival to the start of the step that decodes it.
     pub queue_delay_seconds: Histogram,
@@ -123,6 +130,8 @@ impl Default for Metrics {
             streams_opened: AtomicU64::new(0),
             deadline_misses: AtomicU64::new(0),
             step_seconds: Histogram::new(SECONDS_BOUNDS),
+            device_seconds: Histogram::new(SECONDS_BOUNDS),
+            host_seconds: Histogram::new(SECONDS_BOUNDS),
             batch_size: Histogram::new(BATCH_BOUNDS),
             queue_delay_seconds: Histogram::new(SECONDS_BOUNDS),
             frame_latency_seconds: Histogram::new(SECONDS_BOUNDS),
@@ -175,8 +184,21 @@ impl Metrics {
             "Frames whose PCM was ready more than 80 ms after the frame arrived.",
             load(&self.deadline_misses),
         );
-        self.step_seconds
-            .render("chorus_step_seconds", "Decode step time.", &mut out);
+        self.step_seconds.render(
+            "chorus_step_seconds",
+            "Decode step time, launch to PCM ready.",
+            &mut out,
+        );
+        self.device_seconds.render(
+            "chorus_step_device_seconds",
+            "Device time per decode step; its rate is the share of time the device is busy.",
+            &mut out,
+        );
+        self.host_seconds.render(
+            "chorus_step_host_seconds",
+            "Engine-thread host work per decode step (picking, staging, launching, handing out PCM).",
+            &mut out,
+        );
         self.batch_size
             .render("chorus_batch_size", "Frames per decode step.", &mut out);
         self.queue_delay_seconds.render(

@@ -1,10 +1,15 @@
 //! The engine thread: picks the ready streams, runs resets and the step, hands out PCM.
+//!
+//! With a pipelined decoder the thread keeps one step queued on the device: it picks and stages
+//! step N + 1 and launches it behind step N, then waits for step N and hands its PCM out, so the
+//! device never idles while the host works. Stream ends are told only after the step holding
+//! their last frame has been handed out.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_core::{Error, Frame, FrameDecoder, FRAME_MS, FRAME_SAMPLES};
+use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_MS, FRAME_SAMPLES};
 
 use crate::error::StreamError;
 use crate::sched::{FrameData, Pending, Sched, Shared};
@@ -46,14 +51,23 @@ pub(crate) struct EngineLoop {
     batch: Vec<Picked>,
     resets: Vec<ResetJob>,
     finishes: Vec<(Arc<Outbox>, u64)>,
+    /// Reset acknowledgements, told with the ends: after the PCM of every frame before them.
+    acks: Vec<(Arc<Outbox>, u64)>,
     requeue: Vec<(usize, u64)>,
     /// Streams to end after the step (slow consumers, failures).
     dropped: Vec<Dropped>,
+    /// Pipelined decoders: the frames of the step queued on the device, and when it was launched.
+    queued: Vec<Picked>,
+    queued_at: Option<Instant>,
+    pipelined: bool,
+    /// Engine-thread host time spent since the last step was handed out.
+    host: Duration,
 }
 
 impl EngineLoop {
     pub(crate) fn new(shared: Arc<Shared>, decoder: Box<dyn FrameDecoder>) -> Self {
         let largest = shared.info.largest_batch;
+        let pipelined = decoder.pipeline_depth() >= 2;
         Self {
             shared,
             decoder,
@@ -62,8 +76,13 @@ impl EngineLoop {
             batch: Vec::with_capacity(largest),
             resets: Vec::with_capacity(largest),
             finishes: Vec::with_capacity(largest),
+            acks: Vec::with_capacity(largest),
             requeue: Vec::with_capacity(largest),
             dropped: Vec::with_capacity(largest),
+            queued: Vec::with_capacity(largest),
+            queued_at: None,
+            pipelined,
+            host: Duration::ZERO,
         }
     }
 
@@ -72,20 +91,42 @@ impl EngineLoop {
             {
                 let shared = self.shared.clone();
                 let mut s = shared.lock();
-                while s.ready.is_empty() && !s.stopped {
+                // With a step queued, take whatever is ready now rather than wait for more.
+                while s.ready.is_empty() && !s.stopped && self.queued_at.is_none() {
                     s = shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
                 if s.stopped {
+                    drop(s);
+                    if self.queued_at.is_some() {
+                        self.finish_queued();
+                    }
                     return;
                 }
+                let picking = Instant::now();
                 self.select(&mut s);
+                self.host += picking.elapsed();
             }
+            let started = Instant::now();
             self.run_resets();
+            if self.pipelined {
+                // Launch this step behind the queued one, then hand the queued one out.
+                let launched = !self.batch.is_empty() && self.launch();
+                self.host += started.elapsed();
+                if self.queued_at.is_some() {
+                    self.finish_queued();
+                }
+                if launched {
+                    std::mem::swap(&mut self.queued, &mut self.batch);
+                    self.queued_at = Some(started);
+                }
+            } else if !self.batch.is_empty() {
+                self.tell_acks();
+                self.step();
+            }
+            // Acks and ends come after the PCM of every frame before them has been handed out.
+            self.tell_acks();
             for (outbox, frames) in self.finishes.drain(..) {
                 outbox.finish(frames);
-            }
-            if !self.batch.is_empty() {
-                self.step();
             }
             if !self.dropped.is_empty() {
                 let mut s = self.shared.lock();
@@ -97,6 +138,120 @@ impl EngineLoop {
                     self.shared.metrics.errors.inc(d.err.code());
                     d.outbox.fail(d.err);
                 }
+            }
+        }
+    }
+
+    /// Queues the picked frames as one step; `false` when nothing was queued (a refused batch is
+    /// then decoded frame by frame, after the queued step, so that only the frame at fault fails).
+    fn launch(&mut self) -> bool {
+        let now = Instant::now();
+        for p in &self.batch {
+            let delay = now.duration_since(p.arrived).as_secs_f64();
+            self.shared.metrics.queue_delay_seconds.observe(delay);
+        }
+        let frames: Vec<Frame<'_>> = self
+            .batch
+            .iter()
+            .map(|p| Frame {
+                slot: p.slot,
+                input: p.data.as_input(),
+            })
+            .collect();
+        let result = self.decoder.launch_step(&frames);
+        drop(frames);
+        match result {
+            Ok(()) => true,
+            Err(e) if leaves_state_unchanged(&e) => {
+                if self.queued_at.is_some() {
+                    self.finish_queued();
+                }
+                self.tell_acks();
+                self.decode_one_by_one();
+                self.batch.clear();
+                false
+            }
+            Err(e) => {
+                for p in &self.batch {
+                    fail(p, &e, &mut self.dropped);
+                }
+                self.batch.clear();
+                false
+            }
+        }
+    }
+
+    /// Waits for the queued step and hands its PCM out.
+    fn finish_queued(&mut self) {
+        let Some(launched) = self.queued_at.take() else {
+            return;
+        };
+        let Self {
+            shared,
+            decoder,
+            pcm,
+            queued,
+            dropped,
+            host,
+            ..
+        } = self;
+        let metrics = &shared.metrics;
+        let result = decoder.finish_step(pcm);
+        let handing = Instant::now();
+        metrics
+            .step_seconds
+            .observe(launched.elapsed().as_secs_f64());
+        metrics.batch_size.observe(queued.len() as f64);
+        match result {
+            Ok(StepDone { device_seconds, .. }) => {
+                metrics.device_seconds.observe(device_seconds);
+                for (i, p) in queued.iter().enumerate() {
+                    let row = &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
+                    deliver(shared, p, row, dropped);
+                }
+            }
+            Err(e) => {
+                for p in queued.iter() {
+                    fail(p, &e, dropped);
+                }
+            }
+        }
+        queued.clear();
+        *host += handing.elapsed();
+        metrics.host_seconds.observe(host.as_secs_f64());
+        *host = Duration::ZERO;
+        // Resets picked with the next step follow every frame of this one.
+        self.tell_acks();
+    }
+
+    /// Tells the streams whose reset ran that it is done, in order with their PCM: called after
+    /// the last step holding frames from before the reset was handed out, and before any frame
+    /// from after it.
+    fn tell_acks(&mut self) {
+        for (outbox, next) in self.acks.drain(..) {
+            outbox.push_reset_done(next);
+        }
+    }
+
+    /// Decodes each picked frame alone (synchronously), so that only a frame at fault fails.
+    fn decode_one_by_one(&mut self) {
+        let Self {
+            shared,
+            decoder,
+            pcm,
+            batch,
+            dropped,
+            ..
+        } = self;
+        for p in batch.iter() {
+            let frame = Frame {
+                slot: p.slot,
+                input: p.data.as_input(),
+            };
+            let row = &mut pcm[..FRAME_SAMPLES];
+            match decoder.step(std::slice::from_ref(&frame), row) {
+                Ok(()) => deliver(shared, p, row, dropped),
+                Err(e) => fail(p, &e, dropped),
             }
         }
     }
@@ -164,7 +319,7 @@ impl EngineLoop {
             match self.decoder.reset(job.slot) {
                 Ok(()) => {
                     if let Some(next) = job.ack {
-                        job.outbox.push_reset_done(next);
+                        self.acks.push((job.outbox, next));
                     }
                 }
                 Err(e) => self.dropped.push(Dropped {
@@ -202,9 +357,10 @@ impl EngineLoop {
             })
             .collect();
         let result = decoder.step(&frames, &mut pcm[..n * FRAME_SAMPLES]);
-        metrics
-            .step_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed().as_secs_f64();
+        metrics.step_seconds.observe(took);
+        // A synchronous step's device time is its whole time.
+        metrics.device_seconds.observe(took);
         metrics.batch_size.observe(n as f64);
         match result {
             Ok(()) => {
@@ -220,13 +376,10 @@ impl EngineLoop {
             Err(e) if leaves_state_unchanged(&e) => {
                 // The step validated and refused the batch before touching any state: decode
                 // each frame alone so that only the frame at fault fails.
-                for (p, frame) in batch.iter().zip(&frames) {
-                    let row = &mut pcm[..FRAME_SAMPLES];
-                    match decoder.step(std::slice::from_ref(frame), row) {
-                        Ok(()) => deliver(shared, p, row, dropped),
-                        Err(e) => fail(p, &e, dropped),
-                    }
-                }
+                drop(frames);
+                self.decode_one_by_one();
+                self.batch.clear();
+                return;
             }
             Err(e) => {
                 // State of every slot in the batch may be half-updated: end those streams (their

@@ -4,10 +4,14 @@ use crate::prepare::{prepare, PreparedWeights};
 use crate::program::{forward, Activations, StepBuffers, StepShape};
 use crate::state::SlotState;
 use crate::MimiConfig;
+use std::collections::VecDeque;
+
+mod pipeline;
 use chorus_core::{
-    validate_chunk, Backend, Buckets, Error, Frame, FrameDecoder, FrameInput, Result, StagingDims,
-    StateBytes, FRAME_SAMPLES, KV_RING, NO_CODE,
+    validate_chunk, Buckets, Error, Frame, FrameDecoder, FrameInput, LmOps, Result, StagingDims,
+    StateBytes, StepDone, FRAME_SAMPLES, KV_RING, NO_CODE,
 };
+use pipeline::{InFlight, PIPELINE_DEPTH};
 
 /// How many streams and which buckets.
 #[derive(Clone, Debug)]
@@ -28,16 +32,25 @@ fn ring_for(window: usize, tokens: usize) -> usize {
 }
 
 /// Decodes frames for up to `max_slots` streams, each with its own state row.
-pub struct SlotDecoder<B: Backend> {
+pub struct SlotDecoder<B: LmOps> {
     be: B,
     cfg: MimiConfig,
     weights: PreparedWeights<B>,
     state: SlotState<B>,
     acts: Activations<B>,
     buckets: Buckets,
-    /// One staging area per bucket, in bucket order, then (with chunks) one per chunk bucket.
-    staging: Vec<B::Staging>,
+    /// Staging areas: each bucket's frame-by-frame area, then (with chunks) each chunk bucket's,
+    /// then each bucket's second frame-by-frame area for pipelined steps. One program (and on
+    /// CUDA one graph) per area: its key is the area's index.
+    pub(crate) staging: Vec<B::Staging>,
+    /// `(rows, frames per row)` of each staging area.
+    shapes: Vec<(usize, usize)>,
     chunk_frames: usize,
+    /// Pipelined steps queued and not yet finished, oldest first.
+    pub(crate) inflight: VecDeque<InFlight>,
+    /// Start and end markers of the pipelined step of each parity.
+    pub(crate) marks: [(B::Mark, B::Mark); PIPELINE_DEPTH],
+    pub(crate) next_parity: usize,
     max_slots: usize,
     state_bytes: StateBytes,
     /// Step-stamped marks that detect a repeated slot without allocating.
@@ -49,7 +62,7 @@ const OP_NEW: &str = "SlotDecoder::new";
 const OP_STEP: &str = "SlotDecoder::step";
 const OP_CHUNK: &str = "SlotDecoder::step_chunk";
 
-impl<B: Backend> SlotDecoder<B> {
+impl<B: LmOps> SlotDecoder<B> {
     /// Uploads the weights, allocates state, activations and staging for every bucket.
     pub fn from_weights(
         be: B,
@@ -75,11 +88,14 @@ impl<B: Backend> SlotDecoder<B> {
         let mut state = SlotState::new(&be, cfg, &prepared, opts.max_slots, ring)?;
         let state_bytes = state.bytes_per_slot(&be);
         let acts = Activations::new(&be, cfg, &prepared, buckets.largest() * chunk)?;
-        let frame_counts: &[usize] = if chunk > 1 { &[1, chunk] } else { &[1] };
-        let staging = frame_counts
+        let frame_counts: &[usize] = if chunk > 1 { &[1, chunk, 1] } else { &[1, 1] };
+        let shapes: Vec<(usize, usize)> = frame_counts
             .iter()
             .flat_map(|&k| buckets.sizes().iter().map(move |&rows| (rows, k)))
-            .map(|(rows, k)| {
+            .collect();
+        let staging = shapes
+            .iter()
+            .map(|&(rows, k)| {
                 be.staging(StagingDims {
                     rows,
                     codebooks: cfg.num_quantizers * k,
@@ -88,6 +104,10 @@ impl<B: Backend> SlotDecoder<B> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let marks = [
+            (be.timing_mark()?, be.timing_mark()?),
+            (be.timing_mark()?, be.timing_mark()?),
+        ];
         Ok(Self {
             be,
             cfg: cfg.clone(),
@@ -96,7 +116,11 @@ impl<B: Backend> SlotDecoder<B> {
             acts,
             buckets,
             staging,
+            shapes,
             chunk_frames: chunk,
+            inflight: VecDeque::with_capacity(PIPELINE_DEPTH),
+            marks,
+            next_parity: 0,
             max_slots: opts.max_slots,
             state_bytes,
             seen: vec![0; opts.max_slots],
@@ -184,7 +208,7 @@ impl<B: Backend> SlotDecoder<B> {
         Ok(pcm)
     }
 
-    fn validate(&mut self, frames: &[Frame<'_>], pcm_len: usize) -> Result<()> {
+    pub(crate) fn validate(&mut self, frames: &[Frame<'_>], pcm_len: usize) -> Result<()> {
         if frames.is_empty() {
             return Err(Error::input(OP_STEP, "a step needs at least one frame"));
         }
@@ -262,29 +286,49 @@ impl<B: Backend> SlotDecoder<B> {
         Ok(())
     }
 
-    /// Rows and frames per row of staging (and program) `index`: the buckets frame by frame,
-    /// then the chunk buckets.
+    /// Rows and frames per row of staging (and program) `index`.
     fn program_shape(&self, index: usize) -> (usize, usize) {
-        let sizes = self.buckets.sizes();
-        match index.checked_sub(sizes.len()) {
-            None => (sizes[index], 1),
-            Some(i) => (sizes[i], self.chunk_frames),
+        self.shapes[index]
+    }
+
+    /// The staging area of frame-by-frame bucket `bucket` for pipeline parity `parity`.
+    pub(crate) fn frame_area(&self, bucket: usize, parity: usize) -> usize {
+        match parity {
+            0 => bucket,
+            _ => self.shapes.len() - self.buckets.sizes().len() + bucket,
         }
+    }
+
+    /// The bucket index that fits `n` rows (validated by the caller).
+    pub(crate) fn bucket_for(&self, n: usize) -> usize {
+        // Callers checked `buckets.pick(n)`, so a bucket holds n rows.
+        self.buckets
+            .sizes()
+            .iter()
+            .position(|&b| b >= n)
+            .unwrap_or(0)
     }
 
     /// Writes the padding rows `[from, rows)` of staging `index`.
     fn fill_padding(&mut self, index: usize, from: usize) -> Result<()> {
+        // Waits for earlier steps: no queued step may be reading this area.
+        self.be.staging_view(&mut self.staging[index])?;
+        self.fill_padding_nowait(index, from)
+    }
+
+    /// [`Self::fill_padding`] for an area no queued step uses.
+    pub(crate) fn fill_padding_nowait(&mut self, index: usize, from: usize) -> Result<()> {
         let (rows, k) = self.program_shape(index);
         let (nq, dim) = (self.cfg.num_quantizers * k, self.cfg.hidden_size * k);
         let dummy = self.max_slots as i32;
-        let v = self.be.staging_view(&mut self.staging[index])?;
+        let v = self.be.staging_view_nowait(&mut self.staging[index])?;
         v.slots[from..rows].fill(dummy);
         v.codes[from * nq..rows * nq].fill(NO_CODE);
         v.latents[from * dim..rows * dim].fill(0.0);
         Ok(())
     }
 
-    fn run_bucket(&mut self, index: usize) -> Result<()> {
+    pub(crate) fn run_bucket(&mut self, index: usize) -> Result<()> {
         let (rows, frames) = self.program_shape(index);
         let shape = StepShape {
             cfg: &self.cfg,
@@ -306,7 +350,7 @@ impl<B: Backend> SlotDecoder<B> {
     }
 }
 
-impl<B: Backend> FrameDecoder for SlotDecoder<B> {
+impl<B: LmOps> FrameDecoder for SlotDecoder<B> {
     fn max_slots(&self) -> usize {
         self.max_slots
     }
@@ -341,42 +385,33 @@ impl<B: Backend> FrameDecoder for SlotDecoder<B> {
     }
 
     fn step(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
+        self.refuse_while_queued(OP_STEP)?;
         self.validate(frames, pcm.len())?;
         let n = frames.len();
-        // validate() checked that a bucket fits n, so the fallback is never taken.
-        let index = self
-            .buckets
-            .sizes()
-            .iter()
-            .position(|&b| b >= n)
-            .unwrap_or(0);
-        let (nq, dim) = (self.cfg.num_quantizers, self.cfg.hidden_size);
-        {
-            let v = self.be.staging_view(&mut self.staging[index])?;
-            for (r, f) in frames.iter().enumerate() {
-                v.slots[r] = f.slot as i32;
-                let codes = &mut v.codes[r * nq..(r + 1) * nq];
-                let latent = &mut v.latents[r * dim..(r + 1) * dim];
-                match f.input {
-                    FrameInput::Codes(c) => {
-                        for (dst, &src) in codes.iter_mut().zip(c) {
-                            *dst = src as i32;
-                        }
-                        codes[c.len()..].fill(NO_CODE);
-                        latent.fill(0.0);
-                    }
-                    FrameInput::Latent(l) => {
-                        codes.fill(NO_CODE);
-                        latent.copy_from_slice(l);
-                    }
-                }
-            }
-        }
-        self.fill_padding(index, n)?;
+        let index = self.bucket_for(n);
+        self.be.staging_view(&mut self.staging[index])?;
+        self.write_frames(index, frames)?;
         self.run_bucket(index)?;
         let v = self.be.staging_view(&mut self.staging[index])?;
         pcm.copy_from_slice(&v.pcm[..n * FRAME_SAMPLES]);
         Ok(())
+    }
+
+    fn pipeline_depth(&self) -> usize {
+        // launch_step works everywhere, but only a device queue gains from it.
+        if self.be.queues_work() {
+            PIPELINE_DEPTH
+        } else {
+            0
+        }
+    }
+
+    fn launch_step(&mut self, frames: &[Frame<'_>]) -> Result<()> {
+        self.launch_frames(frames)
+    }
+
+    fn finish_step(&mut self, pcm: &mut [f32]) -> Result<StepDone> {
+        self.finish_frames(pcm)
     }
 
     fn chunk_frames(&self) -> usize {
@@ -390,6 +425,7 @@ impl<B: Backend> FrameDecoder for SlotDecoder<B> {
         n_q: usize,
         pcm: &mut [f32],
     ) -> Result<()> {
+        self.refuse_while_queued(OP_CHUNK)?;
         let k = self.chunk_frames;
         let (nq_max, n) = (self.cfg.num_quantizers, slots.len());
         if codes.len() != n * k * n_q || pcm.len() != n * k * FRAME_SAMPLES {
@@ -411,13 +447,7 @@ impl<B: Backend> FrameDecoder for SlotDecoder<B> {
             n_q,
         )?;
         self.buckets.pick(n)?;
-        // pick() succeeded, so a bucket holds n rows.
-        let bucket = self
-            .buckets
-            .sizes()
-            .iter()
-            .position(|&b| b >= n)
-            .unwrap_or(0);
+        let bucket = self.bucket_for(n);
         let index = if k > 1 {
             self.buckets.sizes().len() + bucket
         } else {

@@ -7,7 +7,7 @@ use crate::checkpoint::{load_model, write_safetensors, Dtype, Layout, LoadedMode
 use crate::{MimiConfig, SlotDecoder};
 use chorus_core::codes::{decode_streams, StreamCodes};
 use chorus_core::npy::{read_npy, NpyArray, NpyData};
-use chorus_core::{Backend, Error, Result, FRAME_SAMPLES};
+use chorus_core::{Error, LmOps, Result, FRAME_SAMPLES};
 use std::path::{Path, PathBuf};
 
 const OP: &str = "oracle";
@@ -124,7 +124,7 @@ pub fn model_for(layout: Layout, seed: u64) -> Result<LoadedModel> {
 
 /// Decodes every case side by side (case i in slot i, its own n_q) for as many frames as the
 /// shortest has; returns each case's PCM.
-pub fn decode_cases<B: Backend>(
+pub fn decode_cases<B: LmOps>(
     dec: &mut SlotDecoder<B>,
     cases: &[OracleCase],
 ) -> Result<Vec<Vec<f32>>> {

@@ -3,18 +3,18 @@
 //! on CUDA, the same captured graph) as the batched path, with the state kept on the device.
 
 use crate::{DecoderOptions, MimiConfig, MimiWeights, SlotDecoder};
-use chorus_core::{Backend, Buckets, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES};
+use chorus_core::{Buckets, Frame, FrameDecoder, FrameInput, LmOps, Result, FRAME_SAMPLES};
 
 /// The one slot a single-stream decoder uses.
 const SLOT: usize = 0;
 
 /// Decodes one stream, one frame per call.
-pub struct StreamDecoder<B: Backend> {
+pub struct StreamDecoder<B: LmOps> {
     inner: SlotDecoder<B>,
     pcm: Vec<f32>,
 }
 
-impl<B: Backend> StreamDecoder<B> {
+impl<B: LmOps> StreamDecoder<B> {
     /// Builds and warms up a one-slot decoder.
     pub fn new(be: B, cfg: &MimiConfig, weights: &MimiWeights) -> Result<Self> {
         let opts = DecoderOptions {

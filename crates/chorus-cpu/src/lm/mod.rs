@@ -110,6 +110,14 @@ impl LmOps for CpuBackend {
         Ok(())
     }
 
+    fn record(&self, _mark: &mut ()) -> Result<()> {
+        Ok(())
+    }
+
+    fn queues_work(&self) -> bool {
+        false
+    }
+
     fn pinned_ints_nowait<'p>(&self, p: &'p mut CpuPinnedInts) -> &'p mut [i32] {
         &mut p.0
     }

@@ -89,6 +89,25 @@ impl LmOps for CudaBackend {
         mark.synchronize().or_cuda("cuEventSynchronize")
     }
 
+    fn timing_mark(&self) -> Result<CudaEvent> {
+        self.bind()?;
+        self.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .or_cuda("cuEventCreate")
+    }
+
+    fn record(&self, mark: &mut CudaEvent) -> Result<()> {
+        self.bind()?;
+        mark.record(&self.stream).or_cuda("cuEventRecord")
+    }
+
+    fn elapsed_ms(&self, start: &CudaEvent, end: &CudaEvent) -> Result<Option<f32>> {
+        start
+            .elapsed_ms(end)
+            .map(Some)
+            .or_cuda("cuEventElapsedTime")
+    }
+
     fn pinned_ints_nowait<'p>(&self, p: &'p mut CudaPinnedInts) -> &'p mut [i32] {
         p.mem.as_mut_slice::<i32>()
     }

@@ -108,6 +108,7 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     wait_ready(&addr, config.wait_ready).await?;
     let before = server_stats::scrape(&addr).await;
     let started = Instant::now();
+    let cpu_before = process_cpu_seconds();
     let config = Arc::new(config);
     let mut tasks = Vec::with_capacity(config.streams);
     let gate = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
@@ -126,18 +127,36 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
         }));
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu_before;
     let server = match (before, server_stats::scrape(&addr).await) {
         (Some(b), Some(a)) => Some(server_stats::delta(
             b,
             a,
             server_stats::decoder(&addr).await,
+            elapsed,
         )),
         _ => None,
     };
     let verify = verify::verify(&config, &addr, &mut results).await;
     let mut report = report::report(&config, &results, elapsed, verify);
     report.server = server;
+    report.client_cpu_cores = if elapsed > 0.0 { cpu / elapsed } else { 0.0 };
     Ok(report)
+}
+
+/// CPU time (user + system) this process has used, in seconds: a load generator that uses most
+/// of the machine's cores measures itself as much as the server.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one plain struct we own; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut u) != 0 {
+            return 0.0;
+        }
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 async fn wait_ready(addr: &str, wait: Duration) -> Result<()> {

@@ -56,6 +56,8 @@ pub struct LoadgenReport {
     pub verify: Verify,
     /// The server's own counters over the load phase.
     pub server: Option<ServerStats>,
+    /// CPU cores the load generator itself kept busy on average (CPU time over wall time).
+    pub client_cpu_cores: f64,
 }
 
 impl LoadgenReport {
@@ -74,13 +76,18 @@ impl LoadgenReport {
         let server = match &self.server {
             Some(v) => format!(
                 "\nserver ({}): {} steps, mean batch {:.1}, mean step {:.2} ms, \
-                 mean queue delay {:.2} ms, {} server-side deadline misses",
+                 mean queue delay {:.2} ms, {} server-side deadline misses\n\
+                 server time: device busy {:.0}% of the wall time ({:.2} ms device per step), \
+                 host work {:.3} ms per step",
                 v.decoder,
                 v.steps,
                 v.mean_batch,
                 v.mean_step_ms,
                 v.mean_queue_delay_ms,
-                v.deadline_misses
+                v.deadline_misses,
+                v.device_busy_share * 100.0,
+                v.mean_device_ms,
+                v.mean_host_ms
             ),
             None => String::new(),
         };
@@ -91,7 +98,8 @@ impl LoadgenReport {
              deadline misses (> {} ms): {}\n\
              errors: {}\n\
              bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
-             max abs diff {:.3e}, rel L2 {:.3e} over {} streams){}",
+             max abs diff {:.3e}, rel L2 {:.3e} over {} streams)\n\
+             load generator CPU: {:.2} cores{}",
             self.streams_opened,
             self.streams_completed,
             self.streams,
@@ -116,6 +124,7 @@ impl LoadgenReport {
             self.verify.max_abs_diff,
             self.verify.rel_l2,
             self.verify.pcm_streams_compared,
+            self.client_cpu_cores,
             server,
         )
     }
@@ -178,5 +187,6 @@ pub(crate) fn report(
         errors,
         verify,
         server: None,
+        client_cpu_cores: 0.0,
     }
 }

@@ -15,6 +15,12 @@ pub struct ServerStats {
     pub mean_queue_delay_ms: f64,
     /// Frames whose PCM was ready more than 80 ms after the server received them.
     pub deadline_misses: u64,
+    /// Device time per step, and its sum over the phase's wall time: the share of time the
+    /// device was busy (near 1: device-bound; well below 1 with a full queue: host-bound).
+    pub mean_device_ms: f64,
+    pub device_busy_share: f64,
+    /// Engine-thread host work per step (picking, staging, launching, handing out PCM).
+    pub mean_host_ms: f64,
 }
 
 /// The counters read from one scrape.
@@ -27,6 +33,9 @@ pub(crate) struct Counters {
     queue_count: f64,
     queue_seconds: f64,
     misses: f64,
+    device_seconds: f64,
+    host_count: f64,
+    host_seconds: f64,
 }
 
 /// Reads the counters from Prometheus text; a missing series reads as zero.
@@ -46,6 +55,9 @@ pub(crate) fn parse(text: &str) -> Counters {
         queue_count: get("chorus_queue_delay_seconds_count"),
         queue_seconds: get("chorus_queue_delay_seconds_sum"),
         misses: get("chorus_deadline_misses_total"),
+        device_seconds: get("chorus_step_device_seconds_sum"),
+        host_count: get("chorus_step_host_seconds_count"),
+        host_seconds: get("chorus_step_host_seconds_sum"),
     }
 }
 
@@ -68,9 +80,16 @@ pub(crate) async fn decoder(addr: &str) -> String {
     }
 }
 
-/// The load phase's stats from scrapes before and after it.
-pub(crate) fn delta(before: Counters, after: Counters, decoder: String) -> ServerStats {
+/// The load phase's stats from scrapes before and after it, `seconds` apart.
+pub(crate) fn delta(
+    before: Counters,
+    after: Counters,
+    decoder: String,
+    seconds: f64,
+) -> ServerStats {
     let steps = after.steps - before.steps;
+    let device = after.device_seconds - before.device_seconds;
+    let host_steps = after.host_count - before.host_count;
     let per_step = |v: f64| if steps > 0.0 { v / steps } else { 0.0 };
     let queued = after.queue_count - before.queue_count;
     ServerStats {
@@ -85,6 +104,13 @@ pub(crate) fn delta(before: Counters, after: Counters, decoder: String) -> Serve
             0.0
         },
         deadline_misses: (after.misses - before.misses) as u64,
+        mean_device_ms: per_step(device) * 1e3,
+        device_busy_share: if seconds > 0.0 { device / seconds } else { 0.0 },
+        mean_host_ms: if host_steps > 0.0 {
+            (after.host_seconds - before.host_seconds) / host_steps * 1e3
+        } else {
+            0.0
+        },
     }
 }
 
@@ -99,12 +125,17 @@ mod tests {
             "# HELP x\nchorus_step_seconds_count 14\nchorus_step_seconds_sum 0.9\n\
              chorus_batch_size_sum 12\nchorus_frames_decoded_total 12\n\
              chorus_queue_delay_seconds_count 12\nchorus_queue_delay_seconds_sum 0.024\n\
-             chorus_deadline_misses_total 1\n",
+             chorus_deadline_misses_total 1\n\
+             chorus_step_device_seconds_sum 0.3\nchorus_step_host_seconds_count 4\n\
+             chorus_step_host_seconds_sum 0.02\n",
         );
-        let s = delta(before, after, "fake".into());
+        let s = delta(before, after, "fake".into(), 2.0);
         assert_eq!((s.steps, s.frames_decoded, s.deadline_misses), (4, 12, 1));
         assert!((s.mean_batch - 3.0).abs() < 1e-9);
         assert!((s.mean_step_ms - 100.0).abs() < 1e-6);
         assert!((s.mean_queue_delay_ms - 2.0).abs() < 1e-9);
+        assert!((s.mean_device_ms - 75.0).abs() < 1e-9);
+        assert!((s.device_busy_share - 0.15).abs() < 1e-9);
+        assert!((s.mean_host_ms - 5.0).abs() < 1e-9);
     }
 }
