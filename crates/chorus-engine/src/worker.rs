@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_MS, FRAME_SAMPLES};
 
+use rayon::prelude::*;
+
 use crate::error::StreamError;
 use crate::sched::{FrameData, Pending, Sched, Shared};
 use crate::stream::Outbox;
@@ -205,10 +207,7 @@ impl EngineLoop {
         match result {
             Ok(StepDone { device_seconds, .. }) => {
                 metrics.device_seconds.observe(device_seconds);
-                for (i, p) in queued.iter().enumerate() {
-                    let row = &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
-                    deliver(shared, p, row, dropped);
-                }
+                deliver_all(shared, queued, pcm, dropped);
             }
             Err(e) => {
                 for p in queued.iter() {
@@ -363,16 +362,7 @@ impl EngineLoop {
         metrics.device_seconds.observe(took);
         metrics.batch_size.observe(n as f64);
         match result {
-            Ok(()) => {
-                for (i, p) in batch.iter().enumerate() {
-                    deliver(
-                        shared,
-                        p,
-                        &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
-                        dropped,
-                    );
-                }
-            }
+            Ok(()) => deliver_all(shared, batch, pcm, dropped),
             Err(e) if leaves_state_unchanged(&e) => {
                 // The step validated and refused the batch before touching any state: decode
                 // each frame alone so that only the frame at fault fails.
@@ -392,6 +382,33 @@ impl EngineLoop {
         drop(frames);
         batch.clear();
     }
+}
+
+/// Frames handed out per task: handing PCM to a stream (a copy, a lock, a wake-up) costs a few
+/// microseconds, so a large step spreads it over the thread pool.
+const DELIVER_CHUNK: usize = 64;
+
+/// Hands row `i` of `pcm` to the stream of `picked[i]`, for every picked frame.
+fn deliver_all(shared: &Shared, picked: &[Picked], pcm: &[f32], dropped: &mut Vec<Dropped>) {
+    let row = |i: usize| &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
+    if picked.len() <= DELIVER_CHUNK {
+        for (i, p) in picked.iter().enumerate() {
+            deliver(shared, p, row(i), dropped);
+        }
+        return;
+    }
+    let cut: Vec<Vec<Dropped>> = picked
+        .par_chunks(DELIVER_CHUNK)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let mut cut = Vec::new();
+            for (j, p) in chunk.iter().enumerate() {
+                deliver(shared, p, row(c * DELIVER_CHUNK + j), &mut cut);
+            }
+            cut
+        })
+        .collect();
+    dropped.extend(cut.into_iter().flatten());
 }
 
 /// Hands decoded `samples` to the stream of `p`; a reader too far behind is cut off.

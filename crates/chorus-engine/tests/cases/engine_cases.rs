@@ -167,6 +167,35 @@ async fn every_ready_stream_is_served_before_any_gets_a_second_frame() {
 }
 
 #[tokio::test]
+async fn a_large_step_hands_every_stream_its_own_pcm_in_order() {
+    // More frames in one step than one delivery task takes, so PCM goes out from several threads.
+    let n = 150;
+    let mut o = opts(n + 1, n + 1);
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
+    let (engine, log) = start(o, EngineConfig::default());
+    let mut blocker = engine.open(StreamInput::Codes { n_q: 2 }).unwrap();
+    blocker.submit_codes(&[1, 2]).unwrap();
+    gate.wait_for_step();
+    let mut streams: Vec<Stream> = (0..n)
+        .map(|_| engine.open(StreamInput::Codes { n_q: 2 }).unwrap())
+        .collect();
+    let mut sent = Vec::new();
+    for (s, stream) in streams.iter_mut().enumerate() {
+        let frames: Vec<Vec<u32>> = (0..3).map(|t| codes(100 + s as u64, t, 2)).collect();
+        stream.submit_codes(&frames.concat()).unwrap();
+        sent.push(frames);
+    }
+    gate.open();
+    collect_pcm(&blocker, 0, 1).await;
+    for (s, stream) in streams.iter().enumerate() {
+        assert_eq!(collect_pcm(stream, 0, 3).await, reference(&sent[s]), "stream {s}");
+    }
+    let largest = log.lock().unwrap().iter().map(Vec::len).max().unwrap_or(0);
+    assert!(largest >= n, "no step held every stream (largest {largest})");
+}
+
+#[tokio::test]
 async fn a_client_too_far_ahead_is_refused() {
     let config = EngineConfig {
         max_pending_frames: 4,
