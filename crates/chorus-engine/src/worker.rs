@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 
 use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_MS, FRAME_SAMPLES};
 
-use rayon::prelude::*;
-
 use crate::error::StreamError;
 use crate::sched::{FrameData, Pending, Sched, Shared};
 use crate::stream::Outbox;
@@ -384,31 +382,17 @@ impl EngineLoop {
     }
 }
 
-/// Frames handed out per task: handing PCM to a stream (a copy, a lock, a wake-up) costs a few
-/// microseconds, so a large step spreads it over the thread pool.
-const DELIVER_CHUNK: usize = 64;
-
-/// Hands row `i` of `pcm` to the stream of `picked[i]`, for every picked frame.
+/// Hands row `i` of `pcm` to the stream of `picked[i]`, for every picked frame. One thread:
+/// spreading it over a pool measured slower on the H200 host (the wake-ups contend).
 fn deliver_all(shared: &Shared, picked: &[Picked], pcm: &[f32], dropped: &mut Vec<Dropped>) {
-    let row = |i: usize| &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
-    if picked.len() <= DELIVER_CHUNK {
-        for (i, p) in picked.iter().enumerate() {
-            deliver(shared, p, row(i), dropped);
-        }
-        return;
+    for (i, p) in picked.iter().enumerate() {
+        deliver(
+            shared,
+            p,
+            &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
+            dropped,
+        );
     }
-    let cut: Vec<Vec<Dropped>> = picked
-        .par_chunks(DELIVER_CHUNK)
-        .enumerate()
-        .map(|(c, chunk)| {
-            let mut cut = Vec::new();
-            for (j, p) in chunk.iter().enumerate() {
-                deliver(shared, p, row(c * DELIVER_CHUNK + j), &mut cut);
-            }
-            cut
-        })
-        .collect();
-    dropped.extend(cut.into_iter().flatten());
 }
 
 /// Hands decoded `samples` to the stream of `p`; a reader too far behind is cut off.
