@@ -1,6 +1,10 @@
 //! The `chorus` command line: decode Mimi codes to audio, inspect models, benchmark backends,
 //! serve streams over WebSocket and load-test a server.
 
+/// The server hands one PCM buffer per frame from the engine thread to the connection tasks.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod audio_out;
 mod bench;
 mod codes_file;
