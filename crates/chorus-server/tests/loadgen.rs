@@ -43,6 +43,35 @@ async fn realtime_streams_all_complete_and_match_the_whole_file_decode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_spread_over_two_servers_and_each_is_checked_on_its_own() {
+    let (a, b) = (start(4, 4).await, start(4, 4).await);
+    let mut cfg = config(&a, 6, Rate::Realtime);
+    cfg.url = format!("ws://{},http://{}", a.local_addr(), b.local_addr());
+    let report = run(cfg).await.unwrap();
+    assert_eq!(report.streams_completed, 6, "{}", report.summary());
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.verify.bit_exact, "{}", report.summary());
+    assert_eq!(report.verify.frames_checked, 60);
+    assert!(report.server.is_none(), "one server's stats stand for one server only");
+    let addrs: Vec<String> = report.servers.iter().map(|s| s.addr.clone()).collect();
+    assert_eq!(addrs, [a.local_addr().to_string(), b.local_addr().to_string()]);
+    // Round-robin: three streams of ten frames on each, plus each server's whole-file decodes.
+    for s in &report.servers {
+        assert!(s.frames_decoded >= 30, "{s:?}");
+    }
+    assert!(report.summary().contains(&b.local_addr().to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_server_list_is_an_error() {
+    let server = start(1, 1).await;
+    let mut cfg = config(&server, 1, Rate::Realtime);
+    cfg.url = " , ".into();
+    let e = run(cfg).await.unwrap_err().to_string();
+    assert!(e.contains("no server"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_beyond_capacity_are_reported_busy() {
     let server = start(2, 2).await;
     // Real-time streams hold their slots for the whole second, long after the third is refused.

@@ -24,7 +24,8 @@ pub enum RateArg {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadgenArgs {
-    /// Server address: `ws://host:port` (or `http://host:port`).
+    /// Server address: `ws://host:port` (or `http://host:port`); several, comma-separated
+    /// (`ws://a:8080,ws://b:8080`), spread the streams over independent servers round-robin.
     #[arg(long, default_value = "ws://127.0.0.1:8080")]
     pub url: String,
     /// Concurrent streams.

@@ -45,7 +45,8 @@ pub enum Rate {
 /// What to play.
 #[derive(Clone, Debug)]
 pub struct LoadgenConfig {
-    /// `ws://host:port`, `http://host:port` or `host:port`.
+    /// `ws://host:port`, `http://host:port` or `host:port`; several, comma-separated, spread
+    /// the streams over independent servers (stream `s` on server `s % n`).
     pub url: String,
     pub streams: usize,
     pub duration: Duration,
@@ -102,18 +103,38 @@ pub fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_string()
 }
 
+/// `host:port` of each server in a comma-separated list of URLs.
+pub fn host_ports(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(host_port)
+        .collect()
+}
+
 /// Plays the configured load and checks the output.
 pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
-    let addr = host_port(&config.url);
-    wait_ready(&addr, config.wait_ready).await?;
-    let before = server_stats::scrape(&addr).await;
+    let addrs = host_ports(&config.url);
+    if addrs.is_empty() {
+        return Err(chorus_core::Error::input(
+            "loadgen::run",
+            format!("no server in `{}`", config.url),
+        ));
+    }
+    let mut before = Vec::with_capacity(addrs.len());
+    for addr in &addrs {
+        wait_ready(addr, config.wait_ready).await?;
+    }
+    for addr in &addrs {
+        before.push(server_stats::scrape(addr).await);
+    }
     let started = Instant::now();
     let cpu_before = process_cpu_seconds();
     let config = Arc::new(config);
     let mut tasks = Vec::with_capacity(config.streams);
     let gate = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
     for s in 0..config.streams {
-        let (cfg, addr) = (config.clone(), addr.clone());
+        let (cfg, addr) = (config.clone(), addrs[s % addrs.len()].clone());
         let gate = gate.clone();
         tasks.push(tokio::spawn(
             async move { play(s, &cfg, &addr, gate).await },
@@ -128,18 +149,20 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu_before;
-    let server = match (before, server_stats::scrape(&addr).await) {
-        (Some(b), Some(a)) => Some(server_stats::delta(
-            b,
-            a,
-            server_stats::decoder(&addr).await,
-            elapsed,
-        )),
-        _ => None,
-    };
-    let verify = verify::verify(&config, &addr, &mut results).await;
+    let mut servers = Vec::with_capacity(addrs.len());
+    for (addr, before) in addrs.iter().zip(before) {
+        if let (Some(b), Some(a)) = (before, server_stats::scrape(addr).await) {
+            let mut stats = server_stats::delta(b, a, server_stats::decoder(addr).await, elapsed);
+            stats.addr = addr.clone();
+            servers.push(stats);
+        }
+    }
+    let verify = verify::verify(&config, &addrs, &mut results).await;
     let mut report = report::report(&config, &results, elapsed, verify);
-    report.server = server;
+    if addrs.len() == 1 {
+        report.server = servers.first().cloned();
+    }
+    report.servers = servers;
     report.client_cpu_cores = if elapsed > 0.0 { cpu / elapsed } else { 0.0 };
     Ok(report)
 }

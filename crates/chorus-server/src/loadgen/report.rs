@@ -54,8 +54,10 @@ pub struct LoadgenReport {
     pub deadline_misses: u64,
     pub errors: BTreeMap<String, u64>,
     pub verify: Verify,
-    /// The server's own counters over the load phase.
+    /// The server's own counters over the load phase (one server).
     pub server: Option<ServerStats>,
+    /// Each server's counters, in the order of the URLs.
+    pub servers: Vec<ServerStats>,
     /// CPU cores the load generator itself kept busy on average (CPU time over wall time).
     pub client_cpu_cores: f64,
 }
@@ -73,24 +75,29 @@ impl LoadgenReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let server = match &self.server {
-            Some(v) => format!(
-                "\nserver ({}): {} steps, mean batch {:.1}, mean step {:.2} ms, \
-                 mean queue delay {:.2} ms, {} server-side deadline misses\n\
-                 server time: device busy {:.0}% of the wall time ({:.2} ms device per step), \
-                 host work {:.3} ms per step",
-                v.decoder,
-                v.steps,
-                v.mean_batch,
-                v.mean_step_ms,
-                v.mean_queue_delay_ms,
-                v.deadline_misses,
-                v.device_busy_share * 100.0,
-                v.mean_device_ms,
-                v.mean_host_ms
-            ),
-            None => String::new(),
-        };
+        let server: String = self
+            .servers
+            .iter()
+            .map(|v| {
+                format!(
+                    "\nserver {} ({}): {} steps, {} frames, mean batch {:.1}, mean step {:.2} ms, \
+                     mean queue delay {:.2} ms, {} server-side deadline misses\n\
+                     server time: device busy {:.0}% of the wall time ({:.2} ms device per step), \
+                     host work {:.3} ms per step",
+                    v.addr,
+                    v.decoder,
+                    v.steps,
+                    v.frames_decoded,
+                    v.mean_batch,
+                    v.mean_step_ms,
+                    v.mean_queue_delay_ms,
+                    v.deadline_misses,
+                    v.device_busy_share * 100.0,
+                    v.mean_device_ms,
+                    v.mean_host_ms
+                )
+            })
+            .collect();
         format!(
             "streams: {} opened, {} completed of {} ({:?}, n_q {})\n\
              frames: {} sent, {} received in {:.2} s = {:.1} frames/s\n\
@@ -187,6 +194,7 @@ pub(crate) fn report(
         errors,
         verify,
         server: None,
+        servers: Vec::new(),
         client_cpu_cores: 0.0,
     }
 }

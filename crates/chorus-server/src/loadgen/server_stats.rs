@@ -7,6 +7,8 @@ use super::http::http_request;
 /// Server-side view of the load phase; absent when `/metrics` could not be read.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ServerStats {
+    /// `host:port` of the server.
+    pub addr: String,
     pub decoder: String,
     pub steps: u64,
     pub frames_decoded: u64,
@@ -93,6 +95,7 @@ pub(crate) fn delta(
     let per_step = |v: f64| if steps > 0.0 { v / steps } else { 0.0 };
     let queued = after.queue_count - before.queue_count;
     ServerStats {
+        addr: String::new(),
         decoder,
         steps: steps as u64,
         frames_decoded: (after.frames - before.frames) as u64,

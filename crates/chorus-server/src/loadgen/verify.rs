@@ -18,9 +18,11 @@ const VERIFY_BUSY_RETRIES: usize = 100;
 /// Pause between those retries.
 const VERIFY_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// Checks streams against a whole-file decode on the server that served them (stream `s` on
+/// `addrs[s % addrs.len()]`).
 pub(crate) async fn verify(
     config: &LoadgenConfig,
-    addr: &str,
+    addrs: &[String],
     results: &mut [StreamResult],
 ) -> Verify {
     let limit = config.verify_streams.unwrap_or(usize::MAX);
@@ -40,7 +42,7 @@ pub(crate) async fn verify(
             codes.extend_from_slice(&frame);
         }
         let body = write_codes(config.n_q, &codes);
-        let (addr, gate) = (addr.to_string(), gate.clone());
+        let (addr, gate) = (addrs[s % addrs.len()].clone(), gate.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await;
             for _ in 0..VERIFY_BUSY_RETRIES {
