@@ -47,6 +47,10 @@ def as_codes(x: Any, what: str = "codes") -> Tuple[np.ndarray, Restore]:
     arr, restore = to_numpy(x, what)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{what}: expected an integer array, found dtype {arr.dtype}")
+    if arr.ndim == 0:
+        raise ValueError(f"{what}: expected an array, found a scalar")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{what}: value {int(arr.max())} is out of range")
     return np.ascontiguousarray(arr, dtype=np.int64), restore
 
 

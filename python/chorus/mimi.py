@@ -32,10 +32,17 @@ class MimiDecoder:
         max_streams: int = 64,
         threads: Optional[int] = None,
     ) -> None:
+        _check_streams(max_streams)
         self._init(Decoder(model, device, precision, max_streams, threads))
 
     def _init(self, core: Decoder) -> None:
-        self._core = core
+        self._live: Optional[Decoder] = core
+
+    @property
+    def _core(self) -> Decoder:
+        if self._live is None:
+            raise ValueError("the decoder is closed")
+        return self._live
 
     @classmethod
     def _wrap(cls, core: Decoder) -> "MimiDecoder":
@@ -105,7 +112,8 @@ class MimiDecoder:
         """Opens a stream taking ``n_q`` codebooks per frame (or latents), in the zero state."""
         if not 1 <= n_q <= self.num_quantizers:
             raise ValueError(f"n_q = {n_q}: the model takes 1..={self.num_quantizers} codebooks")
-        return MimiStream(self, self._core.open_slot(), n_q)
+        slot, generation = self._core.open_slot()
+        return MimiStream(self, slot, generation, n_q)
 
     def step(self, frames: Mapping["MimiStream", Any]) -> Dict["MimiStream", Any]:
         """Decodes one frame for each stream in ``frames`` in one batched step.
@@ -122,7 +130,7 @@ class MimiDecoder:
                 raise ValueError(
                     f"stream {s.slot}: step takes one frame per stream, found shape {arr.shape}"
                 )
-            items.append((s.slot, arr))
+            items.append((s.slot, s._generation, arr))
             restores.append(restore)
         if not items:
             return {}
@@ -130,7 +138,14 @@ class MimiDecoder:
         return {s: r(pcm[i]) for i, (s, r) in enumerate(zip(frames, restores))}
 
     def close(self) -> None:
-        """Nothing to release early: the device state goes with the last reference."""
+        """Releases the decoder's device memory now; every later call (and every stream) raises."""
+        self._live = None
+
+    def __enter__(self) -> "MimiDecoder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class MimiStream:
@@ -140,9 +155,10 @@ class MimiStream:
     continue the stream. Use it as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, decoder: MimiDecoder, slot: int, n_q: int) -> None:
+    def __init__(self, decoder: MimiDecoder, slot: int, generation: int, n_q: int) -> None:
         self._decoder = decoder
         self.slot = slot
+        self._generation = generation
         self.n_q = n_q
         self._closed = False
 
@@ -154,6 +170,8 @@ class MimiStream:
     def _check(self, decoder: Optional[MimiDecoder] = None) -> None:
         if self._closed:
             raise ValueError(f"stream {self.slot} is closed")
+        if self._decoder._live is None:
+            raise ValueError("the decoder is closed")
         if decoder is not None and decoder is not self._decoder:
             raise ValueError(f"stream {self.slot} belongs to another decoder")
 
@@ -184,7 +202,9 @@ class MimiStream:
     def decode(self, codes: Any = None, *, latent: Any = None) -> Any:
         """Decodes the next frame(s): codes ``[n_q]``/``[n_q, k]`` or ``latent=[dim]``/``[dim, k]``.
 
-        Returns float32 PCM of ``k * 1920`` samples (numpy or torch, like the input).
+        Returns float32 PCM of ``k * 1920`` samples (numpy or torch, like the input). The whole
+        block is checked before any frame is decoded, so a refused block leaves the stream as it
+        was, and it runs as one call (16 frames per step where it can).
         """
         self._check()
         if (codes is None) == (latent is None):
@@ -193,27 +213,22 @@ class MimiStream:
             arr, restore = self._frame_input(codes, latent=False)
         else:
             arr, restore = self._frame_input(latent, latent=True)
-        frames = arr[:, None] if arr.ndim == 1 else arr
-        if frames.ndim != 2:
+        if arr.ndim not in (1, 2):
             raise ValueError(f"stream {self.slot}: expected rank 1 or 2, found shape {arr.shape}")
-        out = np.empty(frames.shape[1] * self._decoder.frame_samples, dtype=np.float32)
-        n = self._decoder.frame_samples
-        for k in range(frames.shape[1]):
-            out[k * n : (k + 1) * n] = self._decoder._core.step(
-                [(self.slot, np.ascontiguousarray(frames[:, k]))]
-            )[0]
-        return restore(out)
+        return restore(self._decoder._core.stream_decode(self.slot, self._generation, arr))
 
     def reset(self) -> None:
         """Returns the stream to the zero state, as if newly opened."""
         self._check()
-        self._decoder._core.reset(self.slot)
+        self._decoder._core.reset(self.slot, self._generation)
 
     def close(self) -> None:
         """Frees the slot for another stream; closing twice is harmless."""
         if not self._closed:
             self._closed = True
-            self._decoder._core.close_slot(self.slot)
+            live = self._decoder._live
+            if live is not None:
+                live.close_slot(self.slot, self._generation)
 
     def __enter__(self) -> "MimiStream":
         return self
@@ -243,6 +258,7 @@ def from_transformers(
 
     No file is written. ``dec.decode(codes)`` then replaces ``model.decode(codes).audio_values[:, 0]``.
     """
+    _check_streams(max_streams)
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "state_dict"):
         raise ValueError("from_transformers takes a transformers MimiModel")
@@ -257,3 +273,8 @@ def from_transformers(
         config_json, tensors, source, device, precision, max_streams, threads
     )
     return MimiDecoder._wrap(core)
+
+
+def _check_streams(max_streams: int) -> None:
+    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+        raise ValueError(f"max_streams = {max_streams!r}: need a positive integer")

@@ -26,7 +26,8 @@ class SemanticSong:
     each frame's 8 hidden states in layer-major order: a torch bfloat16 tensor when torch is
     installed, what the acoustic stage consumes; otherwise numpy float32 holding the same bf16
     values. ``end`` is why it stopped: ``"end"`` (the model drew END), ``"max_frames"`` or
-    ``"cancelled"``.
+    ``"cancelled"`` (``"forced_done"`` only for teacher-forced songs, which ``generate`` does
+    not make).
     """
 
     codes: np.ndarray
@@ -75,6 +76,8 @@ class MusicSemantic:
         threads: Optional[int] = None,
         tokenizer: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
+        if isinstance(max_songs, bool) or not isinstance(max_songs, int) or max_songs < 1:
+            raise ValueError(f"max_songs = {max_songs!r}: need a positive integer")
         tok = None if tokenizer is None else os.fspath(tokenizer)
         self._core = MusicStage(model, device, precision, max_songs, max_context, threads, tok)
 
@@ -115,16 +118,19 @@ class MusicSemantic:
         """Generates one song, or several together when given lists.
 
         Give ``caption`` and ``lyrics`` (text; needs a tokenizer) or ``prompt_ids`` (``[P]`` or
-        ``[2, P]`` integers, or a list of them). Lists of captions, lyrics, prompt ids or seeds
-        make one song each (a single seed is shared); songs beyond ``max_songs`` start as others
-        finish. ``sampling`` is ``"seeded"`` (counter-based noise from the seed), ``"greedy"`` or
+        ``[2, P]`` integers; a nested list is one array). Lists of captions or lyrics, a list of
+        prompt-id arrays, or a sequence of seeds make one song each (a single seed is shared);
+        songs beyond ``max_songs`` start as others finish. ``sampling`` is ``"seeded"`` (counter-based noise from the seed), ``"greedy"`` or
         ``"noise"`` (the reference's noise). ``progress(song, frames_done, frames_total)`` is
         called after every frame. Ctrl-C cancels every song of the call and raises.
         """
         prompts, single = self._prompts(caption, lyrics, prompt_ids)
-        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(prompts)
+        seeds = [int(s) for s in np.ravel(seed)] if np.ndim(seed) else [int(seed)] * len(prompts)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} songs")
+        # Every song is checked before the first starts: a bad one cannot cancel the others.
+        for p in prompts:
+            self._core.check_song(p, seconds, sampling)
         results: List[Optional[SemanticSong]] = [None] * len(prompts)
         running = {}
         reported = {}
@@ -158,7 +164,10 @@ class MusicSemantic:
         if prompt_ids is not None:
             if caption is not None or lyrics is not None:
                 raise ValueError("give caption and lyrics, or prompt_ids, not both")
-            if isinstance(prompt_ids, (list, tuple)) and prompt_ids and not np.isscalar(prompt_ids[0]):
+            # Several songs: a list of arrays (or tensors). A list of lists is one array ([2, P]).
+            if isinstance(prompt_ids, (list, tuple)) and prompt_ids and all(
+                hasattr(p, "shape") for p in prompt_ids
+            ):
                 return [_arrays.as_codes(p, "prompt_ids")[0] for p in prompt_ids], False
             return [_arrays.as_codes(prompt_ids, "prompt_ids")[0]], True
         if caption is None or lyrics is None:

@@ -1,8 +1,9 @@
 //! Library errors as Python exceptions: bad input is a `ValueError`, a missing file an `OSError`,
-//! anything the device reports a `RuntimeError`; the message is the one the CLI prints.
+//! memory too small for what was asked a `MemoryError`, anything the device reports a
+//! `RuntimeError`; the message is the one the CLI prints.
 
 use chorus_core::Error;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 
 /// The Python exception for `e`.
@@ -11,6 +12,7 @@ pub fn to_py(e: Error) -> PyErr {
     match e {
         Error::Io { .. } | Error::Fetch { .. } => PyOSError::new_err(msg),
         Error::Backend { .. } => PyRuntimeError::new_err(msg),
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

@@ -7,8 +7,10 @@
 
 mod actor;
 mod errors;
+mod frames;
 mod mimi;
 mod music;
+mod slots;
 
 use pyo3::prelude::*;
 
@@ -19,11 +21,16 @@ fn _chorus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FRAME_SAMPLES", chorus_core::FRAME_SAMPLES)?;
     m.add("SAMPLE_RATE", mimi::SAMPLE_RATE)?;
-    m.add("cuda_available", chorus_cuda_available())?;
+    m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     Ok(())
 }
 
-/// Whether a usable CUDA device is present (the driver is loaded at run time).
-fn chorus_cuda_available() -> bool {
-    chorus_runtime::resolve(chorus_runtime::DeviceKind::Auto) == chorus_runtime::DeviceKind::Cuda
+/// Whether a usable CUDA device is present. The driver is loaded (and initialised) on the first
+/// call, not at import, so a process can import chorus and fork before touching CUDA.
+#[pyfunction]
+fn cuda_available(py: Python<'_>) -> bool {
+    py.detach(|| {
+        chorus_runtime::resolve(chorus_runtime::DeviceKind::Auto)
+            == chorus_runtime::DeviceKind::Cuda
+    })
 }

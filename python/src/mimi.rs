@@ -4,12 +4,12 @@
 //! time it runs. Every call validates its input on the calling thread, then hands one job to the
 //! decoder thread with the GIL released; long decodes go in chunks so Ctrl-C is seen between them.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use chorus_core::codes::CodesBatch;
 use chorus_core::{
-    Buckets, Error, Frame, FrameDecoder, FrameInput, HostTensor, Precision, DEFAULT_BUCKETS,
-    FRAME_SAMPLES, WHOLE_SEQUENCE_CHUNK,
+    Buckets, Frame, FrameDecoder, HostTensor, Precision, DEFAULT_BUCKETS, FRAME_SAMPLES,
+    WHOLE_SEQUENCE_CHUNK,
 };
 use chorus_mimi::checkpoint::source::MemorySource;
 use chorus_mimi::checkpoint::{load_model, load_source, LoadedModel};
@@ -21,15 +21,13 @@ use pyo3::types::PyDict;
 
 use crate::actor::Actor;
 use crate::errors::IntoPy;
+use crate::frames::{decode_block, read_block, read_frame, ChunkJob, Limits};
+use crate::slots::SlotTable;
 
 /// Frames decoded per job of a whole-sequence decode: Ctrl-C is checked between jobs.
 const DECODE_CHUNK_FRAMES: usize = 64;
 /// Output sample rate of Mimi.
 pub const SAMPLE_RATE: usize = 24_000;
-
-const OP_STEP: &str = "Decoder.step";
-const OP_DECODE: &str = "Decoder.decode";
-const OP_SLOTS: &str = "Decoder.slots";
 
 type Dec = Box<dyn FrameDecoder>;
 
@@ -49,29 +47,8 @@ struct Info {
 #[pyclass(module = "chorus._chorus", name = "Decoder", frozen)]
 pub struct PyDecoder {
     actor: Actor<Dec>,
-    /// `true` for slots held by an open stream or a running decode.
-    held: Mutex<Vec<bool>>,
+    slots: Arc<SlotTable>,
     info: Info,
-}
-
-/// Slots leased by a whole-sequence decode, returned however it ends.
-struct Lease<'a> {
-    held: &'a Mutex<Vec<bool>>,
-    slots: Vec<usize>,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        let mut held = lock(self.held);
-        for &s in &self.slots {
-            held[s] = false;
-        }
-    }
-}
-
-fn lock(m: &Mutex<Vec<bool>>) -> MutexGuard<'_, Vec<bool>> {
-    // A panic while holding this lock cannot leave the flags half-written: recover them.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct OpenArgs {
@@ -130,7 +107,7 @@ impl PyDecoder {
         let (max_slots, largest_batch, codebook_size, max_codebooks, latent_dim, describe) = info;
         Ok(Self {
             actor,
-            held: Mutex::new(vec![false; max_slots]),
+            slots: Arc::new(SlotTable::new(max_slots)),
             info: Info {
                 max_slots,
                 largest_batch,
@@ -143,23 +120,6 @@ impl PyDecoder {
             },
         })
     }
-
-    fn check_open(&self, slot: usize) -> PyResult<()> {
-        match lock(&self.held).get(slot) {
-            Some(true) => Ok(()),
-            _ => Err(Error::input(
-                OP_SLOTS,
-                format!("slot {slot} is not an open stream"),
-            ))
-            .py_err(),
-        }
-    }
-}
-
-/// One frame of one stream, copied out of Python.
-enum Input {
-    Codes(Vec<u32>),
-    Latent(Vec<f32>),
 }
 
 #[pymethods]
@@ -234,7 +194,9 @@ impl PyDecoder {
             self.info.max_codebooks,
         )
         .py_err()?;
-        let lease = self.lease(batch.streams)?;
+        let want = batch.streams.min(self.info.largest_batch);
+        let table = self.slots.clone();
+        let lease = py.detach(|| table.lease(want)).py_err()?;
         let batch = Arc::new(batch);
         let (streams, frames) = (batch.streams, batch.frames);
         let mut out = vec![0f32; streams * frames * FRAME_SAMPLES];
@@ -266,76 +228,87 @@ impl PyDecoder {
         PyArray1::from_vec(py, out).reshape([streams, frames * FRAME_SAMPLES])
     }
 
-    /// Takes a free slot for a new stream, reset to the zero state.
-    fn open_slot(&self, py: Python<'_>) -> PyResult<usize> {
-        let slot = {
-            let mut held = lock(&self.held);
-            let Some(slot) = held.iter().position(|h| !h) else {
-                return Err(Error::input(
-                    OP_SLOTS,
-                    format!(
-                        "all {} streams are open; close one or raise max_streams",
-                        held.len()
-                    ),
-                ))
-                .py_err();
-            };
-            held[slot] = true;
-            slot
-        };
+    /// Takes a free slot for a new stream, reset to the zero state: `(slot, generation)`.
+    fn open_slot(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        let table = self.slots.clone();
+        let (slot, generation) = py.detach(|| table.open()).py_err()?;
         if let Err(e) = self
             .call(py, move |d| d.reset(slot))
             .and_then(|r| r.py_err())
         {
-            lock(&self.held)[slot] = false;
+            self.slots.close(slot, generation).py_err()?;
             return Err(e);
         }
-        Ok(slot)
+        Ok((slot, generation))
     }
 
     /// Returns a stream's slot to the pool.
-    fn close_slot(&self, slot: usize) -> PyResult<()> {
-        self.check_open(slot)?;
-        lock(&self.held)[slot] = false;
-        Ok(())
+    fn close_slot(&self, slot: usize, generation: u64) -> PyResult<()> {
+        self.slots.close(slot, generation).py_err()
     }
 
     /// Returns an open stream to the zero state.
-    fn reset(&self, py: Python<'_>, slot: usize) -> PyResult<()> {
-        self.check_open(slot)?;
-        self.call(py, move |d| d.reset(slot))?.py_err()
+    fn reset(&self, py: Python<'_>, slot: usize, generation: u64) -> PyResult<()> {
+        let table = self.slots.clone();
+        self.call(py, move |d| {
+            table.check(slot, generation)?;
+            d.reset(slot)
+        })?
+        .py_err()
     }
 
-    /// One step over several open streams: `frames` is `[(slot, codes int64 [n_q] or latent
-    /// float32 [latent_dim])]`; returns PCM `[len(frames), 1920]`.
+    /// One step over several open streams: `frames` is `[(slot, generation, codes int64 [n_q]
+    /// or latent float32 [latent_dim])]`; returns PCM `[len(frames), 1920]`.
     fn step<'py>(
         &self,
         py: Python<'py>,
-        frames: Vec<(usize, Bound<'py, PyAny>)>,
+        frames: Vec<(usize, u64, Bound<'py, PyAny>)>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let mut inputs = Vec::with_capacity(frames.len());
-        for (row, (slot, value)) in frames.iter().enumerate() {
-            self.check_open(*slot)?;
-            inputs.push((*slot, self.read_input(row, value)?));
+        for (row, (slot, generation, value)) in frames.iter().enumerate() {
+            self.slots.check(*slot, *generation).py_err()?;
+            let input = read_frame(row, value, self.limits()).py_err()?;
+            inputs.push((*slot, *generation, input));
         }
         let n = inputs.len();
+        let table = self.slots.clone();
         let pcm = self
             .call(py, move |d| {
+                // Checked again in order with other jobs: a stream closed meanwhile is refused.
+                for (slot, generation, _) in &inputs {
+                    table.check(*slot, *generation)?;
+                }
                 let frames: Vec<Frame<'_>> = inputs
                     .iter()
-                    .map(|(slot, input)| Frame {
-                        slot: *slot,
-                        input: match input {
-                            Input::Codes(c) => FrameInput::Codes(c),
-                            Input::Latent(l) => FrameInput::Latent(l),
-                        },
-                    })
+                    .map(|(slot, _, i)| i.as_frame(*slot))
                     .collect();
                 let mut pcm = vec![0f32; frames.len() * FRAME_SAMPLES];
                 d.step(&frames, &mut pcm).map(|()| pcm)
             })?
             .py_err()?;
         PyArray1::from_vec(py, pcm).reshape([n, FRAME_SAMPLES])
+    }
+
+    /// The next frames of one stream in one call: codes `[n_q]` / `[n_q, k]` (int64) or latents
+    /// `[latent_dim]` / `[latent_dim, k]` (float32), all checked before any is decoded; returns
+    /// `k * 1920` samples.
+    fn stream_decode<'py>(
+        &self,
+        py: Python<'py>,
+        slot: usize,
+        generation: u64,
+        block: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        self.slots.check(slot, generation).py_err()?;
+        let block = read_block(block, self.limits()).py_err()?;
+        let table = self.slots.clone();
+        let pcm = self
+            .call(py, move |d| {
+                table.check(slot, generation)?;
+                decode_block(d.as_mut(), slot, &block)
+            })?
+            .py_err()?;
+        Ok(PyArray1::from_vec(py, pcm))
     }
 
     #[getter]
@@ -381,7 +354,7 @@ impl PyDecoder {
     /// Streams open now.
     #[getter]
     fn open_streams(&self) -> usize {
-        lock(&self.held).iter().filter(|&&h| h).count()
+        self.slots.streams()
     }
 }
 
@@ -395,137 +368,11 @@ impl PyDecoder {
         py.detach(|| self.actor.call(f)).py_err()
     }
 
-    /// Leases up to `want` free slots (at least one), at most one batch.
-    fn lease(&self, want: usize) -> PyResult<Lease<'_>> {
-        let mut held = lock(&self.held);
-        let cap = want.min(self.info.largest_batch);
-        let slots: Vec<usize> = (0..held.len()).filter(|&s| !held[s]).take(cap).collect();
-        if slots.is_empty() {
-            return Err(Error::input(
-                OP_DECODE,
-                format!(
-                    "all {} slots are held by open streams; close a stream or raise max_streams",
-                    held.len()
-                ),
-            ))
-            .py_err();
+    fn limits(&self) -> Limits {
+        Limits {
+            codebook_size: self.info.codebook_size,
+            max_codebooks: self.info.max_codebooks,
+            latent_dim: self.info.latent_dim,
         }
-        for &s in &slots {
-            held[s] = true;
-        }
-        Ok(Lease {
-            held: &self.held,
-            slots,
-        })
-    }
-
-    fn read_input(&self, row: usize, value: &Bound<'_, PyAny>) -> PyResult<Input> {
-        if let Ok(a) = value.extract::<PyReadonlyArrayDyn<'_, i64>>() {
-            if a.ndim() != 1 {
-                return Err(Error::input(
-                    OP_STEP,
-                    format!(
-                        "frame {row}: codes have shape {:?}, expected [n_q]",
-                        a.shape()
-                    ),
-                ))
-                .py_err();
-            }
-            let mut codes = Vec::with_capacity(a.len());
-            for (q, &c) in a.as_array().iter().enumerate() {
-                if c < 0 || c as u64 >= self.info.codebook_size as u64 {
-                    return Err(Error::CodeOutOfRange {
-                        op: OP_STEP,
-                        row,
-                        codebook: q,
-                        code: c,
-                        cardinality: self.info.codebook_size,
-                    })
-                    .py_err();
-                }
-                codes.push(c as u32);
-            }
-            return Ok(Input::Codes(codes));
-        }
-        if let Ok(a) = value.extract::<PyReadonlyArrayDyn<'_, f32>>() {
-            if a.shape() != [self.info.latent_dim] {
-                return Err(Error::input(
-                    OP_STEP,
-                    format!(
-                        "frame {row}: latent has shape {:?}, expected [{}]",
-                        a.shape(),
-                        self.info.latent_dim
-                    ),
-                ))
-                .py_err();
-            }
-            return Ok(Input::Latent(a.as_array().iter().copied().collect()));
-        }
-        Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "frame {row}: expected an int64 codes array or a float32 latent array"
-        )))
-    }
-}
-
-/// Frames `frames` of the streams `group`, stream `group[i]` in `slots[i]`.
-struct ChunkJob {
-    batch: Arc<CodesBatch>,
-    group: Vec<usize>,
-    slots: Vec<usize>,
-    frames: std::ops::Range<usize>,
-}
-
-impl ChunkJob {
-    /// PCM `[group, frames, 1920]`: whole chunks of the decoder's `chunk_frames` per step, the
-    /// rest frame by frame.
-    fn run(&self, d: &mut dyn FrameDecoder) -> chorus_core::Result<Vec<f32>> {
-        let (g, len, n_q) = (self.group.len(), self.frames.len(), self.batch.n_q);
-        let k = d.chunk_frames();
-        let mut out = vec![0f32; g * len * FRAME_SAMPLES];
-        let mut frame = Vec::with_capacity(n_q);
-        let mut done = 0;
-        if k > 1 {
-            let mut codes = vec![0u32; g * k * n_q];
-            let mut pcm = vec![0f32; g * k * FRAME_SAMPLES];
-            while done + k <= len {
-                for (i, &s) in self.group.iter().enumerate() {
-                    for f in 0..k {
-                        self.batch
-                            .frame(s, self.frames.start + done + f, &mut frame);
-                        codes[(i * k + f) * n_q..(i * k + f + 1) * n_q].copy_from_slice(&frame);
-                    }
-                }
-                d.step_chunk(&self.slots, &codes, n_q, &mut pcm)?;
-                for i in 0..g {
-                    let dst = (i * len + done) * FRAME_SAMPLES;
-                    let src = &pcm[i * k * FRAME_SAMPLES..(i + 1) * k * FRAME_SAMPLES];
-                    out[dst..dst + src.len()].copy_from_slice(src);
-                }
-                done += k;
-            }
-        }
-        let mut pcm = vec![0f32; g * FRAME_SAMPLES];
-        let mut codes: Vec<Vec<u32>> = vec![Vec::with_capacity(n_q); g];
-        for f in done..len {
-            let t = self.frames.start + f;
-            for (c, &s) in codes.iter_mut().zip(&self.group) {
-                self.batch.frame(s, t, c);
-            }
-            let frames: Vec<Frame<'_>> = codes
-                .iter()
-                .zip(&self.slots)
-                .map(|(c, &slot)| Frame {
-                    slot,
-                    input: FrameInput::Codes(c),
-                })
-                .collect();
-            d.step(&frames, &mut pcm)?;
-            for i in 0..g {
-                let dst = (i * len + f) * FRAME_SAMPLES;
-                out[dst..dst + FRAME_SAMPLES]
-                    .copy_from_slice(&pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES]);
-            }
-        }
-        Ok(out)
     }
 }

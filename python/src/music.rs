@@ -145,6 +145,33 @@ impl PyMusicStage {
         prompt_array(py, &ids)
     }
 
+    /// Checks a song as [`Self::add_song`] would, without adding it: several songs of one call
+    /// are all checked before the first starts.
+    #[pyo3(signature = (prompt_ids, seconds, sampling="seeded"))]
+    fn check_song(
+        &self,
+        prompt_ids: PyReadonlyArrayDyn<'_, i64>,
+        seconds: f64,
+        sampling: &str,
+    ) -> PyResult<()> {
+        let prompt = read_prompt(&prompt_ids, self.info.vocab).py_err()?;
+        let frames = frames_for_seconds(seconds).py_err()?;
+        Sampling::parse(sampling, 0).py_err()?;
+        let need = prompt.len() + frames + 1;
+        if need > self.info.max_context {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "the song needs {need} positions (prompt {} + {frames} frames + 1) but the stage holds {} per song; open it with max_context >= {need}",
+                    prompt.len(),
+                    self.info.max_context
+                ),
+            ))
+            .py_err();
+        }
+        Ok(())
+    }
+
     /// Adds a song; `prompt_ids` is `[P]` (the CFG row is derived) or `[2, P]`. Returns its id.
     #[pyo3(signature = (prompt_ids, seconds, seed=0, sampling="seeded", allow_end=true))]
     fn add_song(
@@ -349,6 +376,9 @@ fn prompt_array<'py>(py: Python<'py>, ids: &PromptIds) -> PyResult<Bound<'py, Py
 /// `[P]` or `[2, P]` ids, each in the vocabulary.
 fn read_prompt(a: &PyReadonlyArrayDyn<'_, i64>, vocab: usize) -> chorus_core::Result<PromptIds> {
     let values: Vec<i64> = a.as_array().iter().copied().collect();
+    if values.is_empty() {
+        return Err(Error::input(OP, "prompt ids are empty"));
+    }
     let ids = values
         .iter()
         .enumerate()

@@ -53,7 +53,7 @@ def section(name: str) -> None:
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-print(f"chorus {chorus.__version__}, cuda_available={chorus.cuda_available}, torch {torch.__version__}, "
+print(f"chorus {chorus.__version__}, cuda_available={chorus.cuda_available()}, torch {torch.__version__}, "
       f"python {sys.version.split()[0]}, {torch.cuda.get_device_name()}")
 
 section("(1) MimiDecoder on CUDA vs transformers fixtures")

@@ -99,7 +99,10 @@ def test_slots_are_leased_and_freed():
     with pytest.raises(ValueError, match="closed"):
         a.decode(np.zeros(8, dtype=np.int64))
     # The freed slot serves a whole-sequence decode beside the open stream, then a new stream.
-    assert dec.decode(np.zeros((2, 8, 2), dtype=np.int64)).shape == (2, 2 * 1920)
+    two = np.random.default_rng(4).integers(0, 2048, size=(2, 8, 2))
+    got = dec.decode(two)
+    assert got.shape == (2, 2 * 1920)
+    assert np.abs(got[1] - dec.decode(two[1])[0]).max() <= 1e-6
     c = dec.stream()
     assert c.slot == a.slot and dec.open_streams == 2
     b.close()
@@ -203,3 +206,84 @@ def test_decoding_releases_the_gil(decoder):
     elapsed = time.perf_counter() - start
     # With the GIL held for the whole decode this loop could not run at all.
     assert elapsed > 0.1 and ticks >= 20, (elapsed, ticks)
+
+
+def test_concurrent_decodes_share_the_slots_and_wait_for_each_other():
+    dec = chorus.MimiDecoder("random", device="cpu", max_streams=4)
+    rng = np.random.default_rng(21)
+    jobs = [rng.integers(0, 2048, size=(4, 8, 20)) for _ in range(2)]
+    want = [dec.decode(j) for j in jobs]
+    got = [None, None]
+    errors = []
+
+    def work(i):
+        try:
+            got[i] = dec.decode(jobs[i])
+        except Exception as e:  # noqa: BLE001 - the test reports whatever was raised
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    # A stream opened while the decodes hold every slot waits for one instead of failing.
+    with dec.stream() as s:
+        assert dec.open_streams == 1
+        s.decode(jobs[0][0][:, :2])
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for g, w in zip(got, want):
+        assert np.abs(g - w).max() <= 1e-6
+
+
+def test_a_stream_closed_under_a_running_call_never_touches_the_next_owner():
+    dec = chorus.MimiDecoder("random", device="cpu", max_streams=1)
+    codes = np.random.default_rng(8).integers(0, 2048, size=(8, 12))
+    fresh = dec.decode(codes)[0]
+    for _ in range(3):
+        s = dec.stream()
+        outcome = []
+
+        def work(s=s, outcome=outcome):
+            try:
+                for _ in range(20):
+                    s.decode(codes[:, :6])
+                outcome.append("done")
+            except ValueError as e:
+                outcome.append(str(e))
+
+        t = threading.Thread(target=work)
+        t.start()
+        time.sleep(0.05)
+        s.close()
+        with dec.stream() as s2:
+            # The slot's next owner decodes exactly like a fresh stream.
+            assert np.abs(s2.decode(codes) - fresh).max() <= 1e-6
+        t.join()
+        assert outcome and (outcome[0] == "done" or "closed" in outcome[0]), outcome
+
+
+def test_a_refused_block_leaves_the_stream_unchanged(decoder):
+    codes = np.random.default_rng(12).integers(0, 2048, size=(8, 8))
+    bad = codes.copy()
+    bad[3, 5] = 4096
+    with decoder.stream() as s:
+        with pytest.raises(ValueError, match="frame 5, codebook 3"):
+            s.decode(bad)
+        assert np.abs(s.decode(codes) - decoder.decode(codes)[0]).max() <= 1e-5
+
+
+def test_impossible_sizes_and_closed_decoders_raise():
+    with pytest.raises(ValueError, match="max_streams"):
+        chorus.MimiDecoder("random", device="cpu", max_streams=0)
+    with pytest.raises(MemoryError, match="cannot allocate"):
+        chorus.MimiDecoder("random", device="cpu", max_streams=10**9)
+    dec = chorus.MimiDecoder("random", device="cpu", max_streams=1)
+    s = dec.stream()
+    dec.close()
+    with pytest.raises(ValueError, match="decoder is closed"):
+        dec.decode(np.zeros((8, 1), dtype=np.int64))
+    with pytest.raises(ValueError, match="decoder is closed"):
+        s.decode(np.zeros(8, dtype=np.int64))
+    s.close()
+    assert isinstance(chorus.cuda_available(), bool)

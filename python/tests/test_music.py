@@ -151,3 +151,28 @@ def test_bad_requests_raise_and_change_nothing(stage, tmp_path):
     assert stage._core.active == 0
     with pytest.raises(OSError):
         chorus.MusicSemantic(str(tmp_path / "missing"), device="cpu")
+
+
+def test_prompt_forms_and_seeds(stage):
+    cond = prompt(31, 30)
+    pair = np.stack([cond, cond])
+    pair[1, 1:-2] = 151654
+    one = stage.generate(prompt_ids=pair.tolist(), seconds=1, seed=3)
+    assert isinstance(one, chorus.SemanticSong), "a nested list is one [2, P] prompt"
+    assert np.array_equal(one.codes, stage.generate(prompt_ids=cond, seconds=1, seed=3).codes)
+    two = stage.generate(prompt_ids=[cond, cond], seconds=1, seed=np.array([3, 4]))
+    assert np.array_equal(two[0].codes, one.codes)
+    assert not np.array_equal(two[1].codes, one.codes)
+    with pytest.raises(ValueError, match="empty"):
+        stage.generate(prompt_ids=np.array([], dtype=np.int64))
+
+
+def test_a_bad_song_is_refused_before_any_starts(stage):
+    seen = []
+    bad = np.array([5, -1, 7])
+    with pytest.raises(ValueError, match="negative"):
+        stage.generate(prompt_ids=[prompt(1), prompt(2), bad], seconds=1,
+                       progress=lambda *a: seen.append(a))
+    assert seen == [] and stage._core.active == 0
+    with pytest.raises(ValueError, match="max_songs"):
+        chorus.MusicSemantic("random-small", device="cpu", max_songs=0)

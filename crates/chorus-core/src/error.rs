@@ -74,6 +74,8 @@ pub enum Error {
         backend: &'static str,
         reason: String,
     },
+    #[error("{op}: cannot allocate {bytes} bytes: too many streams, songs or positions for this machine's memory")]
+    OutOfMemory { op: &'static str, bytes: usize },
     #[error("{op}: {path}: {source}")]
     Io {
         op: &'static str,

@@ -137,7 +137,7 @@ impl Backend for CpuBackend {
     }
 
     fn zeros(&self, len: usize, _role: BufRole) -> Result<CpuBuf> {
-        Ok(CpuBuf::new(vec![0.0; len]))
+        Ok(CpuBuf::new(try_filled(len, 0.0, "CpuBackend::zeros")?))
     }
 
     fn upload(&self, data: &[f32], _role: BufRole) -> Result<CpuBuf> {
@@ -145,7 +145,7 @@ impl Backend for CpuBackend {
     }
 
     fn ints(&self, len: usize, value: i32) -> Result<CpuInts> {
-        Ok(CpuInts(vec![value; len]))
+        Ok(CpuInts(try_filled(len, value, "CpuBackend::ints")?))
     }
 
     fn download(&self, buf: &CpuBuf) -> Result<Vec<f32>> {
@@ -257,5 +257,55 @@ impl Backend for CpuBackend {
 
     fn run(&self, _key: usize, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
         program(self)
+    }
+}
+
+/// `len` copies of `value`, or an error naming the bytes when the allocation fails: a stream or
+/// song count too large for the machine is refused, not an abort of the process. Zeros come from
+/// a zeroed allocation, so untouched pages (idle slots) cost no memory.
+fn try_filled<T: Copy + Default + PartialEq>(
+    len: usize,
+    value: T,
+    op: &'static str,
+) -> Result<Vec<T>> {
+    let failed = || chorus_core::Error::OutOfMemory {
+        op,
+        bytes: len.saturating_mul(std::mem::size_of::<T>()),
+    };
+    if value != T::default() || len == 0 || std::mem::size_of::<T>() == 0 {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| failed())?;
+        v.resize(len, value);
+        return Ok(v);
+    }
+    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| failed())?;
+    // SAFETY: `layout` has a non-zero size (len > 0, T not zero-sized); callers use this only for
+    // f32 and i32, whose all-zero bit pattern is their default value 0.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if ptr.is_null() {
+        return Err(failed());
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of `[T; len]`, and all
+    // `len` elements are initialised (zero bits are a valid T here).
+    Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
+#[cfg(test)]
+mod alloc_tests {
+    use super::*;
+
+    #[test]
+    fn an_allocation_too_large_is_an_error_not_an_abort() {
+        let be = CpuBackend::new(Some(1)).unwrap();
+        let e = be
+            .zeros(usize::MAX / 16, BufRole::State)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("cannot allocate"), "{e}");
+        assert!(be.ints(usize::MAX / 16, 7).is_err());
+        let z = be.zeros(1000, BufRole::State).unwrap();
+        assert!(z.0.iter().all(|&x| x == 0.0));
+        assert_eq!(be.ints(3, 5).unwrap().0, vec![5, 5, 5]);
     }
 }

@@ -52,9 +52,15 @@ async fn streams_spread_over_two_servers_and_each_is_checked_on_its_own() {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert!(report.verify.bit_exact, "{}", report.summary());
     assert_eq!(report.verify.frames_checked, 60);
-    assert!(report.server.is_none(), "one server's stats stand for one server only");
+    assert!(
+        report.server.is_none(),
+        "one server's stats stand for one server only"
+    );
     let addrs: Vec<String> = report.servers.iter().map(|s| s.addr.clone()).collect();
-    assert_eq!(addrs, [a.local_addr().to_string(), b.local_addr().to_string()]);
+    assert_eq!(
+        addrs,
+        [a.local_addr().to_string(), b.local_addr().to_string()]
+    );
     // Round-robin: three streams of ten frames on each, plus each server's whole-file decodes.
     for s in &report.servers {
         assert!(s.frames_decoded >= 30, "{s:?}");
