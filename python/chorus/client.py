@@ -308,6 +308,38 @@ async def _recv_or_timeout(coro: Awaitable[_R], timeout: Optional[float]) -> _R:
     return await asyncio.wait_for(coro, timeout)
 
 
+async def _handshake(
+    url: str,
+    request: Mapping[str, Any],
+    expect: str,
+    open_timeout: Optional[float],
+    reply_timeout: Optional[float],
+) -> Tuple[Any, Dict[str, Any]]:
+    """Connects, sends ``request`` and returns the connection with its ``expect`` reply; a
+    refusal raises the server's error (the connection closed either way)."""
+    ws = await _ws_open(url, open_timeout)
+    try:
+        await ws.send(json.dumps(request))
+        reply = await _recv_or_timeout(ws.recv(), reply_timeout)
+    except ConnectionClosed as exc:
+        raise _closed_error(exc) from None
+    except BaseException:
+        await _ws_close(ws)
+        raise
+    try:
+        msg = _parse_json(reply)
+        if msg.get("type") == "error":
+            err = _server_error(msg)
+            await _close_after_error(ws, err)
+            raise err
+        if msg.get("type") != expect:
+            raise _protocol_error(f"expected `{expect}`, got {reply!r:.200}")
+        return ws, msg
+    except BaseException:
+        await _ws_close(ws)
+        raise
+
+
 class _Connection:
     """What :class:`Opening` manages: something with an abrupt :meth:`abort`."""
 
@@ -404,27 +436,8 @@ class Stream(_Connection):
         open_msg: Mapping[str, Any],
         open_timeout: Optional[float],
     ) -> Stream:
-        ws = await _ws_open(url, open_timeout)
-        try:
-            await ws.send(json.dumps(open_msg))
-            reply = await _recv_or_timeout(ws.recv(), open_timeout)
-        except ConnectionClosed as exc:
-            raise _closed_error(exc) from None
-        except BaseException:
-            await _ws_close(ws)
-            raise
-        try:
-            msg = _parse_json(reply)
-            if msg.get("type") == "error":
-                err = _server_error(msg)
-                await _close_after_error(ws, err)
-                raise err
-            if msg.get("type") != "opened":
-                raise _protocol_error(f"expected `opened`, got {reply!r:.200}")
-            return cls(ws, msg)
-        except BaseException:
-            await _ws_close(ws)
-            raise
+        ws, msg = await _handshake(url, open_msg, "opened", open_timeout, open_timeout)
+        return cls(ws, msg)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -901,28 +914,9 @@ class MusicStream(_Connection):
     async def _open(
         cls, url: str, start: Mapping[str, Any], open_timeout: Optional[float]
     ) -> MusicStream:
-        ws = await _ws_open(url, open_timeout)
-        try:
-            await ws.send(json.dumps(start))
-            # Admission includes the prompt's prefill, which has no fixed bound: no timeout here.
-            reply = await ws.recv()
-        except ConnectionClosed as exc:
-            raise _closed_error(exc) from None
-        except BaseException:
-            await _ws_close(ws)
-            raise
-        try:
-            msg = _parse_json(reply)
-            if msg.get("type") == "error":
-                err = _server_error(msg)
-                await _close_after_error(ws, err)
-                raise err
-            if msg.get("type") != "started":
-                raise _protocol_error(f"expected `started`, got {reply!r:.200}")
-            return cls(ws, msg)
-        except BaseException:
-            await _ws_close(ws)
-            raise
+        # Admission includes the prompt's prefill, which has no fixed bound: no reply timeout.
+        ws, msg = await _handshake(url, start, "started", open_timeout, None)
+        return cls(ws, msg)
 
     @property
     def closed(self) -> bool:

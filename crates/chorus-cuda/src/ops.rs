@@ -159,19 +159,7 @@ impl Backend for CudaBackend {
         // Steps sync before returning, but a view must never race a replay still reading inputs.
         self.bind()?;
         self.sync()?;
-        let CudaStaging {
-            slots,
-            codes,
-            latents,
-            pcm,
-            ..
-        } = staging;
-        Ok(StagingView {
-            slots: slots.as_mut_slice(),
-            codes: codes.as_mut_slice(),
-            latents: latents.as_mut_slice(),
-            pcm: pcm.as_slice(),
-        })
+        self.staging_view_nowait(staging)
     }
 
     fn staging_view_nowait<'s>(&self, staging: &'s mut CudaStaging) -> Result<StagingView<'s>> {

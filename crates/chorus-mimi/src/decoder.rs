@@ -329,7 +329,13 @@ impl<B: LmOps> SlotDecoder<B> {
     }
 
     pub(crate) fn run_bucket(&mut self, index: usize) -> Result<()> {
-        let (rows, frames) = self.program_shape(index);
+        self.run_area(index, None)
+    }
+
+    /// Runs the program of staging area `area` and waits (`parity: None`), or queues it between
+    /// the markers of pipeline parity `parity`.
+    pub(crate) fn run_area(&mut self, area: usize, parity: Option<usize>) -> Result<()> {
+        let (rows, frames) = self.program_shape(area);
         let shape = StepShape {
             cfg: &self.cfg,
             rows,
@@ -337,8 +343,8 @@ impl<B: LmOps> SlotDecoder<B> {
             dummy: self.max_slots,
         };
         let (weights, state, acts) = (&self.weights, &mut self.state, &mut self.acts);
-        let staging = &mut self.staging[index];
-        self.be.run(index, &mut |be: &B| {
+        let staging = &mut self.staging[area];
+        let mut program = |be: &B| {
             let bufs = StepBuffers {
                 weights,
                 state: &mut *state,
@@ -346,7 +352,15 @@ impl<B: LmOps> SlotDecoder<B> {
                 staging: &mut *staging,
             };
             forward(be, &shape, bufs)
-        })
+        };
+        match parity {
+            None => self.be.run(area, &mut program),
+            Some(p) => {
+                let (start, end) = &mut self.marks[p];
+                self.be.record(start)?;
+                self.be.launch(area, &mut program, end)
+            }
+        }
     }
 }
 

@@ -11,7 +11,6 @@ use std::time::Instant;
 use chorus_core::{Error, Frame, FrameInput, LmOps, Result, StepDone, FRAME_SAMPLES, NO_CODE};
 
 use super::SlotDecoder;
-use crate::program::{forward, StepBuffers, StepShape};
 
 /// Steps that may be queued at once: one running, one staged behind it.
 pub const PIPELINE_DEPTH: usize = 2;
@@ -84,7 +83,7 @@ impl<B: LmOps> SlotDecoder<B> {
         let area = self.frame_area(self.bucket_for(n), parity);
         self.write_frames(area, frames)?;
         let started = Instant::now();
-        self.launch_area(area, parity)?;
+        self.run_area(area, Some(parity))?;
         self.inflight.push_back(InFlight {
             parity,
             area,
@@ -119,33 +118,5 @@ impl<B: LmOps> SlotDecoder<B> {
             rows: f.rows,
             device_seconds,
         })
-    }
-
-    /// Queues the program of `area` between the markers of `parity`.
-    fn launch_area(&mut self, area: usize, parity: usize) -> Result<()> {
-        let (rows, frames) = self.shapes[area];
-        let shape = StepShape {
-            cfg: &self.cfg,
-            rows,
-            frames,
-            dummy: self.max_slots,
-        };
-        let (weights, state, acts) = (&self.weights, &mut self.state, &mut self.acts);
-        let staging = &mut self.staging[area];
-        let (start, end) = &mut self.marks[parity];
-        self.be.record(start)?;
-        self.be.launch(
-            area,
-            &mut |be: &B| {
-                let bufs = StepBuffers {
-                    weights,
-                    state: &mut *state,
-                    acts: &mut *acts,
-                    staging: &mut *staging,
-                };
-                forward(be, &shape, bufs)
-            },
-            end,
-        )
     }
 }
