@@ -3,7 +3,8 @@
 //!
 //! Loading normalises both checkpoint layouts to [`weights::MimiWeights`] (HF names and shapes);
 //! [`prepare`] then derives the backend layouts once, and [`decoder::SlotDecoder`] owns the
-//! per-slot state and issues one program of ops per step.
+//! per-slot state and issues one program of ops per step: one frame per slot, or a chunk of
+//! consecutive frames for whole files, run at once or queued while the next step is staged.
 
 pub mod checkpoint;
 pub mod config;
