@@ -260,14 +260,20 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Element types whose all-zero bit pattern is a valid value, equal to `T::default()`.
+///
+/// # Safety
+/// Implement only for such types.
+unsafe trait Zeroable: Copy + Default + PartialEq {}
+// SAFETY: 0.0f32 is all-zero bits.
+unsafe impl Zeroable for f32 {}
+// SAFETY: 0i32 is all-zero bits.
+unsafe impl Zeroable for i32 {}
+
 /// `len` copies of `value`, or an error naming the bytes when the allocation fails: a stream or
 /// song count too large for the machine is refused, not an abort of the process. Zeros come from
 /// a zeroed allocation, so untouched pages (idle slots) cost no memory.
-fn try_filled<T: Copy + Default + PartialEq>(
-    len: usize,
-    value: T,
-    op: &'static str,
-) -> Result<Vec<T>> {
+fn try_filled<T: Zeroable>(len: usize, value: T, op: &'static str) -> Result<Vec<T>> {
     let failed = || chorus_core::Error::OutOfMemory {
         op,
         bytes: len.saturating_mul(std::mem::size_of::<T>()),
@@ -279,8 +285,8 @@ fn try_filled<T: Copy + Default + PartialEq>(
         return Ok(v);
     }
     let layout = std::alloc::Layout::array::<T>(len).map_err(|_| failed())?;
-    // SAFETY: `layout` has a non-zero size (len > 0, T not zero-sized); callers use this only for
-    // f32 and i32, whose all-zero bit pattern is their default value 0.
+    // SAFETY: `layout` has a non-zero size (len > 0, T not zero-sized); `Zeroable` types have
+    // all-zero bits as their default value.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
     if ptr.is_null() {
         return Err(failed());

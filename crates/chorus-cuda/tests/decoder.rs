@@ -135,7 +135,8 @@ fn cuda_single_stream_decode_with_reset_flag() {
 }
 
 /// Whole-sequence steps on CUDA (`step_chunk`, 16 frames per slot per step) against the CPU
-/// decoding frame by frame, past the 250-token attention window.
+/// decoding frame by frame: 3 single frames, then 10 chunks, so that chunks straddle the end of
+/// the KV ring (288 entries) and the 250-token window.
 #[test]
 fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
     if !chorus_cuda::cuda_available() {
@@ -143,18 +144,22 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
         return;
     }
     const CHUNK: usize = chorus_core::WHOLE_SEQUENCE_CHUNK;
-    const CHUNKS: usize = 9;
+    const LEAD: usize = 3;
+    const CHUNKS: usize = 10;
+    const FS: usize = chorus_core::FRAME_SAMPLES;
     let cfg = MimiConfig {
         num_quantizers: CODEBOOKS,
         ..Default::default()
     };
     let model = random_model(&cfg, SEED).expect("random model");
     let mut rng = Rng::new(SEED + 2);
-    let frames = CHUNK * CHUNKS;
+    let frames = LEAD + CHUNK * CHUNKS;
     // [streams, frames, n_q]
     let codes: Vec<u32> = (0..2 * frames * CODEBOOKS)
         .map(|_| rng.below(cfg.codebook_size) as u32)
         .collect();
+    let frame =
+        |s: usize, t: usize| &codes[(s * frames + t) * CODEBOOKS..(s * frames + t + 1) * CODEBOOKS];
     let opts = |chunk_frames| DecoderOptions {
         max_slots: 2,
         buckets: Buckets::new(&[1, 2]).expect("buckets"),
@@ -164,18 +169,12 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
         .expect("cpu decoder");
     let mut want = vec![Vec::new(); 2];
     for t in 0..frames {
-        let c: Vec<u32> = (0..2)
-            .flat_map(|s| {
-                codes[(s * frames + t) * CODEBOOKS..(s * frames + t + 1) * CODEBOOKS].to_vec()
-            })
-            .collect();
+        let c = [frame(0, t), frame(1, t)].concat();
         let pcm = cpu_dec
             .step_codes(&[0, 1], &c, CODEBOOKS)
             .expect("cpu step");
         for (s, w) in want.iter_mut().enumerate() {
-            w.extend_from_slice(
-                &pcm[s * chorus_core::FRAME_SAMPLES..(s + 1) * chorus_core::FRAME_SAMPLES],
-            );
+            w.extend_from_slice(&pcm[s * FS..(s + 1) * FS]);
         }
     }
     for precision in [Precision::F32, Precision::Bf16] {
@@ -184,19 +183,23 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
             .expect("cuda decoder");
         dec.warmup().expect("warmup");
         let mut got = vec![Vec::new(); 2];
-        let mut pcm = vec![0f32; 2 * CHUNK * chorus_core::FRAME_SAMPLES];
+        for t in 0..LEAD {
+            let c = [frame(0, t), frame(1, t)].concat();
+            let pcm = dec.step_codes(&[0, 1], &c, CODEBOOKS).expect("single step");
+            for (s, g) in got.iter_mut().enumerate() {
+                g.extend_from_slice(&pcm[s * FS..(s + 1) * FS]);
+            }
+        }
+        let mut pcm = vec![0f32; 2 * CHUNK * FS];
         for k in 0..CHUNKS {
+            let at = LEAD + k * CHUNK;
             let c: Vec<u32> = (0..2)
-                .flat_map(|s| {
-                    let at = (s * frames + k * CHUNK) * CODEBOOKS;
-                    codes[at..at + CHUNK * CODEBOOKS].to_vec()
-                })
+                .flat_map(|s| (at..at + CHUNK).flat_map(move |t| frame(s, t).to_vec()))
                 .collect();
             dec.step_chunk(&[0, 1], &c, CODEBOOKS, &mut pcm)
                 .expect("chunk step");
             for (s, g) in got.iter_mut().enumerate() {
-                let n = CHUNK * chorus_core::FRAME_SAMPLES;
-                g.extend_from_slice(&pcm[s * n..(s + 1) * n]);
+                g.extend_from_slice(&pcm[s * CHUNK * FS..(s + 1) * CHUNK * FS]);
             }
         }
         for s in 0..2 {

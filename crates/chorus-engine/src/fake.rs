@@ -193,6 +193,76 @@ impl FrameDecoder for FakeDecoder {
     }
 
     fn step(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
+        // As the real decoder: a synchronous step would overtake the queued ones.
+        if !self.queued.is_empty() {
+            return Err(Error::input(
+                "FakeDecoder::step",
+                "pipelined steps are queued",
+            ));
+        }
+        self.run(frames, pcm)
+    }
+
+    fn pipeline_depth(&self) -> usize {
+        if self.opts.pipelined {
+            FAKE_PIPELINE_DEPTH
+        } else {
+            0
+        }
+    }
+
+    fn launch_step(&mut self, frames: &[Frame<'_>]) -> Result<()> {
+        if !self.opts.pipelined || self.queued.len() >= FAKE_PIPELINE_DEPTH {
+            return Err(Error::input(
+                "FakeDecoder::launch_step",
+                "no room to queue a step",
+            ));
+        }
+        let mut pcm = vec![0f32; frames.len() * FRAME_SAMPLES];
+        match self.run(frames, &mut pcm) {
+            Ok(()) => self.queued.push_back(Ok(pcm)),
+            // A device fault is seen when the step is finished, as on CUDA.
+            Err(e @ Error::Backend { .. }) => self.queued.push_back(Err(e)),
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn finish_step(&mut self, pcm: &mut [f32]) -> Result<StepDone> {
+        let Some(done) = self.queued.pop_front() else {
+            return Err(Error::input(
+                "FakeDecoder::finish_step",
+                "no step is queued",
+            ));
+        };
+        let out = done?;
+        pcm[..out.len()].copy_from_slice(&out);
+        Ok(StepDone {
+            rows: out.len() / FRAME_SAMPLES,
+            device_seconds: self.opts.step_delay.as_secs_f64(),
+        })
+    }
+
+    fn reset(&mut self, slot: usize) -> Result<()> {
+        match self.digests.get_mut(slot) {
+            Some(d) => {
+                if !self.opts.ignore_reset {
+                    *d = 0;
+                }
+                Ok(())
+            }
+            None => Err(Error::UnknownSlot {
+                op: "FakeDecoder::reset",
+                slot,
+                max_slots: self.opts.max_slots,
+            }),
+        }
+    }
+}
+
+impl FakeDecoder {
+    /// One step of the fake model.
+    fn run(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
         if frames.len() > self.opts.largest_batch {
             return Err(Error::BatchTooLarge {
                 op: "FakeDecoder::step",
@@ -248,61 +318,5 @@ impl FrameDecoder for FakeDecoder {
             });
         }
         Ok(())
-    }
-
-    fn pipeline_depth(&self) -> usize {
-        if self.opts.pipelined {
-            FAKE_PIPELINE_DEPTH
-        } else {
-            0
-        }
-    }
-
-    fn launch_step(&mut self, frames: &[Frame<'_>]) -> Result<()> {
-        if !self.opts.pipelined || self.queued.len() >= FAKE_PIPELINE_DEPTH {
-            return Err(Error::input(
-                "FakeDecoder::launch_step",
-                "no room to queue a step",
-            ));
-        }
-        let mut pcm = vec![0f32; frames.len() * FRAME_SAMPLES];
-        match self.step(frames, &mut pcm) {
-            Ok(()) => self.queued.push_back(Ok(pcm)),
-            // A device fault is seen when the step is finished, as on CUDA.
-            Err(e @ Error::Backend { .. }) => self.queued.push_back(Err(e)),
-            Err(e) => return Err(e),
-        }
-        Ok(())
-    }
-
-    fn finish_step(&mut self, pcm: &mut [f32]) -> Result<StepDone> {
-        let Some(done) = self.queued.pop_front() else {
-            return Err(Error::input(
-                "FakeDecoder::finish_step",
-                "no step is queued",
-            ));
-        };
-        let out = done?;
-        pcm[..out.len()].copy_from_slice(&out);
-        Ok(StepDone {
-            rows: out.len() / FRAME_SAMPLES,
-            device_seconds: self.opts.step_delay.as_secs_f64(),
-        })
-    }
-
-    fn reset(&mut self, slot: usize) -> Result<()> {
-        match self.digests.get_mut(slot) {
-            Some(d) => {
-                if !self.opts.ignore_reset {
-                    *d = 0;
-                }
-                Ok(())
-            }
-            None => Err(Error::UnknownSlot {
-                op: "FakeDecoder::reset",
-                slot,
-                max_slots: self.opts.max_slots,
-            }),
-        }
     }
 }

@@ -107,6 +107,7 @@ impl EngineLoop {
                 self.host += picking.elapsed();
             }
             let started = Instant::now();
+            let stepped = !self.batch.is_empty();
             self.run_resets();
             if self.pipelined {
                 // Launch this step behind the queued one, then hand the queued one out.
@@ -123,22 +124,35 @@ impl EngineLoop {
                 self.tell_acks();
                 self.step();
             }
+            // Failures first: a stream whose last frames failed must not be told a clean end.
+            self.end_dropped();
             // Acks and ends come after the PCM of every frame before them has been handed out.
             self.tell_acks();
             for (outbox, frames) in self.finishes.drain(..) {
                 outbox.finish(frames);
             }
-            if !self.dropped.is_empty() {
-                let mut s = self.shared.lock();
-                for d in &self.dropped {
-                    Shared::release_locked(&mut s, d.slot, d.id);
-                }
-                drop(s);
-                for d in self.dropped.drain(..) {
-                    self.shared.metrics.errors.inc(d.err.code());
-                    d.outbox.fail(d.err);
-                }
+            if !self.pipelined && stepped {
+                // One step a loop: the host work is the picking and resets before it.
+                let metrics = &self.shared.metrics;
+                metrics.host_seconds.observe(self.host.as_secs_f64());
+                self.host = Duration::ZERO;
             }
+        }
+    }
+
+    /// Releases the slots of the streams ended by failures or slow reading, then tells them.
+    fn end_dropped(&mut self) {
+        if self.dropped.is_empty() {
+            return;
+        }
+        let mut s = self.shared.lock();
+        for d in &self.dropped {
+            Shared::release_locked(&mut s, d.slot, d.id);
+        }
+        drop(s);
+        for d in self.dropped.drain(..) {
+            self.shared.metrics.errors.inc(d.err.code());
+            d.outbox.fail(d.err);
         }
     }
 
@@ -217,6 +231,8 @@ impl EngineLoop {
         *host += handing.elapsed();
         metrics.host_seconds.observe(host.as_secs_f64());
         *host = Duration::ZERO;
+        // A stream this step failed is told so before any reset ack or end picked behind it.
+        self.end_dropped();
         // Resets picked with the next step follow every frame of this one.
         self.tell_acks();
     }
@@ -299,8 +315,9 @@ impl EngineLoop {
                 }
             }
             if ended {
-                // Every earlier frame was delivered by an earlier step; the next owner's reset
-                // runs on this thread, so releasing now is safe.
+                // Every earlier frame was decoded by an earlier step or is queued ahead of
+                // anything the next owner sends (its reset runs behind it on the device), and
+                // the end is told only after that step's PCM: releasing now is safe.
                 Shared::release_locked(s, slot, id);
             } else if !occ.queue.is_empty() {
                 occ.in_ready = true;

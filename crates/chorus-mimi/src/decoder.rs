@@ -145,6 +145,7 @@ impl<B: LmOps> SlotDecoder<B> {
 
     /// Runs every bucket once on padding only, so that CUDA captures each graph before serving.
     pub fn warmup(&mut self) -> Result<()> {
+        self.refuse_while_queued("SlotDecoder::warmup")?;
         for i in 0..self.staging.len() {
             self.fill_padding(i, 0)?;
             self.run_bucket(i)?;
@@ -154,6 +155,7 @@ impl<B: LmOps> SlotDecoder<B> {
 
     /// Runs bucket `index` once more with the staging as it is (benchmarks).
     pub fn replay_bucket(&mut self, index: usize) -> Result<()> {
+        self.refuse_while_queued("SlotDecoder::replay_bucket")?;
         self.run_bucket(index)
     }
 

@@ -49,8 +49,9 @@ fn chunk_codes(streams: &[Vec<Vec<u32>>], from: usize) -> Vec<u32> {
 #[test]
 fn chunks_equal_single_steps_past_the_window() {
     let n_q = 8;
-    // 7 chunks of 4 frames = 56 tokens: far past the tiny model's 10-token window.
-    let frames = 7 * CHUNK;
+    // 36 chunks of 4 frames = 288 tokens: far past the tiny model's 10-token window, and the
+    // 256-entry KV ring wraps (a chunk straddles its end).
+    let frames = 36 * CHUNK;
     let streams: Vec<Vec<Vec<u32>>> = (0..3).map(|s| codes(40 + s, frames, n_q)).collect();
     let mut single = chunked(4, &[1, 4], 1);
     let mut chunky = chunked(4, &[1, 2, 4], CHUNK);

@@ -61,7 +61,10 @@ fn reference(frames: &[Vec<u32>]) -> Vec<f32> {
 
 #[tokio::test]
 async fn concurrent_streams_each_match_their_offline_decode() {
-    let (engine, log) = start(opts(6, 4), EngineConfig::default());
+    let mut o = opts(6, 4);
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
+    let (engine, log) = start(o, EngineConfig::default());
     let mut streams = Vec::new();
     for s in 0..6u64 {
         let n_q = 1 + (s as usize * 5) % 32;
@@ -76,7 +79,12 @@ async fn concurrent_streams_each_match_their_offline_decode() {
             stream.submit_codes(&c).unwrap();
             sent[s].push(c);
         }
+        if t == 0 {
+            // Hold the first step until every stream has frames queued, so later steps batch.
+            gate.wait_for_step();
+        }
     }
+    gate.open();
     for (s, (stream, _)) in streams.iter().enumerate() {
         let pcm = collect_pcm(stream, 0, frames).await;
         assert_eq!(pcm, reference(&sent[s]), "stream {s}");
@@ -289,6 +297,28 @@ async fn a_failed_step_frees_the_slot_and_the_next_owner_starts_clean() {
     assert_eq!(
         collect_pcm(&next_owner, 0, 1).await,
         reference(&[vec![3, 4]])
+    );
+}
+
+#[tokio::test]
+async fn a_failed_last_frame_ends_the_stream_as_failed_not_finished() {
+    let mut o = opts(1, 1);
+    o.poison = Poison::Backend;
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
+    let (engine, _) = start(o, EngineConfig::default());
+    let mut bad = engine.open(StreamInput::Codes { n_q: 2 }).unwrap();
+    bad.submit_codes(&[3, 4]).unwrap();
+    gate.wait_for_step();
+    // The poisoned last frame and the end are queued together, behind the first step.
+    bad.submit_codes(&[POISON_CODE, 4]).unwrap();
+    bad.finish().unwrap();
+    gate.open();
+    collect_pcm(&bad, 0, 1).await;
+    let ev = next(&bad).await;
+    assert!(
+        matches!(ev, StreamEvent::Failed(StreamError::DecodeFailed(_))),
+        "got {ev:?}"
     );
 }
 

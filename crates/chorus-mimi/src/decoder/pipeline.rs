@@ -96,6 +96,17 @@ impl<B: LmOps> SlotDecoder<B> {
 
     /// Waits for the oldest queued step and copies its PCM to the front of `pcm`.
     pub(crate) fn finish_frames(&mut self, pcm: &mut [f32]) -> Result<StepDone> {
+        let Some(rows) = self.inflight.front().map(|f| f.rows) else {
+            return Err(Error::input(OP_FINISH, "no step is queued"));
+        };
+        let len = rows * FRAME_SAMPLES;
+        if pcm.len() < len {
+            // Refused before the step is taken off the queue: a larger buffer can still get it.
+            return Err(Error::input(
+                OP_FINISH,
+                format!("pcm holds {} samples, the step has {len}", pcm.len()),
+            ));
+        }
         let Some(f) = self.inflight.pop_front() else {
             return Err(Error::input(OP_FINISH, "no step is queued"));
         };
@@ -105,13 +116,6 @@ impl<B: LmOps> SlotDecoder<B> {
             .be
             .elapsed_ms(start, end)?
             .map_or(f.host_seconds, |ms| f64::from(ms) / 1e3);
-        let len = f.rows * FRAME_SAMPLES;
-        if pcm.len() < len {
-            return Err(Error::input(
-                OP_FINISH,
-                format!("pcm holds {} samples, the step has {len}", pcm.len()),
-            ));
-        }
         let v = self.be.staging_view_nowait(&mut self.staging[f.area])?;
         pcm[..len].copy_from_slice(&v.pcm[..len]);
         Ok(StepDone {
