@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use chorus_core::codes::CodesBatch;
+use chorus_core::codes::{decode_range, CodesBatch, StreamCodes};
 use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -174,53 +174,9 @@ impl ChunkJob {
     /// PCM `[group, frames, 1920]`: whole chunks of the decoder's `chunk_frames` per step, the
     /// rest frame by frame.
     pub fn run(&self, d: &mut dyn FrameDecoder) -> Result<Vec<f32>> {
-        let (g, len, n_q) = (self.group.len(), self.frames.len(), self.batch.n_q);
-        let k = d.chunk_frames();
-        let mut out = vec![0f32; g * len * FRAME_SAMPLES];
-        let mut frame = Vec::with_capacity(n_q);
-        let mut done = 0;
-        if k > 1 {
-            let mut codes = vec![0u32; g * k * n_q];
-            let mut pcm = vec![0f32; g * k * FRAME_SAMPLES];
-            while done + k <= len {
-                for (i, &s) in self.group.iter().enumerate() {
-                    for f in 0..k {
-                        self.batch
-                            .frame(s, self.frames.start + done + f, &mut frame);
-                        codes[(i * k + f) * n_q..(i * k + f + 1) * n_q].copy_from_slice(&frame);
-                    }
-                }
-                d.step_chunk(&self.slots, &codes, n_q, &mut pcm)?;
-                for i in 0..g {
-                    let dst = (i * len + done) * FRAME_SAMPLES;
-                    let src = &pcm[i * k * FRAME_SAMPLES..(i + 1) * k * FRAME_SAMPLES];
-                    out[dst..dst + src.len()].copy_from_slice(src);
-                }
-                done += k;
-            }
-        }
-        let mut pcm = vec![0f32; g * FRAME_SAMPLES];
-        let mut codes: Vec<Vec<u32>> = vec![Vec::with_capacity(n_q); g];
-        for f in done..len {
-            let t = self.frames.start + f;
-            for (c, &s) in codes.iter_mut().zip(&self.group) {
-                self.batch.frame(s, t, c);
-            }
-            let frames: Vec<Frame<'_>> = codes
-                .iter()
-                .zip(&self.slots)
-                .map(|(c, &slot)| Frame {
-                    slot,
-                    input: FrameInput::Codes(c),
-                })
-                .collect();
-            d.step(&frames, &mut pcm)?;
-            for i in 0..g {
-                let dst = (i * len + f) * FRAME_SAMPLES;
-                out[dst..dst + FRAME_SAMPLES]
-                    .copy_from_slice(&pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES]);
-            }
-        }
-        Ok(out)
+        let all = self.batch.streams();
+        let group: Vec<StreamCodes<'_>> = self.group.iter().map(|&s| all[s]).collect();
+        let pcm = decode_range(d, &group, &self.slots, self.frames.clone(), || ())?;
+        Ok(pcm.concat())
     }
 }

@@ -35,9 +35,8 @@ type Dec = Box<dyn FrameDecoder>;
 struct Info {
     max_slots: usize,
     largest_batch: usize,
-    codebook_size: usize,
-    max_codebooks: usize,
-    latent_dim: usize,
+    /// What frames must respect.
+    limits: Limits,
     describe: String,
     source: String,
     random: bool,
@@ -111,9 +110,11 @@ impl PyDecoder {
             info: Info {
                 max_slots,
                 largest_batch,
-                codebook_size,
-                max_codebooks,
-                latent_dim,
+                limits: Limits {
+                    codebook_size,
+                    max_codebooks,
+                    latent_dim,
+                },
                 describe,
                 source,
                 random,
@@ -190,8 +191,8 @@ impl PyDecoder {
             "codes",
             &shape,
             &values,
-            self.info.codebook_size,
-            self.info.max_codebooks,
+            self.info.limits.codebook_size,
+            self.info.limits.max_codebooks,
         )
         .py_err()?;
         let want = batch.streams.min(self.info.largest_batch);
@@ -267,7 +268,7 @@ impl PyDecoder {
         let mut inputs = Vec::with_capacity(frames.len());
         for (row, (slot, generation, value)) in frames.iter().enumerate() {
             self.slots.check(*slot, *generation).py_err()?;
-            let input = read_frame(row, value, self.limits()).py_err()?;
+            let input = read_frame(row, value, self.info.limits).py_err()?;
             inputs.push((*slot, *generation, input));
         }
         let n = inputs.len();
@@ -300,7 +301,7 @@ impl PyDecoder {
         block: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
         self.slots.check(slot, generation).py_err()?;
-        let block = read_block(block, self.limits()).py_err()?;
+        let block = read_block(block, self.info.limits).py_err()?;
         let table = self.slots.clone();
         let pcm = self
             .call(py, move |d| {
@@ -321,15 +322,15 @@ impl PyDecoder {
     }
     #[getter]
     fn codebook_size(&self) -> usize {
-        self.info.codebook_size
+        self.info.limits.codebook_size
     }
     #[getter]
     fn num_quantizers(&self) -> usize {
-        self.info.max_codebooks
+        self.info.limits.max_codebooks
     }
     #[getter]
     fn latent_dim(&self) -> usize {
-        self.info.latent_dim
+        self.info.limits.latent_dim
     }
     #[getter]
     fn frame_samples(&self) -> usize {
@@ -366,13 +367,5 @@ impl PyDecoder {
         f: impl FnOnce(&mut Dec) -> R + Send + 'static,
     ) -> PyResult<R> {
         py.detach(|| self.actor.call(f)).py_err()
-    }
-
-    fn limits(&self) -> Limits {
-        Limits {
-            codebook_size: self.info.codebook_size,
-            max_codebooks: self.info.max_codebooks,
-            latent_dim: self.info.latent_dim,
-        }
     }
 }

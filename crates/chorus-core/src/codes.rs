@@ -130,24 +130,36 @@ impl CodesBatch {
 }
 
 /// Decodes streams side by side, stream i in slot i, for as many frames as the shortest has:
-/// whole chunks of [`FrameDecoder::chunk_frames`] frames per step while they last (when every
-/// stream has the same `n_q`), then one frame per step. Calls `after_frame` once per frame.
-/// Returns each stream's PCM.
+/// see [`decode_range`]. Returns each stream's PCM.
 pub fn decode_streams(
     dec: &mut dyn FrameDecoder,
     streams: &[StreamCodes<'_>],
-    mut after_frame: impl FnMut(),
+    after_frame: impl FnMut(),
 ) -> Result<Vec<Vec<f32>>> {
     let frames = streams.iter().map(|s| s.frames).min().unwrap_or(0);
-    let mut out = vec![Vec::with_capacity(frames * FRAME_SAMPLES); streams.len()];
+    let slots: Vec<usize> = (0..streams.len()).collect();
+    decode_range(dec, streams, &slots, 0..frames, after_frame)
+}
+
+/// Decodes frames `frames` of each stream, stream i in `slots[i]`, side by side: whole chunks of
+/// [`FrameDecoder::chunk_frames`] frames per step while they last (when every stream has the
+/// same `n_q`), then one frame per step. Calls `after_frame` once per frame. Returns each
+/// stream's PCM for the range.
+pub fn decode_range(
+    dec: &mut dyn FrameDecoder,
+    streams: &[StreamCodes<'_>],
+    slots: &[usize],
+    frames: std::ops::Range<usize>,
+    mut after_frame: impl FnMut(),
+) -> Result<Vec<Vec<f32>>> {
+    let mut out = vec![Vec::with_capacity(frames.len() * FRAME_SAMPLES); streams.len()];
     let k = dec.chunk_frames();
     let n_q = streams.first().map_or(0, |s| s.n_q);
-    let mut t = 0;
+    let mut t = frames.start;
     if k > 1 && streams.iter().all(|s| s.n_q == n_q) {
-        let slots: Vec<usize> = (0..streams.len()).collect();
         let mut codes = vec![0u32; streams.len() * k * n_q];
         let mut pcm = vec![0f32; streams.len() * k * FRAME_SAMPLES];
-        while t + k <= frames {
+        while t + k <= frames.end {
             for (i, s) in streams.iter().enumerate() {
                 for f in 0..k {
                     for q in 0..n_q {
@@ -155,7 +167,7 @@ pub fn decode_streams(
                     }
                 }
             }
-            dec.step_chunk(&slots, &codes, n_q, &mut pcm)?;
+            dec.step_chunk(slots, &codes, n_q, &mut pcm)?;
             for (o, p) in out.iter_mut().zip(pcm.chunks(k * FRAME_SAMPLES)) {
                 o.extend_from_slice(p);
             }
@@ -165,15 +177,15 @@ pub fn decode_streams(
     }
     let mut codes: Vec<Vec<u32>> = streams.iter().map(|s| Vec::with_capacity(s.n_q)).collect();
     let mut pcm = vec![0f32; streams.len() * FRAME_SAMPLES];
-    for t in t..frames {
+    for t in t..frames.end {
         for (c, s) in codes.iter_mut().zip(streams) {
             c.clear();
             c.extend((0..s.n_q).map(|q| s.codes[q * s.frames + t]));
         }
         let inputs: Vec<Frame<'_>> = codes
             .iter()
-            .enumerate()
-            .map(|(slot, c)| Frame {
+            .zip(slots)
+            .map(|(c, &slot)| Frame {
                 slot,
                 input: FrameInput::Codes(c),
             })

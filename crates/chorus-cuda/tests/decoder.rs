@@ -23,15 +23,27 @@ const SCHEDULE: &[Option<&[usize]>] = &[
     Some(&[3, 2, 0]),
 ];
 
-fn decode_all<B: chorus_core::LmOps>(dec: &mut SlotDecoder<B>, card: usize) -> Vec<Vec<f32>> {
+/// `SCHEDULE` with each step's seeded codes `[slots, CODEBOOKS]`.
+fn schedule_codes(card: usize) -> Vec<Option<(&'static [usize], Vec<u32>)>> {
     let mut rng = Rng::new(SEED);
-    let mut outputs = Vec::new();
-    for step in SCHEDULE {
-        match step {
-            Some(slots) => {
-                let codes: Vec<u32> = (0..slots.len() * CODEBOOKS)
+    SCHEDULE
+        .iter()
+        .map(|step| {
+            step.map(|slots| {
+                let codes = (0..slots.len() * CODEBOOKS)
                     .map(|_| rng.below(card) as u32)
                     .collect();
+                (slots, codes)
+            })
+        })
+        .collect()
+}
+
+fn decode_all<B: chorus_core::LmOps>(dec: &mut SlotDecoder<B>, card: usize) -> Vec<Vec<f32>> {
+    let mut outputs = Vec::new();
+    for step in schedule_codes(card) {
+        match step {
+            Some((slots, codes)) => {
                 outputs.push(dec.step_codes(slots, &codes, CODEBOOKS).expect("step"));
             }
             None => dec.reset(2).expect("reset"),
@@ -218,7 +230,6 @@ fn decode_all_pipelined<B: chorus_core::LmOps>(
     dec: &mut SlotDecoder<B>,
     card: usize,
 ) -> Vec<Vec<f32>> {
-    let mut rng = Rng::new(SEED);
     let mut outputs = Vec::new();
     let mut queued = 0;
     let mut pcm = vec![0f32; MAX_SLOTS * chorus_core::FRAME_SAMPLES];
@@ -226,12 +237,9 @@ fn decode_all_pipelined<B: chorus_core::LmOps>(
         let done = dec.finish_step(&mut pcm).expect("finish");
         outputs.push(pcm[..done.rows * chorus_core::FRAME_SAMPLES].to_vec());
     };
-    for step in SCHEDULE {
+    for step in schedule_codes(card) {
         match step {
-            Some(slots) => {
-                let codes: Vec<u32> = (0..slots.len() * CODEBOOKS)
-                    .map(|_| rng.below(card) as u32)
-                    .collect();
+            Some((slots, codes)) => {
                 let frames: Vec<chorus_core::Frame<'_>> = slots
                     .iter()
                     .zip(codes.chunks(CODEBOOKS))
