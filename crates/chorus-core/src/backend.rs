@@ -66,8 +66,8 @@ pub struct StagingView<'a> {
     pub codes: &'a mut [i32],
     /// `[rows, latent_dim]` latents added to the embedded codes (zero for code streams).
     pub latents: &'a mut [f32],
-    /// `[rows, samples]` PCM written by the step.
-    pub pcm: &'a [f32],
+    /// `[rows, samples]` PCM: written by a decode step, read by an encode step.
+    pub pcm: &'a mut [f32],
 }
 
 /// Sizes of one bucket's staging buffers.
@@ -238,6 +238,52 @@ pub struct AttentionArgs<'a, B: Backend + ?Sized> {
     pub geom: AttentionGeom,
 }
 
+/// Fills the history of a fresh slot with copies of its first input column, the streaming form
+/// of a `replicate`-padded causal convolution (transformers `MimiConv1d` with
+/// `pad_mode="replicate"`, Mimi's `downsample`): for each row `r` with `tokens[slots[r]] == 0`,
+/// every one of the `history` columns of `state[slots[r]]` becomes `x[r, 0, :]`.
+pub struct ReplicateArgs<'a, B: Backend + ?Sized> {
+    /// `[rows, time, channels]`.
+    pub x: &'a B::Buf,
+    /// `[total_rows, history, channels]`.
+    pub state: &'a mut B::Buf,
+    /// `[total_rows]` tokens seen by each slot before this step.
+    pub tokens: &'a B::Ints,
+    /// `[rows]`.
+    pub slots: &'a B::Ints,
+    pub rows: usize,
+    pub time: usize,
+    pub channels: usize,
+    pub history: usize,
+}
+
+/// Split residual vector quantisation of one latent per row (transformers
+/// `MimiSplitResidualVectorQuantizer.encode`): the first `semantic_books` codebooks quantise
+/// `proj[:cb_dim] @ x`, the rest `proj[cb_dim:] @ x`, each half residually: the nearest
+/// codeword by squared distance (lowest index on ties), subtracted before the next level.
+///
+/// `codes` is in and out: a row quantises as many levels as it has leading entries other than
+/// [`crate::NO_CODE`] on entry (its `n_q`), overwrites them with the chosen codes and leaves the
+/// rest as they are. All arithmetic is f32 whatever the precision.
+pub struct RvqEncodeArgs<'a, B: Backend + ?Sized> {
+    /// `[rows, dim]` latents.
+    pub x: &'a B::Buf,
+    /// `[2 * cb_dim, dim]` f32 ([`BufRole::Table`]): the semantic then the acoustic `input_proj`.
+    pub proj: &'a B::Buf,
+    /// `[books, cb_dim, card]` f32 ([`BufRole::Table`]): each codebook transposed.
+    pub codebooks: &'a B::Buf,
+    /// `[books, card]` f32 ([`BufRole::Table`]): each codeword's squared norm.
+    pub norms: &'a B::Buf,
+    /// `[rows, books]` i32.
+    pub codes: &'a mut B::Ints,
+    pub rows: usize,
+    pub dim: usize,
+    pub cb_dim: usize,
+    pub card: usize,
+    pub books: usize,
+    pub semantic_books: usize,
+}
+
 /// A compute backend: buffers, staging, the op set, and program execution.
 pub trait Backend {
     /// A float buffer on the device (the backend picks the storage type per [`BufRole`]).
@@ -289,6 +335,27 @@ pub trait Backend {
     /// Program op: copies `[rows, samples]` PCM into the staging area.
     fn stage_out(&self, pcm: &Self::Buf, staging: &mut Self::Staging) -> Result<()>;
 
+    /// Program op: copies the staged slots, code requests (`codes`, see [`RvqEncodeArgs`]) and
+    /// `[rows, samples]` PCM into device buffers (the input of an encode step).
+    fn stage_in_audio(
+        &self,
+        staging: &Self::Staging,
+        slots: &mut Self::Ints,
+        codes: &mut Self::Ints,
+        pcm: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Program op: copies `[rows, codebooks]` codes and `[rows, latent_dim]` latents into the
+    /// staging area (the output of an encode step).
+    fn stage_out_codes(
+        &self,
+        codes: &Self::Ints,
+        latents: &Self::Buf,
+        staging: &mut Self::Staging,
+    ) -> Result<()>;
+    /// Program op: see [`ReplicateArgs`].
+    fn replicate_history(&self, args: ReplicateArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`RvqEncodeArgs`].
+    fn rvq_encode(&self, args: RvqEncodeArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`EmbedArgs`].
     fn embed_codes(&self, args: EmbedArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`Conv1dArgs`].

@@ -32,6 +32,7 @@ mod check;
 mod conv;
 mod convtr;
 mod elementwise;
+mod encode;
 mod gemm;
 mod lm;
 mod math;
@@ -44,7 +45,7 @@ pub use lm::{CpuPinnedFloats, CpuPinnedInts, CpuQWeight};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,
-    LinearArgs, Precision, Result, StagingDims, StagingView,
+    LinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims, StagingView,
 };
 
 /// The CPU backend.
@@ -165,7 +166,7 @@ impl Backend for CpuBackend {
             slots: &mut s.slots,
             codes: &mut s.codes,
             latents: &mut s.latents,
-            pcm: &s.pcm,
+            pcm: &mut s.pcm,
         })
     }
 
@@ -191,6 +192,33 @@ impl Backend for CpuBackend {
         check::at_least("stage_out", "pcm", pcm.len(), n)?;
         staging.pcm.copy_from_slice(&pcm.0[..n]);
         Ok(())
+    }
+
+    fn stage_in_audio(
+        &self,
+        staging: &CpuStaging,
+        slots: &mut CpuInts,
+        codes: &mut CpuInts,
+        pcm: &mut CpuBuf,
+    ) -> Result<()> {
+        encode::stage_in_audio(staging, slots, codes, pcm)
+    }
+
+    fn stage_out_codes(
+        &self,
+        codes: &CpuInts,
+        latents: &CpuBuf,
+        staging: &mut CpuStaging,
+    ) -> Result<()> {
+        encode::stage_out_codes(codes, latents, staging)
+    }
+
+    fn replicate_history(&self, args: ReplicateArgs<'_, Self>) -> Result<()> {
+        encode::replicate_history(args)
+    }
+
+    fn rvq_encode(&self, args: RvqEncodeArgs<'_, Self>) -> Result<()> {
+        encode::rvq_encode(self, args)
     }
 
     fn embed_codes(&self, args: EmbedArgs<'_, Self>) -> Result<()> {

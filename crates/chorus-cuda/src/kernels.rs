@@ -17,6 +17,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../kernels/conv.cu")),
     ("convtr.cu", include_str!("../kernels/convtr.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("encode.cu", include_str!("../kernels/encode.cu")),
     ("lm_rows.cu", include_str!("../kernels/lm_rows.cu")),
     (
         "lm_attention.cu",
@@ -72,6 +73,9 @@ kernel_table! {
     Attention => "attention",
     ConvConcat => "conv_concat",
     ConvShiftAdd => "conv_shift_add",
+    // Encoder ops (kernels/encode.cu).
+    ReplicateHistory => "replicate_history",
+    RvqEncode => "rvq_encode",
     // Language-model ops (kernels/lm_rows.cu).
     LmGatherRows => "lm_gather_rows",
     LmScatterRows => "lm_scatter_rows",

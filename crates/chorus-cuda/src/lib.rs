@@ -12,6 +12,7 @@
 mod backend;
 mod blas;
 mod conv_ops;
+mod encode_ops;
 mod error;
 mod graph;
 mod kernels;

@@ -3,7 +3,7 @@
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, LayerNormArgs,
-    LinearArgs, Precision, Result, StagingDims, StagingView,
+    LinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims, StagingView,
 };
 use half::bf16;
 
@@ -34,7 +34,7 @@ pub(crate) fn need(op: &'static str, name: &str, have: usize, want: usize) -> Re
 }
 
 impl CudaBackend {
-    fn cast_to_storage(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+    pub(crate) fn cast_to_storage(&self, src: u64, dst: u64, n: usize) -> Result<()> {
         let count = n as i64;
         self.launch(
             Kernel::CastF32ToT,
@@ -43,7 +43,7 @@ impl CudaBackend {
         )
     }
 
-    fn cast_to_f32(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+    pub(crate) fn cast_to_f32(&self, src: u64, dst: u64, n: usize) -> Result<()> {
         let count = n as i64;
         self.launch(
             Kernel::CastTToF32,
@@ -174,7 +174,7 @@ impl Backend for CudaBackend {
             slots: slots.as_mut_slice(),
             codes: codes.as_mut_slice(),
             latents: latents.as_mut_slice(),
-            pcm: pcm.as_slice(),
+            pcm: pcm.as_mut_slice(),
         })
     }
 
@@ -215,6 +215,37 @@ impl Backend for CudaBackend {
                 self.copy_dtoh(staging.pcm.ptr(), dev.ptr(), n * 4)
             }
         }
+    }
+
+    fn stage_in_audio(
+        &self,
+        staging: &CudaStaging,
+        slots: &mut CudaInts,
+        codes: &mut CudaInts,
+        pcm: &mut CudaBuf,
+    ) -> Result<()> {
+        let _timer = self.op_timer("stage_in_audio");
+        self.op_stage_in_audio(staging, slots, codes, pcm)
+    }
+
+    fn stage_out_codes(
+        &self,
+        codes: &CudaInts,
+        latents: &CudaBuf,
+        staging: &mut CudaStaging,
+    ) -> Result<()> {
+        let _timer = self.op_timer("stage_out_codes");
+        self.op_stage_out_codes(codes, latents, staging)
+    }
+
+    fn replicate_history(&self, args: ReplicateArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("replicate_history");
+        self.op_replicate_history(args)
+    }
+
+    fn rvq_encode(&self, args: RvqEncodeArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("rvq_encode");
+        self.op_rvq_encode(args)
     }
 
     fn embed_codes(&self, a: EmbedArgs<'_, Self>) -> Result<()> {

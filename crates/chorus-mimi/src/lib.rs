@@ -1,5 +1,5 @@
-//! Mimi, decoder side: configuration, checkpoints in both layouts, load-time folding, and the
-//! slot decoder that runs a streaming decode step over any [`chorus_core::Backend`].
+//! Mimi: configuration, checkpoints in both layouts, load-time folding, and the slot decoder and
+//! slot encoder that run streaming steps over any [`chorus_core::Backend`].
 //!
 //! Loading normalises both checkpoint layouts to [`weights::MimiWeights`] (HF names and shapes);
 //! [`prepare`] then derives the backend layouts once, and [`decoder::SlotDecoder`] owns the
@@ -9,15 +9,18 @@
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod encoder;
 pub mod oracle;
 pub mod prepare;
 pub mod program;
 pub mod random;
 pub mod single;
 pub mod state;
+pub(crate) mod transformer;
 pub mod weights;
 
 pub use config::MimiConfig;
 pub use decoder::{DecoderOptions, SlotDecoder};
+pub use encoder::{EncoderOptions, SlotEncoder};
 pub use single::StreamDecoder;
 pub use weights::MimiWeights;

@@ -4,7 +4,9 @@
 //! into one `[n_q, cardinality, hidden]` table, q/k/v are fused into one `[3*hidden, hidden]`
 //! matrix, and convolution kernels are made channels-last.
 
-use crate::weights::{ConvTrWeights, ConvWeights, MimiWeights, RvqWeights};
+use crate::weights::{
+    ConvTrWeights, ConvWeights, MimiWeights, RvqWeights, TransformerLayerWeights,
+};
 use crate::MimiConfig;
 use chorus_core::{Backend, BufRole, Error, HostTensor, Result};
 use rayon::prelude::*;
@@ -77,21 +79,7 @@ pub fn prepare<B: Backend>(
     let layers = w
         .transformer
         .iter()
-        .map(|l| {
-            let qkv = concat_rows(&[&l.q_proj, &l.k_proj, &l.v_proj])?;
-            Ok(PreparedLayer {
-                norm1_w: up(be, &l.input_layernorm_weight)?,
-                norm1_b: up(be, &l.input_layernorm_bias)?,
-                qkv: be.upload(&qkv, BufRole::Weight)?,
-                o: up(be, &l.o_proj)?,
-                scale1: up(be, &l.self_attn_layer_scale)?,
-                norm2_w: up(be, &l.post_attention_layernorm_weight)?,
-                norm2_b: up(be, &l.post_attention_layernorm_bias)?,
-                fc1: up(be, &l.fc1)?,
-                fc2: up(be, &l.fc2)?,
-                scale2: up(be, &l.mlp_layer_scale)?,
-            })
-        })
+        .map(|l| prepare_layer(be, l))
         .collect::<Result<Vec<_>>>()?;
     let stages = w
         .decoder
@@ -118,6 +106,26 @@ pub fn prepare<B: Backend>(
     })
 }
 
+/// Uploads one transformer layer with q, k and v fused.
+pub(crate) fn prepare_layer<B: Backend>(
+    be: &B,
+    l: &TransformerLayerWeights,
+) -> Result<PreparedLayer<B>> {
+    let qkv = concat_rows(&[&l.q_proj, &l.k_proj, &l.v_proj])?;
+    Ok(PreparedLayer {
+        norm1_w: up(be, &l.input_layernorm_weight)?,
+        norm1_b: up(be, &l.input_layernorm_bias)?,
+        qkv: be.upload(&qkv, BufRole::Weight)?,
+        o: up(be, &l.o_proj)?,
+        scale1: up(be, &l.self_attn_layer_scale)?,
+        norm2_w: up(be, &l.post_attention_layernorm_weight)?,
+        norm2_b: up(be, &l.post_attention_layernorm_bias)?,
+        fc1: up(be, &l.fc1)?,
+        fc2: up(be, &l.fc2)?,
+        scale2: up(be, &l.mlp_layer_scale)?,
+    })
+}
+
 fn up<B: Backend>(be: &B, t: &HostTensor) -> Result<B::Buf> {
     be.upload(&t.data, BufRole::Weight)
 }
@@ -139,7 +147,7 @@ fn concat_rows(parts: &[&HostTensor]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-fn prepare_conv<B: Backend>(be: &B, c: &ConvWeights) -> Result<PreparedConv<B>> {
+pub(crate) fn prepare_conv<B: Backend>(be: &B, c: &ConvWeights) -> Result<PreparedConv<B>> {
     let [c_out, c_in, kernel] = dims3(&c.weight, "conv weight")?;
     let w = c.weight.permute(&[0, 2, 1])?;
     Ok(PreparedConv {
@@ -186,7 +194,7 @@ fn prepare_convtr<B: Backend>(be: &B, c: &ConvTrWeights, name: &str) -> Result<P
     })
 }
 
-fn dims3(t: &HostTensor, name: &str) -> Result<[usize; 3]> {
+pub(crate) fn dims3(t: &HostTensor, name: &str) -> Result<[usize; 3]> {
     match t.shape[..] {
         [a, b, c] => Ok([a, b, c]),
         _ => Err(Error::Shape {

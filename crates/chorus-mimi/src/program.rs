@@ -5,10 +5,10 @@
 
 use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
 use crate::state::{SlotState, StateBuf};
+use crate::transformer::{run_layers, LayerBufs, LayerStep};
 use crate::MimiConfig;
 use chorus_core::{
-    AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
-    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result,
+    Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, ConvTr1dGeom, EmbedArgs, Result,
 };
 
 /// Buffers of one SEANet stage.
@@ -95,10 +95,10 @@ pub struct StepBuffers<'s, B: Backend> {
 }
 
 /// The backend and the rows of a step, as every layer call needs them.
-struct Rows<'r, B: Backend> {
-    be: &'r B,
-    slots: &'r B::Ints,
-    rows: usize,
+pub(crate) struct Rows<'r, B: Backend> {
+    pub be: &'r B,
+    pub slots: &'r B::Ints,
+    pub rows: usize,
 }
 
 /// Runs (or records) one decode step for `shape.rows` rows.
@@ -200,83 +200,24 @@ fn transformer<B: Backend>(
     st: &mut SlotState<B>,
     a: &mut Activations<B>,
 ) -> Result<()> {
-    let cfg = shape.cfg;
-    let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens() * shape.frames);
-    let n = shape.rows * tok;
-    let geom = AttentionGeom {
+    let tok = shape.cfg.frame_tokens() * shape.frames;
+    let step = LayerStep {
+        cfg: shape.cfg,
         rows: shape.rows,
         time: tok,
-        heads: cfg.num_attention_heads,
-        head_dim: cfg.head_dim(),
         ring: st.ring,
-        window: cfg.sliding_window,
-        rope_theta: cfg.rope_theta() as f32,
+        slots: &a.slots,
+        tokens: &st.tokens,
     };
-    let eps = cfg.norm_eps as f32;
-    for (l, kv) in w.layers.iter().zip(st.kv.iter_mut()) {
-        be.layer_norm(LayerNormArgs {
-            x: &a.h,
-            gamma: &l.norm1_w,
-            beta: &l.norm1_b,
-            out: &mut a.norm,
-            n,
-            dim: hid,
-            eps,
-        })?;
-        be.linear(LinearArgs {
-            x: &a.norm,
-            w: &l.qkv,
-            out: &mut a.qkv,
-            n,
-            k: hid,
-            m: 3 * hid,
-        })?;
-        be.attention(AttentionArgs {
-            qkv: &a.qkv,
-            kv: &mut kv.buf,
-            tokens: &st.tokens,
-            slots: &a.slots,
-            out: &mut a.attn,
-            geom,
-        })?;
-        be.linear(LinearArgs {
-            x: &a.attn,
-            w: &l.o,
-            out: &mut a.proj,
-            n,
-            k: hid,
-            m: hid,
-        })?;
-        be.scale_add(&mut a.h, &a.proj, &l.scale1, n, hid)?;
-        be.layer_norm(LayerNormArgs {
-            x: &a.h,
-            gamma: &l.norm2_w,
-            beta: &l.norm2_b,
-            out: &mut a.norm,
-            n,
-            dim: hid,
-            eps,
-        })?;
-        let inter = cfg.intermediate_size;
-        be.linear(LinearArgs {
-            x: &a.norm,
-            w: &l.fc1,
-            out: &mut a.mlp,
-            n,
-            k: hid,
-            m: inter,
-        })?;
-        be.gelu(&mut a.mlp, n * inter)?;
-        be.linear(LinearArgs {
-            x: &a.mlp,
-            w: &l.fc2,
-            out: &mut a.proj,
-            n,
-            k: inter,
-            m: hid,
-        })?;
-        be.scale_add(&mut a.h, &a.proj, &l.scale2, n, hid)?;
-    }
+    let bufs = LayerBufs {
+        h: &mut a.h,
+        norm: &mut a.norm,
+        qkv: &mut a.qkv,
+        attn: &mut a.attn,
+        proj: &mut a.proj,
+        mlp: &mut a.mlp,
+    };
+    run_layers(be, &step, &w.layers, &mut st.kv, bufs)?;
     be.advance_tokens(
         &mut st.tokens,
         &a.slots,
@@ -287,13 +228,13 @@ fn transformer<B: Backend>(
 }
 
 /// `(input, output, residual)` of a convolution.
-type ConvIo<'a, B> = (
+pub(crate) type ConvIo<'a, B> = (
     &'a <B as Backend>::Buf,
     &'a mut <B as Backend>::Buf,
     Option<&'a <B as Backend>::Buf>,
 );
 
-fn conv<B: Backend>(
+pub(crate) fn conv<B: Backend>(
     r: &Rows<'_, B>,
     c: &PreparedConv<B>,
     state: Option<&mut StateBuf<B>>,

@@ -11,6 +11,7 @@
 pub use chorus_core::rng::{fnv1a64, mix64, uniform};
 use chorus_core::{HostTensor, Result};
 
+use crate::checkpoint::hf_encoder::encoder_tensor_specs;
 use crate::checkpoint::hf_layout::{build_weights, decoder_tensor_specs, seanet_plan};
 use crate::checkpoint::kyutai_layout::{hf_to_kyutai_name, KyutaiView};
 use crate::checkpoint::source::MemorySource;
@@ -104,12 +105,13 @@ pub fn random_tensor(seed: u64, name: &str, shape: Vec<usize>, init: Init) -> Ho
     HostTensor { shape, data }
 }
 
-/// Raw decoder-side checkpoint tensors in `layout` (the `Random` layout uses HF names).
+/// Raw checkpoint tensors (decoder, then encoder side) in `layout` (the `Random` layout uses HF names).
 ///
 /// Each layout is drawn under its own names: an original-layout file holds a fused
 /// `in_proj_weight` drawn as one tensor, so loading it exercises the q/k permutation.
 pub fn random_tensors(c: &MimiConfig, seed: u64, layout: Layout) -> Vec<(String, HostTensor)> {
-    let specs = decoder_tensor_specs(c);
+    let mut specs = decoder_tensor_specs(c);
+    specs.extend(encoder_tensor_specs(c));
     let mut out = Vec::with_capacity(specs.len());
     for spec in specs {
         let init = init_for(c, &spec.name, &spec.shape);

@@ -31,14 +31,18 @@ pub struct SlotState<B: Backend> {
     pub ring: usize,
 }
 
-fn alloc<B: Backend>(be: &B, rows: usize, row_len: usize) -> Result<StateBuf<B>> {
+pub(crate) fn alloc<B: Backend>(be: &B, rows: usize, row_len: usize) -> Result<StateBuf<B>> {
     Ok(StateBuf {
         buf: be.zeros(rows * row_len, BufRole::State)?,
         row_len,
     })
 }
 
-fn conv_state<B: Backend>(be: &B, rows: usize, c: &PreparedConv<B>) -> Result<Option<StateBuf<B>>> {
+pub(crate) fn conv_state<B: Backend>(
+    be: &B,
+    rows: usize,
+    c: &PreparedConv<B>,
+) -> Result<Option<StateBuf<B>>> {
     let history = (c.kernel - 1) * c.dilation;
     if history == 0 {
         return Ok(None);

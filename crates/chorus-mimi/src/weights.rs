@@ -1,4 +1,4 @@
-//! Decoder weights in the Hugging Face layout and shapes, as checkpoint loading produces them.
+//! Decoder and encoder weights in the Hugging Face layout and shapes, as checkpoint loading produces them.
 //!
 //! Both checkpoint layouts load into this one structure: names are normalised, weight-norm pairs
 //! folded, fused `in_proj_weight` split and RoPE rows permuted to rotate-half, codebooks divided
@@ -86,4 +86,32 @@ pub struct MimiWeights {
     pub upsample: ConvTrWeights,
     pub transformer: Vec<TransformerLayerWeights>,
     pub decoder: SeanetWeights,
+    /// The encoder side, when the checkpoint holds it.
+    pub encoder: Option<EncoderWeights>,
+}
+
+/// One SEANet encoder stage: residual blocks, then ELU and a strided conv (kernel `2 * stride`).
+#[derive(Clone, Debug)]
+pub struct EncoderStageWeights {
+    pub resblocks: Vec<ResBlockWeights>,
+    /// `[2c, c, 2 * stride]`.
+    pub down: ConvWeights,
+    pub stride: usize,
+}
+
+/// Everything the encoder side of Mimi needs besides the codebooks (shared with the decoder).
+#[derive(Clone, Debug)]
+pub struct EncoderWeights {
+    /// `[num_filters, audio_channels, kernel_size]`.
+    pub conv_in: ConvWeights,
+    pub stages: Vec<EncoderStageWeights>,
+    /// ELU then `[hidden, 2^stages * num_filters, last_kernel_size]`.
+    pub conv_out: ConvWeights,
+    pub transformer: Vec<TransformerLayerWeights>,
+    /// `[hidden, hidden, 2 * stride]`, no bias, replicate padding on the left.
+    pub downsample: ConvWeights,
+    pub downsample_stride: usize,
+    /// `[codebook_dim, hidden]` each (the 1x1 `input_proj` convs, squeezed).
+    pub semantic_input_proj: HostTensor,
+    pub acoustic_input_proj: HostTensor,
 }

@@ -141,20 +141,7 @@ pub fn decoder_tensor_specs(c: &MimiConfig) -> Vec<TensorSpec> {
         "upsample.conv.weight".into(),
         vec![h, h / c.upsample_groups, 2 * c.compress],
     );
-    for l in 0..c.num_hidden_layers {
-        let p = format!("decoder_transformer.layers.{l}");
-        push(format!("{p}.input_layernorm.weight"), vec![h]);
-        push(format!("{p}.input_layernorm.bias"), vec![h]);
-        for proj in ["q_proj", "k_proj", "v_proj", "o_proj"] {
-            push(format!("{p}.self_attn.{proj}.weight"), vec![h, h]);
-        }
-        push(format!("{p}.self_attn_layer_scale.scale"), vec![h]);
-        push(format!("{p}.post_attention_layernorm.weight"), vec![h]);
-        push(format!("{p}.post_attention_layernorm.bias"), vec![h]);
-        push(format!("{p}.mlp.fc1.weight"), vec![c.intermediate_size, h]);
-        push(format!("{p}.mlp.fc2.weight"), vec![h, c.intermediate_size]);
-        push(format!("{p}.mlp_layer_scale.scale"), vec![h]);
-    }
+    transformer_specs(c, "decoder_transformer", &mut push);
     let plan = seanet_plan(c);
     let mut conv = |p: String, weight: Vec<usize>, c_out: usize| {
         push(format!("{p}.weight"), weight);
@@ -218,6 +205,26 @@ pub fn decoder_tensor_specs(c: &MimiConfig) -> Vec<TensorSpec> {
         c_out,
     );
     specs
+}
+
+/// Pushes the tensors of every layer of the transformer under `prefix` (`decoder_transformer`,
+/// `encoder_transformer`).
+pub fn transformer_specs(c: &MimiConfig, prefix: &str, push: &mut impl FnMut(String, Vec<usize>)) {
+    let h = c.hidden_size;
+    for l in 0..c.num_hidden_layers {
+        let p = format!("{prefix}.layers.{l}");
+        push(format!("{p}.input_layernorm.weight"), vec![h]);
+        push(format!("{p}.input_layernorm.bias"), vec![h]);
+        for proj in ["q_proj", "k_proj", "v_proj", "o_proj"] {
+            push(format!("{p}.self_attn.{proj}.weight"), vec![h, h]);
+        }
+        push(format!("{p}.self_attn_layer_scale.scale"), vec![h]);
+        push(format!("{p}.post_attention_layernorm.weight"), vec![h]);
+        push(format!("{p}.post_attention_layernorm.bias"), vec![h]);
+        push(format!("{p}.mlp.fc1.weight"), vec![c.intermediate_size, h]);
+        push(format!("{p}.mlp.fc2.weight"), vec![h, c.intermediate_size]);
+        push(format!("{p}.mlp_layer_scale.scale"), vec![h]);
+    }
 }
 
 /// The two quantizer halves with their codebook counts.
@@ -338,25 +345,33 @@ pub fn build_weights(c: &MimiConfig, src: &dyn TensorSource) -> Result<MimiWeigh
         groups: c.upsample_groups,
     };
     let transformer = (0..c.num_hidden_layers)
-        .map(|l| transformer_layer(c, src, l))
+        .map(|l| transformer_layer(c, src, "decoder_transformer", l))
         .collect::<Result<Vec<_>>>()?;
     let decoder = seanet(c, src)?;
+    let encoder = if super::hf_encoder::has_encoder(src) {
+        Some(super::hf_encoder::build_encoder(c, src)?)
+    } else {
+        None
+    };
     Ok(MimiWeights {
         semantic,
         acoustic,
         upsample,
         transformer,
         decoder,
+        encoder,
     })
 }
 
-fn transformer_layer(
+/// Layer `l` of the transformer under `prefix`.
+pub(crate) fn transformer_layer(
     c: &MimiConfig,
     src: &dyn TensorSource,
+    prefix: &str,
     l: usize,
 ) -> Result<TransformerLayerWeights> {
     let h = c.hidden_size;
-    let p = format!("decoder_transformer.layers.{l}");
+    let p = format!("{prefix}.layers.{l}");
     let vec_h = |name: &str| tensor(src, &format!("{p}.{name}"), &[h]);
     let square = |name: &str| weight(src, &format!("{p}.self_attn.{name}"), &[h, h]);
     Ok(TransformerLayerWeights {
@@ -375,7 +390,7 @@ fn transformer_layer(
     })
 }
 
-fn conv(
+pub(crate) fn conv(
     src: &dyn TensorSource,
     base: &str,
     shape: [usize; 3],

@@ -67,7 +67,7 @@ pub fn kyutai_to_hf_name(name: &str) -> String {
     out
 }
 
-/// Renames a decoder-side HF name to the original layout (the inverse of
+/// Renames an HF name to the original layout (the inverse of
 /// [`kyutai_to_hf_name`] on the names the decoder reads; q/k/v are fused separately).
 pub fn hf_to_kyutai_name(c: &MimiConfig, name: &str) -> String {
     let convtr_layers: Vec<usize> = seanet_plan(c)
@@ -99,6 +99,11 @@ pub fn hf_to_kyutai_name(c: &MimiConfig, name: &str) -> String {
             "decoder_transformer.layers",
             "decoder_transformer.transformer.layers",
         )
+        .replace(
+            "encoder_transformer.layers",
+            "encoder_transformer.transformer.layers",
+        )
+        .replace("downsample.conv.", "downsample.conv.conv.conv.")
         .replace("input_layernorm", "norm1")
         .replace("post_attention_layernorm", "norm2")
         .replace("mlp.fc1", "linear1")
@@ -117,6 +122,14 @@ pub fn hf_to_kyutai_name(c: &MimiConfig, name: &str) -> String {
             tail.replacen("conv.", "conv.conv.", 1)
         };
         out = format!("decoder.model.{index}.{tail}");
+    }
+    if let Some(rest) = out.strip_prefix("encoder.layers.") {
+        // The encoder has no transposed convs: every conv is `conv.conv`.
+        let (index, tail) = rest.split_once('.').unwrap_or((rest, ""));
+        out = format!(
+            "encoder.model.{index}.{}",
+            tail.replacen("conv.", "conv.conv.", 1)
+        );
     }
     out
 }

@@ -5,6 +5,7 @@
 //! original layout), so one routine ([`hf_layout::build_weights`]) checks names and shapes and
 //! does the folding for all of them, random weights included.
 
+pub mod hf_encoder;
 pub mod hf_layout;
 pub mod hub;
 pub mod kyutai_layout;

@@ -1,0 +1,206 @@
+//! The encode step as a program of backend ops, and the activations it runs over.
+//!
+//! Order as transformers `MimiModel._encode_frame`: SEANet encoder, encoder transformer,
+//! downsample, split RVQ. Activations are sized for the largest bucket and shared by all.
+
+use super::prepare::PreparedEncoder;
+use super::state::EncoderState;
+use crate::program::{conv, Rows};
+use crate::transformer::{run_layers, LayerBufs, LayerStep};
+use crate::MimiConfig;
+use chorus_core::{Backend, BufRole, ReplicateArgs, Result, RvqEncodeArgs, FRAME_SAMPLES};
+
+/// Buffers of one encoder stage at its input rate.
+pub struct EncStageActs<B: Backend> {
+    pub hidden: B::Buf,
+    /// Each residual block's output `[rows, time, c]`.
+    pub out: Vec<B::Buf>,
+    /// The strided conv's output `[rows, time / stride, 2c]`.
+    pub down: B::Buf,
+    /// Input time steps per row.
+    pub time: usize,
+}
+
+/// Every intermediate of one encode step for `rows` rows.
+pub struct EncActivations<B: Backend> {
+    pub slots: B::Ints,
+    pub codes: B::Ints,
+    pub pcm: B::Buf,
+    pub conv_in: B::Buf,
+    pub stages: Vec<EncStageActs<B>>,
+    /// Transformer residual stream `[rows * frame_tokens, hidden]` (the last conv writes it).
+    pub h: B::Buf,
+    pub norm: B::Buf,
+    pub qkv: B::Buf,
+    pub attn: B::Buf,
+    pub proj: B::Buf,
+    pub mlp: B::Buf,
+    /// `[rows, hidden]` pre-quantisation latents.
+    pub latent: B::Buf,
+}
+
+impl<B: Backend> EncActivations<B> {
+    /// Allocates buffers for up to `rows` rows.
+    pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedEncoder<B>, rows: usize) -> Result<Self> {
+        let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
+        let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
+        let mut time = FRAME_SAMPLES;
+        let mut stages = Vec::with_capacity(w.stages.len());
+        for s in &w.stages {
+            let c = s.down.c_in / s.stride;
+            let hidden_c = s.resblocks.first().map_or(0, |(c1, _)| c1.c_out);
+            stages.push(EncStageActs {
+                hidden: a(time * hidden_c)?,
+                out: (0..s.resblocks.len())
+                    .map(|_| a(time * c))
+                    .collect::<Result<Vec<_>>>()?,
+                down: a(time / s.stride * s.down.c_out)?,
+                time,
+            });
+            time /= s.stride;
+        }
+        Ok(Self {
+            slots: be.ints(rows, 0)?,
+            codes: be.ints(rows * cfg.num_quantizers, 0)?,
+            pcm: a(FRAME_SAMPLES * cfg.audio_channels)?,
+            conv_in: a(FRAME_SAMPLES * w.conv_in.c_out)?,
+            stages,
+            h: a(tok * hid)?,
+            norm: a(tok * hid)?,
+            qkv: a(tok * 3 * hid)?,
+            attn: a(tok * hid)?,
+            proj: a(tok * hid)?,
+            mlp: a(tok * cfg.intermediate_size)?,
+            latent: a(hid)?,
+        })
+    }
+}
+
+/// Everything one encode program run reads and writes.
+pub struct EncStepBuffers<'s, B: Backend> {
+    pub weights: &'s PreparedEncoder<B>,
+    pub state: &'s mut EncoderState<B>,
+    pub acts: &'s mut EncActivations<B>,
+    pub staging: &'s mut B::Staging,
+}
+
+/// Runs (or records) one encode step for `rows` rows.
+pub fn encode_forward<B: Backend>(
+    be: &B,
+    cfg: &MimiConfig,
+    (rows, dummy): (usize, usize),
+    bufs: EncStepBuffers<'_, B>,
+) -> Result<()> {
+    let EncStepBuffers {
+        weights: w,
+        state: st,
+        acts: a,
+        staging,
+    } = bufs;
+    be.stage_in_audio(staging, &mut a.slots, &mut a.codes, &mut a.pcm)?;
+    let r = Rows {
+        be,
+        slots: &a.slots,
+        rows,
+    };
+    conv(
+        &r,
+        &w.conv_in,
+        st.conv_in.as_mut(),
+        (&a.pcm, &mut a.conv_in, None),
+        (FRAME_SAMPLES, false),
+    )?;
+    for (i, sw) in w.stages.iter().enumerate() {
+        let (done, rest) = a.stages.split_at_mut(i);
+        let input = done.last().map_or(&a.conv_in, |prev| &prev.down);
+        let sa = &mut rest[0];
+        let time = sa.time;
+        for (j, (c1, c2)) in sw.resblocks.iter().enumerate() {
+            let (before, after) = sa.out.split_at_mut(j);
+            let x = before.last().unwrap_or(input);
+            let hist = st.res_history[i][j].as_mut();
+            conv(&r, c1, hist, (x, &mut sa.hidden, None), (time, true))?;
+            conv(
+                &r,
+                c2,
+                None,
+                (&sa.hidden, &mut after[0], Some(x)),
+                (time, true),
+            )?;
+        }
+        let x = sa.out.last().unwrap_or(input);
+        conv(
+            &r,
+            &sw.down,
+            st.down[i].as_mut(),
+            (x, &mut sa.down, None),
+            (time / sw.stride, true),
+        )?;
+    }
+    let last = a.stages.last().map_or(&a.conv_in, |s| &s.down);
+    let tok = cfg.frame_tokens();
+    conv(
+        &r,
+        &w.conv_out,
+        st.conv_out.as_mut(),
+        (last, &mut a.h, None),
+        (tok, true),
+    )?;
+    let step = LayerStep {
+        cfg,
+        rows,
+        time: tok,
+        ring: st.ring,
+        slots: &a.slots,
+        tokens: &st.tokens,
+    };
+    let layer_bufs = LayerBufs {
+        h: &mut a.h,
+        norm: &mut a.norm,
+        qkv: &mut a.qkv,
+        attn: &mut a.attn,
+        proj: &mut a.proj,
+        mlp: &mut a.mlp,
+    };
+    run_layers(be, &step, &w.layers, &mut st.kv, layer_bufs)?;
+    // A fresh slot's downsample history is its first token, repeated (replicate padding).
+    if let Some(hist) = st.downsample.as_mut() {
+        be.replicate_history(ReplicateArgs {
+            x: &a.h,
+            state: &mut hist.buf,
+            tokens: &st.tokens,
+            slots: &a.slots,
+            rows,
+            time: tok,
+            channels: cfg.hidden_size,
+            history: (w.downsample.kernel - 1) * w.downsample_stride,
+        })?;
+    }
+    be.advance_tokens(&mut st.tokens, &a.slots, rows, tok as i32, dummy)?;
+    let r = Rows {
+        be,
+        slots: &a.slots,
+        rows,
+    };
+    conv(
+        &r,
+        &w.downsample,
+        st.downsample.as_mut(),
+        (&a.h, &mut a.latent, None),
+        (tok / w.downsample_stride, false),
+    )?;
+    be.rvq_encode(RvqEncodeArgs {
+        x: &a.latent,
+        proj: &w.proj,
+        codebooks: &w.codebooks,
+        norms: &w.norms,
+        codes: &mut a.codes,
+        rows,
+        dim: cfg.hidden_size,
+        cb_dim: cfg.codebook_dim,
+        card: cfg.codebook_size,
+        books: cfg.num_quantizers,
+        semantic_books: cfg.num_semantic_quantizers,
+    })?;
+    be.stage_out_codes(&a.codes, &a.latent, staging)
+}

@@ -1,0 +1,125 @@
+//! The streaming transformer layers shared by the decoder and the encoder (the same module,
+//! `MimiTransformerModel`, under `decoder_transformer` and `encoder_transformer`).
+
+use crate::prepare::PreparedLayer;
+use crate::state::StateBuf;
+use crate::MimiConfig;
+use chorus_core::{AttentionArgs, AttentionGeom, Backend, LayerNormArgs, LinearArgs, Result};
+
+/// The activations the layers read and write, each `[rows * time, ...]`.
+pub(crate) struct LayerBufs<'a, B: Backend> {
+    /// The residual stream `[n, hidden]`, updated in place.
+    pub h: &'a mut B::Buf,
+    pub norm: &'a mut B::Buf,
+    pub qkv: &'a mut B::Buf,
+    pub attn: &'a mut B::Buf,
+    pub proj: &'a mut B::Buf,
+    pub mlp: &'a mut B::Buf,
+}
+
+/// The rows of one step and the per-slot state the attention reads.
+pub(crate) struct LayerStep<'a, B: Backend> {
+    pub cfg: &'a MimiConfig,
+    pub rows: usize,
+    /// New tokens per row.
+    pub time: usize,
+    pub ring: usize,
+    pub slots: &'a B::Ints,
+    pub tokens: &'a B::Ints,
+}
+
+/// Runs every layer over the step's tokens; positions are not advanced here.
+pub(crate) fn run_layers<B: Backend>(
+    be: &B,
+    step: &LayerStep<'_, B>,
+    layers: &[PreparedLayer<B>],
+    kv: &mut [StateBuf<B>],
+    b: LayerBufs<'_, B>,
+) -> Result<()> {
+    let cfg = step.cfg;
+    let hid = cfg.hidden_size;
+    let n = step.rows * step.time;
+    let geom = AttentionGeom {
+        rows: step.rows,
+        time: step.time,
+        heads: cfg.num_attention_heads,
+        head_dim: cfg.head_dim(),
+        ring: step.ring,
+        window: cfg.sliding_window,
+        rope_theta: cfg.rope_theta() as f32,
+    };
+    let eps = cfg.norm_eps as f32;
+    let LayerBufs {
+        h,
+        norm,
+        qkv,
+        attn,
+        proj,
+        mlp,
+    } = b;
+    for (l, kv) in layers.iter().zip(kv.iter_mut()) {
+        be.layer_norm(LayerNormArgs {
+            x: h,
+            gamma: &l.norm1_w,
+            beta: &l.norm1_b,
+            out: norm,
+            n,
+            dim: hid,
+            eps,
+        })?;
+        be.linear(LinearArgs {
+            x: norm,
+            w: &l.qkv,
+            out: qkv,
+            n,
+            k: hid,
+            m: 3 * hid,
+        })?;
+        be.attention(AttentionArgs {
+            qkv,
+            kv: &mut kv.buf,
+            tokens: step.tokens,
+            slots: step.slots,
+            out: attn,
+            geom,
+        })?;
+        be.linear(LinearArgs {
+            x: attn,
+            w: &l.o,
+            out: proj,
+            n,
+            k: hid,
+            m: hid,
+        })?;
+        be.scale_add(h, proj, &l.scale1, n, hid)?;
+        be.layer_norm(LayerNormArgs {
+            x: h,
+            gamma: &l.norm2_w,
+            beta: &l.norm2_b,
+            out: norm,
+            n,
+            dim: hid,
+            eps,
+        })?;
+        let inter = cfg.intermediate_size;
+        be.linear(LinearArgs {
+            x: norm,
+            w: &l.fc1,
+            out: mlp,
+            n,
+            k: hid,
+            m: inter,
+        })?;
+        be.gelu(mlp, n * inter)?;
+        be.linear(LinearArgs {
+            x: mlp,
+            w: &l.fc2,
+            out: proj,
+            n,
+            k: inter,
+            m: hid,
+        })?;
+        be.scale_add(h, proj, &l.scale2, n, hid)?;
+    }
+    Ok(())
+}
