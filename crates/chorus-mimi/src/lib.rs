@@ -11,6 +11,7 @@ pub mod config;
 pub mod decoder;
 pub mod encoder;
 pub mod oracle;
+pub mod oracle_encoder;
 pub mod prepare;
 pub mod program;
 pub mod random;

@@ -24,6 +24,11 @@ pub const RANDOM_MODEL_SEED: u64 = 0x6d69_6d69_2d72_6e64;
 const RESBLOCK_OUT_GAIN: f64 = 0.5;
 /// Gain of the last conv, so that the noise sits in a typical audio range (peak near 1).
 const OUTPUT_CONV_GAIN: f64 = 0.25;
+/// Gain of the encoder's input conv, so that speech at -6 dBFS moves the latent well beyond the
+/// constant the biases build up (with gain 1 level 1 saw 4 distinct codes in 140 frames).
+const ENCODER_INPUT_CONV_GAIN: f64 = 4.0;
+/// The encoder's input conv.
+const ENCODER_INPUT_CONV: &str = "encoder.layers.0.conv.weight";
 
 /// How one tensor is drawn: `u * scale + offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -62,6 +67,8 @@ pub fn init_for(c: &MimiConfig, hf_name: &str, shape: &[usize]) -> Init {
         RESBLOCK_OUT_GAIN
     } else if hf_name == conv_out {
         OUTPUT_CONV_GAIN
+    } else if hf_name == ENCODER_INPUT_CONV {
+        ENCODER_INPUT_CONV_GAIN
     } else {
         1.0
     };

@@ -424,31 +424,42 @@ fn directory_with_one_tokenizer_file_loads_it() {
 }
 
 #[test]
-fn encoder_side_tensors_are_ignored() {
+fn a_decoder_only_checkpoint_loads_without_an_encoder() {
     let c = small();
-    let mut tensors = random_tensors(&c, SEED, Layout::HuggingFace);
-    tensors.push((
-        "encoder.layers.0.conv.weight".into(),
-        HostTensor::zeros(vec![8, 1, 7]),
-    ));
-    tensors.push((
-        "encoder_transformer.layers.0.mlp.fc1.weight".into(),
-        HostTensor::zeros(vec![3, 3]),
-    ));
-    tensors.push((
-        "downsample.conv.weight".into(),
-        HostTensor::zeros(vec![2, 2, 4]),
-    ));
-    tensors.push((
-        "quantizer.semantic_residual_vector_quantizer.input_proj.weight".into(),
-        HostTensor::zeros(vec![8, 64, 1]),
-    ));
+    let tensors: Vec<_> = random_tensors(&c, SEED, Layout::HuggingFace)
+        .into_iter()
+        .filter(|(n, _)| {
+            !(n.starts_with("encoder") || n.starts_with("downsample") || n.contains("input_proj"))
+        })
+        .collect();
     let dir = temp_dir();
     let m = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap();
+    assert!(m.weights.encoder.is_none());
     assert_eq!(
         m.parameter_count,
         random_model(&c, SEED).unwrap().parameter_count
     );
+    let e = chorus_mimi::encoder::prepare::encoder_of(&m.weights)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("no encoder"), "{e}");
+}
+
+#[test]
+fn a_malformed_encoder_tensor_is_named() {
+    let c = small();
+    let mut tensors = random_tensors(&c, SEED, Layout::HuggingFace);
+    for (name, t) in &mut tensors {
+        if name == "downsample.conv.weight" {
+            *t = HostTensor::zeros(vec![2, 2, 4]);
+        }
+    }
+    let dir = temp_dir();
+    let e = load_small(&write_hf(&dir, &tensors, Dtype::F32))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("downsample.conv.weight"), "{e}");
 }
 
 #[test]
