@@ -2,6 +2,7 @@
 //! against the golden file that `tools/fixtures/make_golden.py` writes.
 
 use chorus_core::HostTensor;
+use chorus_mimi::checkpoint::hf_encoder::encoder_tensor_specs;
 use chorus_mimi::checkpoint::hf_layout::decoder_tensor_specs;
 use chorus_mimi::checkpoint::kyutai_layout::KyutaiView;
 use chorus_mimi::checkpoint::source::{MemorySource, TensorSource};
@@ -63,12 +64,47 @@ fn every_small_tensor_matches_numpy_in_both_layouts() {
     c.validate().unwrap();
     for (key, layout) in [("hf", Layout::HuggingFace), ("kyutai", Layout::Kyutai)] {
         let ours = random_tensors(&c, RANDOM_MODEL_SEED, layout);
-        let theirs = g["small"][key].as_array().unwrap();
+        // The decoder side first, then the encoder side.
+        let theirs: Vec<&Value> = g["small"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(g["encoder_small"][key].as_array().unwrap())
+            .collect();
         assert_eq!(ours.len(), theirs.len(), "{key}");
         for ((name, t), entry) in ours.iter().zip(theirs) {
             assert_eq!(name, entry["name"].as_str().unwrap(), "{key}");
             check(entry, name, t);
         }
+    }
+}
+
+#[test]
+fn full_size_encoder_tensors_match_numpy() {
+    let g = golden();
+    let c = MimiConfig::default();
+    let specs = encoder_tensor_specs(&c);
+    let entries = g["encoder_full"].as_array().unwrap();
+    assert!(!entries.is_empty());
+    for entry in entries {
+        let name = entry["name"].as_str().unwrap();
+        let shape: Vec<usize> = serde_json::from_value(entry["shape"].clone()).unwrap();
+        // A Kyutai-layout name (the fused in_proj) draws with the init of its HF q_proj.
+        let hf = match name.strip_suffix("in_proj_weight") {
+            Some(stem) => format!(
+                "{}q_proj.weight",
+                stem.replace("encoder_transformer.transformer.", "encoder_transformer.")
+            ),
+            None => name.to_string(),
+        };
+        let spec = specs.iter().find(|s| s.name == hf).unwrap();
+        let t = random_tensor(
+            RANDOM_MODEL_SEED,
+            name,
+            shape,
+            init_for(&c, &hf, &spec.shape),
+        );
+        check(entry, name, &t);
     }
 }
 
@@ -92,7 +128,9 @@ fn kyutai_view_matches_the_fixture_scripts_conversion() {
     let view = KyutaiView::new(MemorySource::new("kyutai", raw), c.num_attention_heads);
     let theirs = g["small"]["kyutai_as_hf"].as_array().unwrap();
     assert_eq!(theirs.len(), decoder_tensor_specs(&c).len());
-    for entry in theirs {
+    let encoder = g["encoder_small"]["kyutai_as_hf"].as_array().unwrap();
+    assert_eq!(encoder.len(), encoder_tensor_specs(&c).len());
+    for entry in theirs.iter().chain(encoder) {
         let name = entry["name"].as_str().unwrap();
         check(entry, name, &view.load(name).unwrap());
     }
