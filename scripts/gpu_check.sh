@@ -22,6 +22,8 @@ section "(b) whole-decoder parity: CUDA vs CPU backend"
 if [ -x "$BIN"/decoder ]; then "$BIN"/decoder --test-threads=1 --nocapture 2>&1 || status=1; else echo "MISSING $BIN/decoder"; fi
 section "(b') oracle fixtures"
 if [ -x "$BIN"/oracle ]; then "$BIN"/oracle --test-threads=1 --nocapture 2>&1 || status=1; else echo "no oracle test binary"; fi
+section "(b'') encoder: CUDA vs CPU, and vs transformers MimiModel.encode"
+if [ -x "$BIN"/encoder ]; then "$BIN"/encoder --test-threads=1 --nocapture 2>&1 || status=1; else echo "MISSING $BIN/encoder"; fi
 section "(c) chorus bench --device cuda --model random"
 if [ -x "$BIN"/chorus ]; then
   "$BIN"/chorus bench --device cuda --model random --batch 1,2,4,8,16,32,64,128,256,512,1024 --n-q 8 --precision bf16 --seconds 1 2>&1 || status=1
