@@ -1,13 +1,16 @@
 //! Opens models on a device, shared by the command line and the Python package.
 //!
 //! [`device`] resolves `auto`/`cpu`/`cuda` and builds a warmed-up Mimi slot decoder behind
-//! [`chorus_core::FrameDecoder`]; [`music`] builds the music semantic stage on either backend
+//! [`chorus_core::FrameDecoder`], [`encoder`] the slot encoder behind
+//! [`chorus_core::FrameEncoder`]; [`music`] builds the music semantic stage on either backend
 //! behind one enum. Each builder captures every CUDA graph before it returns, so the first frame
 //! a caller decodes costs what every later one does.
 
 pub mod device;
+pub mod encoder;
 pub mod music;
 
 pub use chorus_core::{Error, Result};
 pub use device::{cuda_options, open_decoder, resolve, DecoderSpec, DeviceKind};
+pub use encoder::{open_encoder, EncoderSpec};
 pub use music::{AnyStage, StageSpec};

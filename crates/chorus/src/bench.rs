@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 /// Untimed steps before measuring: past the 250-token window (125 frames), so every timed step
 /// attends over a full window, as a long-running stream does.
-const WARMUP_STEPS: usize = 130;
+pub(crate) const WARMUP_STEPS: usize = 130;
 /// Timed steps at the least, however long they take.
-const MIN_STEPS: usize = 10;
+pub(crate) const MIN_STEPS: usize = 10;
 /// Distinct random frames cycled through.
 const DISTINCT_FRAMES: usize = 64;
 /// CUDA-event-timed graph replays per bucket.
-const TIMED_REPLAYS: usize = 50;
+pub(crate) const TIMED_REPLAYS: usize = 50;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -41,6 +41,9 @@ pub struct BenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Benchmark the encoder (80 ms of audio in, `--n-q` codes out) instead of the decoder.
+    #[arg(long)]
+    pub encode: bool,
 }
 
 /// One batch size's figures.
@@ -82,6 +85,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
     for &b in batches.sizes() {
+        if args.encode {
+            let row = crate::bench_encode::bench_batch(&model, device, b, &args)?;
+            print_row(&row, args.json)?;
+            continue;
+        }
         let spec = DecoderSpec {
             device,
             precision: args.precision,
@@ -96,28 +104,33 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let mut dec = open_decoder(&model, &spec)?;
             measure(dec.as_mut(), b, &args)?
         };
-        if args.json {
-            println!("{}", serde_json::to_string(&row)?);
-        } else {
-            println!(
-                "{:>6} {:>10.3} {:>10.3} {:>12.1} {:>10.1} {:>8.4}   [{} {}{}]",
-                row.batch,
-                row.device_ms_per_step_median
-                    .unwrap_or(row.ms_per_step_median),
-                row.ms_per_step_p90,
-                row.frames_per_s,
-                row.realtime_streams,
-                row.rtf,
-                row.backend,
-                row.precision,
-                if row.device_ms_per_step_median.is_some() {
-                    ", device time"
-                } else {
-                    ", wall time"
-                }
-            );
-        }
+        print_row(&row, args.json)?;
     }
+    Ok(())
+}
+
+fn print_row(row: &BenchRow, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(row)?);
+        return Ok(());
+    }
+    println!(
+        "{:>6} {:>10.3} {:>10.3} {:>12.1} {:>10.1} {:>8.4}   [{} {}{}]",
+        row.batch,
+        row.device_ms_per_step_median
+            .unwrap_or(row.ms_per_step_median),
+        row.ms_per_step_p90,
+        row.frames_per_s,
+        row.realtime_streams,
+        row.rtf,
+        row.backend,
+        row.precision,
+        if row.device_ms_per_step_median.is_some() {
+            ", device time"
+        } else {
+            ", wall time"
+        }
+    );
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The `chorus` command line: decode Mimi codes to audio, inspect models, benchmark backends,
+//! The `chorus` command line: decode Mimi codes to audio, encode audio to codes, inspect models, benchmark backends,
 //! serve streams over WebSocket and load-test a server.
 
 /// The server hands one PCM buffer per frame from the engine thread to the connection tasks.
@@ -7,8 +7,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod audio_out;
 mod bench;
+mod bench_encode;
 mod codes_file;
 mod decode;
+mod encode;
 mod info;
 mod loadgen;
 mod music;
@@ -34,9 +36,11 @@ struct Cli {
 enum Command {
     /// Decode a codes file to WAV or .npy.
     Decode(decode::DecodeArgs),
+    /// Encode an audio file (WAV, FLAC, MP3, Ogg Vorbis/Opus) to Mimi codes in .npy.
+    Encode(encode::EncodeArgs),
     /// Print a model's configuration, layout, parameter count and state size.
     Info(info::InfoArgs),
-    /// Benchmark decoding throughput per batch size.
+    /// Benchmark decoding (or with --encode, encoding) throughput per batch size.
     Bench(bench::BenchArgs),
     /// Serve streams over WebSocket, whole files over HTTP, and Prometheus metrics.
     Serve(serve::ServeArgs),
@@ -71,6 +75,7 @@ pub(crate) fn load_music(spec: &str) -> Result<chorus_music::MusicModel> {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Decode(a) => decode::run(a),
+        Command::Encode(a) => encode::run(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Serve(a) => serve::run(a),

@@ -1,0 +1,167 @@
+//! `chorus encode`: an audio file (WAV, FLAC, MP3, Ogg Vorbis or Ogg Opus, any rate and channel
+//! count) to Mimi codes `[n_q, T]` in `.npy`, frame by frame through the streaming encoder.
+
+use crate::decode::parse_precision;
+use anyhow::{bail, Context, Result};
+use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES};
+use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+/// Frames above which a progress bar is drawn.
+const PROGRESS_MIN_FRAMES: usize = 64;
+/// Source bytes above which decoding the file draws a progress bar.
+const PROGRESS_MIN_BYTES: u64 = 4 << 20;
+/// The one stream a file is encoded as.
+const SLOT: usize = 0;
+
+#[derive(clap::Args, Debug)]
+pub struct EncodeArgs {
+    /// Model: `kyutai/mimi` (HF repo id), a directory, a `.safetensors` file, or `random`.
+    #[arg(long, default_value = "kyutai/mimi")]
+    pub model: String,
+    /// Audio: WAV, FLAC, MP3, Ogg Vorbis or Ogg Opus; any sample rate (resampled to 24 kHz),
+    /// several channels mixed to mono.
+    #[arg(long)]
+    pub audio: PathBuf,
+    /// Output codes: `.npy` int64 `[n_q, T]` (what `chorus decode --codes` reads).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Codebooks per frame (1..=32).
+    #[arg(long, default_value_t = 8)]
+    pub n_q: usize,
+    /// Also write the pre-quantisation latents, float32 `[T, hidden]`, to this `.npy`.
+    #[arg(long)]
+    pub latents: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceKind,
+    /// `f32` or `bf16` (CUDA only).
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
+    /// Encode what decoded from a file that is cut short, instead of refusing it.
+    #[arg(long)]
+    pub allow_truncated: bool,
+}
+
+pub fn run(args: EncodeArgs) -> Result<()> {
+    let model = crate::load(&args.model)?;
+    let nq_max = model.config.num_quantizers;
+    if args.n_q == 0 || args.n_q > nq_max {
+        bail!("--n-q {} outside 1..={nq_max}", args.n_q);
+    }
+    let audio = read(&args)?;
+    // Whole frames: the tail is padded with silence, as transformers pads the last window.
+    let frames = audio.samples.len().div_ceil(FRAME_SAMPLES);
+    let mut samples = audio.samples;
+    samples.resize(frames * FRAME_SAMPLES, 0.0);
+    let spec = EncoderSpec {
+        device: args.device,
+        precision: args.precision,
+        max_slots: 1,
+        buckets: Buckets::new(&[1])?,
+        threads: None,
+        cuda_device: 0,
+    };
+    let mut enc = open_encoder(&model, &spec)?;
+    eprintln!(
+        "encoding {} ({}, {} Hz, {} channel(s)): {frames} frames, n_q = {} on {}",
+        args.audio.display(),
+        audio.format,
+        audio.source_rate,
+        audio.source_channels,
+        args.n_q,
+        enc.describe()
+    );
+    let bar = (frames >= PROGRESS_MIN_FRAMES).then(|| frame_bar(frames as u64));
+    let dim = enc.latent_dim();
+    let mut codes = vec![0i64; args.n_q * frames];
+    let mut latents = Vec::with_capacity(if args.latents.is_some() {
+        frames * dim
+    } else {
+        0
+    });
+    let mut row = vec![0u32; nq_max];
+    let mut lat = vec![0f32; dim];
+    for (t, pcm) in samples.chunks_exact(FRAME_SAMPLES).enumerate() {
+        let frame = AudioFrame {
+            slot: SLOT,
+            pcm,
+            n_q: args.n_q,
+        };
+        enc.step(&[frame], &mut row, Some(&mut lat))?;
+        for q in 0..args.n_q {
+            codes[q * frames + t] = i64::from(row[q]);
+        }
+        if args.latents.is_some() {
+            latents.extend_from_slice(&lat);
+        }
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let bytes = chorus_core::npy::write_npy_i64(&[args.n_q, frames], &codes);
+    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))?;
+    if let Some(path) = &args.latents {
+        let bytes = chorus_core::npy::write_npy_f32(&[frames, dim], &latents);
+        std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!(
+        "wrote {} ([{}, {frames}] codes)",
+        args.out.display(),
+        args.n_q
+    );
+    Ok(())
+}
+
+/// Decodes the input file, with a progress bar for large files; a cut-short file is an error
+/// unless `--allow-truncated`.
+fn read(args: &EncodeArgs) -> Result<chorus_audio::DecodedAudio> {
+    let size = std::fs::metadata(&args.audio)
+        .with_context(|| format!("reading {}", args.audio.display()))?
+        .len();
+    let bar = (size >= PROGRESS_MIN_BYTES).then(|| {
+        let b = ProgressBar::new(size);
+        b.set_style(
+            ProgressStyle::with_template("reading {bar:40} {bytes}/{total_bytes}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut report = |p: chorus_audio::Progress| {
+        if let Some(b) = &bar {
+            b.set_position(p.bytes_done);
+        }
+    };
+    let audio = chorus_audio::read_audio_file(&args.audio, Some(&mut report))
+        .with_context(|| format!("decoding {}", args.audio.display()))?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if let Some(missing) = &audio.incomplete {
+        if !args.allow_truncated {
+            bail!(
+                "{}: the file is cut short or damaged ({missing}); pass --allow-truncated to encode the {:.2} s that decoded",
+                args.audio.display(),
+                audio.duration_secs()
+            );
+        }
+        eprintln!(
+            "warning: {}: {missing}; encoding the {:.2} s that decoded",
+            args.audio.display(),
+            audio.duration_secs()
+        );
+    }
+    Ok(audio)
+}
+
+fn frame_bar(frames: u64) -> ProgressBar {
+    let b = ProgressBar::new(frames);
+    b.set_style(
+        ProgressStyle::with_template("encoding {bar:40} {pos}/{len} frames ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b
+}
