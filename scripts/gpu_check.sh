@@ -33,6 +33,13 @@ section "(c') replay_bench: device time per step and per-op breakdown"
 if [ -x "$BIN"/replay_bench ]; then
   for p in bf16 f32; do "$BIN"/replay_bench "$p" 1,64,1024 100 2>&1 || status=1; done
 else echo "MISSING $BIN/replay_bench"; fi
+section "(e) encoder: chorus bench --encode, then transformers' encoder in the same call"
+if [ -x "$BIN"/chorus ]; then
+  "$BIN"/chorus bench --encode --device cuda --model random --batch 1,64,1024 --n-q 8 --precision bf16 --seconds 1 2>&1 || status=1
+  "$BIN"/chorus bench --encode --device cuda --model random --batch 1,64,1024 --n-q 8 --precision f32 --seconds 1 2>&1 || status=1
+  "$BIN"/chorus bench --encode --device cuda --model random --batch 1,64,1024 --n-q 32 --precision bf16 --seconds 1 2>&1 || status=1
+else echo "MISSING $BIN/chorus"; fi
+PYTHONUNBUFFERED=1 python3 scripts/device/encoder_hf_bench.py --batches 1,64,1024 --frames 125 2>&1 | grep -v Warning || status=1
 section "(d) the PyTorch seed design, same machine"
 if [ -f "$BIN"/static_mimi_reference.py ]; then
   for p in bf16 fp32; do
