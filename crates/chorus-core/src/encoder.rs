@@ -20,6 +20,8 @@ pub trait FrameEncoder {
     fn largest_batch(&self) -> usize;
     /// Codebooks of the model: `n_q` may be at most this.
     fn max_codebooks(&self) -> usize;
+    /// Entries per codebook: every code is below it.
+    fn codebook_size(&self) -> usize;
     /// Length of a latent frame.
     fn latent_dim(&self) -> usize;
     /// Per-stream state.

@@ -50,7 +50,12 @@ pub struct EngineStatus {
     pub free_slots: usize,
     pub draining: bool,
     pub stopped: bool,
+    /// The device failed (see [`Engine::failure`]); `stopped` is then set too.
+    pub failed: bool,
 }
+
+/// Device number of an engine started with [`Engine::start`]: a server's only device.
+pub const DEFAULT_DEVICE: usize = 0;
 
 /// The scheduler. Dropping it stops the engine thread.
 pub struct Engine {
@@ -62,6 +67,12 @@ impl Engine {
     /// Starts the engine thread, which builds the decoder with `factory`; returns once the decoder
     /// is ready, or with the factory's error.
     pub fn start(factory: DecoderFactory, config: EngineConfig) -> Result<Self> {
+        Self::start_on(DEFAULT_DEVICE, factory, config)
+    }
+
+    /// Like [`Engine::start`] for the engine of device `device`, the number that names it in
+    /// errors, health and metrics.
+    pub fn start_on(device: usize, factory: DecoderFactory, config: EngineConfig) -> Result<Self> {
         if config.max_pending_frames == 0 || config.max_undelivered_frames == 0 {
             return Err(Error::config(
                 "Engine::start",
@@ -70,7 +81,7 @@ impl Engine {
         }
         let (tx, rx) = mpsc::channel::<Result<Arc<Shared>>>();
         let thread = std::thread::Builder::new()
-            .name("chorus-engine".into())
+            .name(format!("chorus-engine-{device}"))
             .spawn(move || {
                 let decoder = match factory() {
                     Ok(d) => d,
@@ -95,11 +106,13 @@ impl Engine {
                         next_id: 0,
                         draining: false,
                         stopped: false,
+                        failure: None,
                     }),
                     wake: Condvar::new(),
                     metrics: Arc::new(Metrics::default()),
                     config,
                     info,
+                    device,
                 });
                 if tx.send(Ok(shared.clone())).is_err() {
                     return;
@@ -128,6 +141,16 @@ impl Engine {
             shared,
             thread: Some(thread),
         })
+    }
+
+    /// The device number it was started on.
+    pub fn device(&self) -> usize {
+        self.shared.device
+    }
+
+    /// Why the device failed, once it has: its streams were ended and it takes no new ones.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.lock().failure.clone()
     }
 
     /// The decoder's dimensions.
@@ -210,6 +233,7 @@ impl Engine {
             free_slots: s.free.len(),
             draining: s.draining,
             stopped: s.stopped,
+            failed: s.failure.is_some(),
         }
     }
 
@@ -228,12 +252,15 @@ impl Drop for Engine {
     }
 }
 
-/// Marks the engine stopped however its thread ends (a decoder panic included), so no stream
-/// waits forever.
+/// Marks the engine stopped however its thread ends, and a decoder panic as a failed device, so
+/// no stream waits forever.
 struct StopOnExit(Arc<Shared>);
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail_device("the decoder panicked");
+        }
         self.0.stop();
     }
 }

@@ -5,7 +5,7 @@
 //! change the output. [`FakeDecoder::reference`] decodes one stream offline the same way.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -77,6 +77,29 @@ impl Gate {
     }
 }
 
+/// Breaks the fake device for good once tripped, as a sticky CUDA error does: every later step,
+/// queued step and reset fails with a backend error.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceFault(Arc<AtomicBool>);
+
+impl DeviceFault {
+    /// Breaks the device from now on.
+    pub fn trip(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.0.load(Ordering::SeqCst) {
+            return Err(Error::Backend {
+                op,
+                backend: "fake",
+                reason: "device lost".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Knobs of the fake decoder.
 #[derive(Clone, Debug, Default)]
 pub struct FakeOptions {
@@ -92,6 +115,8 @@ pub struct FakeOptions {
     /// Offer pipelined steps (`launch_step` / `finish_step`), as the CUDA decoder does: a
     /// device fault then surfaces when the step is finished.
     pub pipelined: bool,
+    /// Breaks the whole device when tripped.
+    pub fault: Option<DeviceFault>,
 }
 
 /// The slots of every step run, in order.
@@ -235,6 +260,7 @@ impl FrameDecoder for FakeDecoder {
                 "no step is queued",
             ));
         };
+        self.check_fault("FakeDecoder::finish_step")?;
         let out = done?;
         pcm[..out.len()].copy_from_slice(&out);
         Ok(StepDone {
@@ -244,6 +270,7 @@ impl FrameDecoder for FakeDecoder {
     }
 
     fn reset(&mut self, slot: usize) -> Result<()> {
+        self.check_fault("FakeDecoder::reset")?;
         match self.digests.get_mut(slot) {
             Some(d) => {
                 if !self.opts.ignore_reset {
@@ -261,8 +288,13 @@ impl FrameDecoder for FakeDecoder {
 }
 
 impl FakeDecoder {
+    fn check_fault(&self, op: &'static str) -> Result<()> {
+        self.opts.fault.as_ref().map_or(Ok(()), |f| f.check(op))
+    }
+
     /// One step of the fake model.
     fn run(&mut self, frames: &[Frame<'_>], pcm: &mut [f32]) -> Result<()> {
+        self.check_fault("FakeDecoder::step")?;
         if frames.len() > self.opts.largest_batch {
             return Err(Error::BatchTooLarge {
                 op: "FakeDecoder::step",

@@ -10,18 +10,26 @@
 //!
 //! A slot is reset by the engine thread right before its new owner's first frame, so a slot
 //! released while a step is using it is never reset under that step.
+//!
+//! An [`EnginePool`] runs one engine per device (a one-device server is a pool of one): it places
+//! each new stream on the engine with the most free slots, and a device that fails ends only its
+//! own streams.
 
 mod engine;
 mod error;
 pub mod fake;
+mod handout;
 mod metrics;
+mod pool;
+mod prometheus;
 mod sched;
 mod stream;
 mod worker;
 
-pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus};
+pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus, DEFAULT_DEVICE};
 pub use error::StreamError;
 pub use metrics::{ErrorCounts, Histogram, Metrics};
+pub use pool::{DeviceStatus, EnginePool, PoolMetrics, PoolStatus};
 pub use stream::{Stream, StreamEvent, StreamInput};
 
 use chorus_core::{FrameDecoder, Result};

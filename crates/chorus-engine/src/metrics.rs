@@ -1,7 +1,6 @@
-//! Counters and histograms the engine and the server update, rendered as Prometheus text.
+//! Counters and histograms the engine and the server update (rendered by [`crate::prometheus`]).
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -64,17 +63,17 @@ impl Histogram {
         f64::from_bits(self.sum.load(Ordering::Relaxed))
     }
 
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut acc = 0;
-        for (i, bound) in self.bounds.iter().enumerate() {
-            acc += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {acc}");
-        }
-        acc += self.counts[self.bounds.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {acc}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum());
-        let _ = writeln!(out, "{name}_count {acc}");
+    /// `(upper bound, cumulative count)` per bucket, the `+Inf` bucket last with bound `None`.
+    pub(crate) fn cumulative(&self) -> impl Iterator<Item = (Option<f64>, u64)> + '_ {
+        let bounds = self
+            .bounds
+            .iter()
+            .map(|&b| Some(b))
+            .chain(std::iter::once(None));
+        bounds.zip(&self.counts).scan(0, |acc, (bound, c)| {
+            *acc += c.load(Ordering::Relaxed);
+            Some((bound, *acc))
+        })
     }
 }
 
@@ -95,7 +94,7 @@ impl ErrorCounts {
         map.get(kind).copied().unwrap_or(0)
     }
 
-    fn snapshot(&self) -> Vec<(&'static str, u64)> {
+    pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         map.iter().map(|(k, v)| (*k, *v)).collect()
     }
@@ -137,88 +136,5 @@ impl Default for Metrics {
             frame_latency_seconds: Histogram::new(SECONDS_BOUNDS),
             errors: ErrorCounts::default(),
         }
-    }
-}
-
-impl Metrics {
-    /// Renders every metric in the Prometheus text format, with the live gauges given.
-    pub fn render(&self, live_streams: usize, free_slots: usize) -> String {
-        let mut out = String::new();
-        let gauge = |out: &mut String, name: &str, help: &str, v: usize| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        };
-        gauge(
-            &mut out,
-            "chorus_live_streams",
-            "Open streams.",
-            live_streams,
-        );
-        gauge(
-            &mut out,
-            "chorus_free_slots",
-            "Stream slots free.",
-            free_slots,
-        );
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        counter(
-            &mut out,
-            "chorus_frames_decoded_total",
-            "Frames decoded.",
-            load(&self.frames_decoded),
-        );
-        counter(
-            &mut out,
-            "chorus_streams_opened_total",
-            "Streams opened.",
-            load(&self.streams_opened),
-        );
-        counter(
-            &mut out,
-            "chorus_deadline_misses_total",
-            "Frames whose PCM was ready more than 80 ms after the frame arrived.",
-            load(&self.deadline_misses),
-        );
-        self.step_seconds.render(
-            "chorus_step_seconds",
-            "Decode step time, launch to PCM ready.",
-            &mut out,
-        );
-        self.device_seconds.render(
-            "chorus_step_device_seconds",
-            "Device time per decode step; its rate is the share of time the device is busy.",
-            &mut out,
-        );
-        self.host_seconds.render(
-            "chorus_step_host_seconds",
-            "Engine-thread host work per decode step (picking, staging, launching, handing out PCM).",
-            &mut out,
-        );
-        self.batch_size
-            .render("chorus_batch_size", "Frames per decode step.", &mut out);
-        self.queue_delay_seconds.render(
-            "chorus_queue_delay_seconds",
-            "Frame arrival to the start of its decode step.",
-            &mut out,
-        );
-        self.frame_latency_seconds.render(
-            "chorus_frame_latency_seconds",
-            "Frame arrival to its PCM being ready.",
-            &mut out,
-        );
-        let name = "chorus_errors_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Streams ended or refused by error, by kind.\n# TYPE {name} counter"
-        );
-        for (kind, n) in self.errors.snapshot() {
-            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {n}");
-        }
-        out
     }
 }

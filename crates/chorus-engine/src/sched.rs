@@ -66,6 +66,8 @@ pub(crate) struct Sched {
     pub next_id: u64,
     pub draining: bool,
     pub stopped: bool,
+    /// Why the device failed: every stream on it was ended and no new one is taken.
+    pub failure: Option<String>,
 }
 
 pub(crate) struct Shared {
@@ -74,6 +76,8 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     pub config: EngineConfig,
     pub info: DecoderInfo,
+    /// The device number that names this engine in errors, health and metrics.
+    pub device: usize,
 }
 
 impl Shared {
@@ -91,6 +95,10 @@ impl Shared {
         items: impl ExactSizeIterator<Item = Pending>,
     ) -> Result<(), StreamError> {
         let mut s = self.lock();
+        if s.failure.is_some() {
+            // Every stream was told the device failed: its outbox says so.
+            return Err(StreamError::Finished);
+        }
         if s.stopped {
             return Err(StreamError::Stopped);
         }
@@ -128,6 +136,24 @@ impl Shared {
 
     pub(crate) fn release(&self, slot: usize, id: u64) -> bool {
         Self::release_locked(&mut self.lock(), slot, id)
+    }
+
+    /// The device can no longer decode: ends every stream on it with an error that names the
+    /// device and stops the engine (the first failure is the one kept).
+    pub(crate) fn fail_device(&self, cause: impl std::fmt::Display) {
+        let mut s = self.lock();
+        if s.failure.is_some() {
+            return;
+        }
+        let reason = format!("device {} failed: {cause}", self.device);
+        for occ in s.slots.iter().flatten() {
+            let err = StreamError::DecodeFailed(format!("{reason}; its streams are closed"));
+            occ.outbox.fail_counted(err, &self.metrics.errors);
+        }
+        s.failure = Some(reason);
+        s.stopped = true;
+        drop(s);
+        self.wake.notify_all();
     }
 
     /// Stops the engine: no more streams or items; every open stream is told.

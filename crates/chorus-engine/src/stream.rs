@@ -7,6 +7,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use crate::error::StreamError;
+use crate::metrics::ErrorCounts;
 use crate::sched::{FrameData, Pending, Shared};
 
 /// What a stream feeds the decoder.
@@ -97,10 +98,24 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// Ends the stream: the reader gets what was already decoded, then the reason.
+    /// Ends the stream: the reader gets what was already decoded, then the reason (a stream
+    /// already ended keeps its first reason).
     pub(crate) fn fail(&self, err: StreamError) {
+        self.end_with(err, None);
+    }
+
+    /// Like [`Outbox::fail`], counting the error in `errors` when this call is what ends the
+    /// stream, before the reader can see it.
+    pub(crate) fn fail_counted(&self, err: StreamError, errors: &ErrorCounts) {
+        self.end_with(err, Some(errors));
+    }
+
+    fn end_with(&self, err: StreamError, errors: Option<&ErrorCounts>) {
         let mut st = self.lock();
         if st.terminal.is_none() {
+            if let Some(errors) = errors {
+                errors.inc(err.code());
+            }
             st.terminal = Some(StreamEvent::Failed(err));
         }
         drop(st);
@@ -140,6 +155,11 @@ impl Stream {
     /// Unique id of the stream (never reused while the engine lives).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The device whose engine decodes it (every later frame, reset and end goes there).
+    pub fn device(&self) -> usize {
+        self.shared.device
     }
 
     /// The slot it decodes in.

@@ -4,26 +4,21 @@
 //! step N + 1 and launches it behind step N, then waits for step N and hands its PCM out, so the
 //! device never idles while the host works. Stream ends are told only after the step holding
 //! their last frame has been handed out.
+//!
+//! A step that fails on the device ends the streams in it; the engine then resets one of their
+//! slots, and when even that fails the device is taken as failed: every stream on it is ended
+//! with an error naming the device and the thread stops (the other devices of a pool go on).
 
-use std::sync::atomic::Ordering;
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_MS, FRAME_SAMPLES};
+use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_SAMPLES};
 
 use crate::error::StreamError;
-use crate::sched::{FrameData, Pending, Sched, Shared};
+use crate::handout::{deliver, deliver_all, fail, leaves_state_unchanged, Dropped, Picked};
+use crate::sched::{Pending, Sched, Shared};
 use crate::stream::Outbox;
-
-/// One frame picked for the next step.
-struct Picked {
-    slot: usize,
-    id: u64,
-    index: u64,
-    data: FrameData,
-    arrived: Instant,
-    outbox: Arc<Outbox>,
-}
 
 /// A reset to run before the step.
 struct ResetJob {
@@ -31,15 +26,6 @@ struct ResetJob {
     id: u64,
     ack: Option<u64>,
     outbox: Arc<Outbox>,
-}
-
-/// A stream the engine ends: its slot is released before it is told, so that a client that
-/// reconnects at once finds the slot free.
-struct Dropped {
-    slot: usize,
-    id: u64,
-    outbox: Arc<Outbox>,
-    err: StreamError,
 }
 
 /// The engine thread's state: the decoder and buffers reused across steps.
@@ -62,6 +48,8 @@ pub(crate) struct EngineLoop {
     pipelined: bool,
     /// Engine-thread host time spent since the last step was handed out.
     host: Duration,
+    /// The device failed: every stream was told, nothing more is decoded.
+    failed: bool,
 }
 
 impl EngineLoop {
@@ -83,6 +71,7 @@ impl EngineLoop {
             queued_at: None,
             pipelined,
             host: Duration::ZERO,
+            failed: false,
         }
     }
 
@@ -109,6 +98,10 @@ impl EngineLoop {
             let started = Instant::now();
             let stepped = !self.batch.is_empty();
             self.run_resets();
+            if self.failed {
+                // Their streams were told: nothing more runs on this device.
+                self.batch.clear();
+            }
             if self.pipelined {
                 // Launch this step behind the queued one, then hand the queued one out.
                 let launched = !self.batch.is_empty() && self.launch();
@@ -151,8 +144,8 @@ impl EngineLoop {
         }
         drop(s);
         for d in self.dropped.drain(..) {
-            self.shared.metrics.errors.inc(d.err.code());
-            d.outbox.fail(d.err);
+            // A stream already ended (its device failed) keeps its first reason and count.
+            d.outbox.fail_counted(d.err, &self.shared.metrics.errors);
         }
     }
 
@@ -189,7 +182,11 @@ impl EngineLoop {
                 for p in &self.batch {
                     fail(p, &e, &mut self.dropped);
                 }
+                let first = self.batch.first().map(|p| p.slot);
                 self.batch.clear();
+                if let Some(slot) = first {
+                    self.check_device(slot, &e);
+                }
                 false
             }
         }
@@ -210,6 +207,7 @@ impl EngineLoop {
             ..
         } = self;
         let metrics = &shared.metrics;
+        let mut fault = None;
         let result = decoder.finish_step(pcm);
         let handing = Instant::now();
         metrics
@@ -225,12 +223,16 @@ impl EngineLoop {
                 for p in queued.iter() {
                     fail(p, &e, dropped);
                 }
+                fault = queued.first().map(|p| (p.slot, e));
             }
         }
         queued.clear();
         *host += handing.elapsed();
         metrics.host_seconds.observe(host.as_secs_f64());
         *host = Duration::ZERO;
+        if let Some((slot, e)) = fault {
+            self.check_device(slot, &e);
+        }
         // A stream this step failed is told so before any reset ack or end picked behind it.
         self.end_dropped();
         // Resets picked with the next step follow every frame of this one.
@@ -256,6 +258,7 @@ impl EngineLoop {
             dropped,
             ..
         } = self;
+        let mut fault = None;
         for p in batch.iter() {
             let frame = Frame {
                 slot: p.slot,
@@ -264,8 +267,16 @@ impl EngineLoop {
             let row = &mut pcm[..FRAME_SAMPLES];
             match decoder.step(std::slice::from_ref(&frame), row) {
                 Ok(()) => deliver(shared, p, row, dropped),
-                Err(e) => fail(p, &e, dropped),
+                Err(e) => {
+                    fail(p, &e, dropped);
+                    if fault.is_none() && !leaves_state_unchanged(&e) {
+                        fault = Some((p.slot, e));
+                    }
+                }
             }
+        }
+        if let Some((slot, e)) = fault {
+            self.check_device(slot, &e);
         }
     }
 
@@ -329,21 +340,48 @@ impl EngineLoop {
     }
 
     fn run_resets(&mut self) {
+        let mut fault = None;
         for job in self.resets.drain(..) {
+            if fault.is_some() {
+                // The device failed: every stream on it is told so below.
+                continue;
+            }
             match self.decoder.reset(job.slot) {
                 Ok(()) => {
                     if let Some(next) = job.ack {
                         self.acks.push((job.outbox, next));
                     }
                 }
-                Err(e) => self.dropped.push(Dropped {
+                Err(e) if leaves_state_unchanged(&e) => self.dropped.push(Dropped {
                     slot: job.slot,
                     id: job.id,
                     outbox: job.outbox,
                     err: StreamError::DecodeFailed(format!("reset failed: {e}")),
                 }),
+                // A device that cannot zero a slot cannot decode anything.
+                Err(e) => fault = Some(format!("resetting slot {}: {e}", job.slot)),
             }
         }
+        if let Some(cause) = fault {
+            self.device_failed(cause);
+        }
+    }
+
+    /// After a step failed on the device with `cause`: resets `slot` (one of the failed streams',
+    /// reset again before its next owner anyway) to learn whether the device still works.
+    fn check_device(&mut self, slot: usize, cause: &Error) {
+        if self.failed {
+            return;
+        }
+        if let Err(probe) = self.decoder.reset(slot) {
+            self.device_failed(format!("{cause}; then resetting slot {slot}: {probe}"));
+        }
+    }
+
+    /// Ends every stream on the device with an error naming it; the loop stops after this pass.
+    fn device_failed(&mut self, cause: impl Display) {
+        self.failed = true;
+        self.shared.fail_device(cause);
     }
 
     fn step(&mut self) {
@@ -392,65 +430,16 @@ impl EngineLoop {
                 for p in batch.iter() {
                     fail(p, &e, dropped);
                 }
+                let first = batch.first().map(|p| p.slot);
+                drop(frames);
+                batch.clear();
+                if let Some(slot) = first {
+                    self.check_device(slot, &e);
+                }
+                return;
             }
         }
         drop(frames);
         batch.clear();
     }
-}
-
-/// Hands row `i` of `pcm` to the stream of `picked[i]`, for every picked frame. One thread:
-/// spreading it over a pool measured slower on the H200 host (the wake-ups contend).
-fn deliver_all(shared: &Shared, picked: &[Picked], pcm: &[f32], dropped: &mut Vec<Dropped>) {
-    for (i, p) in picked.iter().enumerate() {
-        deliver(
-            shared,
-            p,
-            &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
-            dropped,
-        );
-    }
-}
-
-/// Hands decoded `samples` to the stream of `p`; a reader too far behind is cut off.
-fn deliver(shared: &Shared, p: &Picked, samples: &[f32], dropped: &mut Vec<Dropped>) {
-    let metrics = &shared.metrics;
-    let latency = p.arrived.elapsed();
-    metrics.frame_latency_seconds.observe(latency.as_secs_f64());
-    if latency > Duration::from_millis(FRAME_MS) {
-        metrics.deadline_misses.fetch_add(1, Ordering::Relaxed);
-    }
-    metrics.frames_decoded.fetch_add(1, Ordering::Relaxed);
-    if !p.outbox.push_pcm(p.index, samples.to_vec()) {
-        dropped.push(Dropped {
-            slot: p.slot,
-            id: p.id,
-            outbox: p.outbox.clone(),
-            err: StreamError::SlowConsumer {
-                limit: shared.config.max_undelivered_frames,
-            },
-        });
-    }
-}
-
-/// Ends the stream of `p` because its frame could not be decoded.
-fn fail(p: &Picked, e: &Error, dropped: &mut Vec<Dropped>) {
-    dropped.push(Dropped {
-        slot: p.slot,
-        id: p.id,
-        outbox: p.outbox.clone(),
-        err: StreamError::DecodeFailed(e.to_string()),
-    });
-}
-
-/// Whether `FrameDecoder::step` refused with this error before changing any slot's state.
-fn leaves_state_unchanged(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Input { .. }
-            | Error::CodeOutOfRange { .. }
-            | Error::UnknownSlot { .. }
-            | Error::BatchTooLarge { .. }
-            | Error::Shape { .. }
-    )
 }

@@ -7,6 +7,8 @@ use chorus_mimi::{DecoderOptions, SlotDecoder};
 
 const OP_OPEN: &str = "open_decoder";
 const OP_PARSE: &str = "DeviceKind::parse";
+/// The CUDA device of a one-device decoder.
+pub const DEFAULT_CUDA_DEVICE: usize = 0;
 /// Refusal of bf16 on the CPU, shared by the decoder and the music stage.
 pub const CPU_F32_ONLY: &str =
     "the CPU backend computes in f32 only; drop --precision bf16 or use --device cuda";
@@ -60,8 +62,18 @@ pub fn resolve(kind: DeviceKind) -> DeviceKind {
     }
 }
 
-/// Builds a decoder for `model` per `spec`, warmed up (CUDA graphs captured).
+/// Builds a decoder for `model` per `spec`, warmed up (CUDA graphs captured); CUDA uses device 0.
 pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn FrameDecoder>> {
+    open_decoder_on(model, spec, DEFAULT_CUDA_DEVICE)
+}
+
+/// Like [`open_decoder`], on CUDA device `cuda_device` when the spec resolves to CUDA (the
+/// weights are uploaded from the one host copy, so several devices share one load from disk).
+pub fn open_decoder_on(
+    model: &LoadedModel,
+    spec: &DecoderSpec,
+    cuda_device: usize,
+) -> Result<Box<dyn FrameDecoder>> {
     let opts = DecoderOptions {
         max_slots: spec.max_slots,
         buckets: spec.buckets.clone(),
@@ -78,7 +90,10 @@ pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn F
             Ok(Box::new(d))
         }
         _ => {
-            let be = chorus_cuda::CudaBackend::new(cuda_options(spec))?;
+            let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
+                device: cuda_device,
+                ..cuda_options(spec)
+            })?;
             let mut d = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
             d.warmup()?;
             Ok(Box::new(d))
@@ -86,7 +101,7 @@ pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn F
     }
 }
 
-/// CUDA options for a spec (bf16 unless asked otherwise).
+/// CUDA options for a spec (bf16 unless asked otherwise), on device 0.
 pub fn cuda_options(spec: &DecoderSpec) -> chorus_cuda::CudaOptions {
     chorus_cuda::CudaOptions {
         precision: spec.precision.unwrap_or(Precision::Bf16),

@@ -23,15 +23,29 @@ pub(crate) enum DecodeFormat {
     Wav,
     /// Raw little-endian f32 samples, exactly the decoder's output.
     F32,
+    /// An Ogg Opus file (RFC 7845), 24 kHz mono, at `bitrate` bits per second.
+    Ogg,
 }
+
+/// Default bitrate of `format=ogg` (bits per second).
+const DEFAULT_OGG_BITRATE: u32 = 64_000;
+/// Serial number of the one logical stream of an Ogg Opus answer.
+const OGG_SERIAL: u32 = 0x4368_6f72;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct DecodeQuery {
     #[serde(default)]
     format: DecodeFormat,
+    /// Opus bitrate of `format=ogg`.
+    bitrate: Option<u32>,
 }
 
-fn error(status: StatusCode, state: &AppState, code: ErrorCode, message: String) -> Response {
+pub(crate) fn error(
+    status: StatusCode,
+    state: &AppState,
+    code: ErrorCode,
+    message: String,
+) -> Response {
     state.engine.metrics().errors.inc(code.as_str());
     let body = serde_json::json!({ "code": code.as_str(), "message": message });
     (status, Json(body)).into_response()
@@ -45,6 +59,31 @@ pub(crate) async fn decode(
 ) -> Response {
     let engine = &state.engine;
     let info = engine.info();
+    if query.bitrate.is_some() && query.format != DecodeFormat::Ogg {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &state,
+            ErrorCode::BadOpen,
+            "`bitrate` is for format=ogg".into(),
+        );
+    }
+    let ogg = match query.format {
+        DecodeFormat::Ogg => {
+            let bitrate = query.bitrate.unwrap_or(DEFAULT_OGG_BITRATE);
+            match chorus_audio::OggOpusWriter::new(bitrate, OGG_SERIAL) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &state,
+                        ErrorCode::BadOpen,
+                        format!("bitrate: {e}"),
+                    )
+                }
+            }
+        }
+        _ => None,
+    };
     let file = match read_codes(&body, info.codebook_size, info.max_codebooks) {
         Ok(f) => f,
         Err(e @ chorus_core::Error::CodeOutOfRangeAt { .. }) => {
@@ -117,6 +156,23 @@ pub(crate) async fn decode(
     }
     drop(stream);
     match query.format {
+        DecodeFormat::Ogg => {
+            let written = ogg
+                .ok_or_else(|| "no Ogg writer".to_string())
+                .and_then(|mut w| {
+                    w.push(&pcm).map_err(|e| e.to_string())?;
+                    w.finish().map_err(|e| e.to_string())
+                });
+            match written {
+                Ok(bytes) => ([(header::CONTENT_TYPE, "audio/ogg")], bytes).into_response(),
+                Err(e) => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &state,
+                    ErrorCode::Internal,
+                    format!("ogg opus: {e}"),
+                ),
+            }
+        }
         DecodeFormat::F32 => {
             let bytes: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
@@ -133,33 +189,58 @@ pub(crate) async fn decode(
     }
 }
 
+/// Readiness and every device's slots: `200` while at least one device is healthy and the server
+/// is not draining, else `503`.
 pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
-    let engine = &state.engine;
-    let st = engine.status();
-    let status = if st.draining || st.stopped {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
+    let pool = &state.engine;
+    let st = pool.status();
+    let (status, label) = match (st.ready(), st.draining) {
+        (true, _) => (StatusCode::OK, "ok"),
+        (false, true) => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+        (false, false) => (StatusCode::SERVICE_UNAVAILABLE, "failed"),
     };
+    let devices: Vec<serde_json::Value> = st
+        .devices
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "device": d.device,
+                "name": d.name,
+                "state": if d.healthy() { "ok" } else { "failed" },
+                "max_streams": d.max_streams,
+                "live_streams": d.live_streams,
+                "free_slots": d.free_slots,
+                "error": d.failure,
+            })
+        })
+        .collect();
     let body = serde_json::json!({
-        "status": if st.stopped { "stopped" } else if st.draining { "draining" } else { "ok" },
+        "status": label,
         "protocol_version": PROTOCOL_VERSION,
-        "decoder": engine.info().description,
-        "max_streams": engine.info().max_slots,
-        "live_streams": st.live_streams,
-        "free_slots": st.free_slots,
+        "decoder": pool.info().description,
+        "max_streams": st.max_streams(),
+        "live_streams": st.live_streams(),
+        "free_slots": st.free_slots(),
+        "devices": devices,
+        "encoder": state.encode.as_ref().map(|e| serde_json::json!({
+            "encoder": e.info().description,
+            "max_streams": e.info().max_streams,
+            "live_streams": e.live_streams(),
+        })),
     });
     (status, Json(body)).into_response()
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let st = state.engine.status();
-    let mut text = state
-        .engine
-        .metrics()
-        .render(st.live_streams, st.free_slots);
+    let mut text = state.engine.render_metrics();
     if let Some(music) = &state.music {
         music.metrics().render(&mut text);
+    }
+    if let Some(enc) = &state.encode {
+        text.push_str(
+            &enc.metrics()
+                .render(enc.live_streams(), enc.info().max_streams),
+        );
     }
     (
         [(

@@ -1,11 +1,14 @@
 //! The streaming server: WebSocket streams, whole-file decode over HTTP, health and metrics.
 //!
-//! Every connection is one async task that owns one engine [`chorus_engine::Stream`]; it parses
-//! and validates everything a client sends (sizes, code ranges, message types) before anything
-//! reaches the engine, so a bad client fails alone. The protocol is specified in
-//! `docs/protocol.md`; [`protocol`] holds its types and codecs, [`loadgen`] a client that plays
-//! many streams against a server and checks every frame against a whole-file decode.
+//! Streams are opened through an [`chorus_engine::EnginePool`] (one engine per device; one for a
+//! one-device server). Every connection is one async task that owns one engine
+//! [`chorus_engine::Stream`]; it parses and validates everything a client sends (sizes, code
+//! ranges, message types) before anything reaches the engine, so a bad client fails alone. The
+//! protocol is specified in `docs/protocol.md`; [`protocol`] holds its types and codecs,
+//! [`loadgen`] a client that plays many streams against a server and checks every frame against a
+//! whole-file decode.
 
+pub mod encode;
 mod http;
 mod limits;
 pub mod loadgen;
@@ -17,4 +20,4 @@ pub mod wav;
 mod ws;
 
 pub use limits::raise_open_file_limit;
-pub use server::{Server, ServerConfig};
+pub use server::{Server, ServerConfig, Services};

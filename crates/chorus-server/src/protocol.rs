@@ -22,12 +22,14 @@ pub mod close_code {
     pub const TRY_LATER: u16 = 1013;
 }
 
-/// What a stream feeds the decoder.
+/// What a stream sends: codes or latents to decode, or audio to encode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     Codes,
     Latents,
+    /// Audio in, codes out (an encode stream).
+    Pcm,
 }
 
 /// PCM sample format sent back.
@@ -39,6 +41,8 @@ pub enum PcmFormat {
     S16,
     /// IEEE float 32-bit little-endian, exactly the decoder's output.
     F32,
+    /// One 80 ms Opus packet per frame (decode streams), or Opus packets in (encode streams).
+    Opus,
 }
 
 impl PcmFormat {
@@ -46,7 +50,8 @@ impl PcmFormat {
     pub fn sample_bytes(self) -> usize {
         match self {
             Self::S16 => 2,
-            Self::F32 => 4,
+            // Opus packets have no fixed size; f32 is what the decoder hands the encoder.
+            Self::F32 | Self::Opus => 4,
         }
     }
 }
@@ -62,6 +67,12 @@ pub enum ClientMessage {
         n_q: Option<usize>,
         #[serde(default)]
         pcm: PcmFormat,
+        /// Encode streams: also send each frame's pre-quantisation latent.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        latents: bool,
+        /// Decode streams with `pcm: "opus"`: the Opus bitrate in bits per second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opus_bitrate: Option<u32>,
     },
     Reset,
     Close,
@@ -84,6 +95,10 @@ pub enum ServerMessage {
         latent_dim: usize,
         max_pending_frames: usize,
         max_frames_per_message: usize,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        latents: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opus_bitrate: Option<u32>,
     },
     ResetDone {
         next_frame: u64,
@@ -117,6 +132,9 @@ pub enum ErrorCode {
     Busy,
     Draining,
     DecodeFailed,
+    BadAudio,
+    EncodeFailed,
+    NotEnabled,
     Internal,
 }
 
@@ -140,6 +158,9 @@ impl ErrorCode {
             Self::Busy => "busy",
             Self::Draining => "draining",
             Self::DecodeFailed => "decode_failed",
+            Self::BadAudio => "bad_audio",
+            Self::EncodeFailed => "encode_failed",
+            Self::NotEnabled => "not_enabled",
             Self::Internal => "internal",
         }
     }
@@ -163,7 +184,7 @@ impl ErrorCode {
         match self {
             Self::Busy => close_code::TRY_LATER,
             Self::Draining => close_code::GOING_AWAY,
-            Self::DecodeFailed | Self::Internal => close_code::INTERNAL,
+            Self::DecodeFailed | Self::EncodeFailed | Self::Internal => close_code::INTERNAL,
             _ => close_code::POLICY,
         }
     }
@@ -315,7 +336,8 @@ pub fn encode_pcm(index: u64, samples: &[f32], format: PcmFormat) -> Vec<u8> {
                 out.extend_from_slice(&to_s16(s).to_le_bytes());
             }
         }
-        PcmFormat::F32 => {
+        // Opus messages are made by the connection's encoder; f32 is the lossless fallback.
+        PcmFormat::F32 | PcmFormat::Opus => {
             for &s in samples {
                 out.extend_from_slice(&s.to_le_bytes());
             }
@@ -349,7 +371,7 @@ pub fn decode_pcm(bytes: &[u8], format: PcmFormat) -> Option<PcmMessage> {
             .chunks_exact(2)
             .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / i16::MAX as f32)
             .collect(),
-        PcmFormat::F32 => body
+        PcmFormat::F32 | PcmFormat::Opus => body
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect(),
@@ -379,9 +401,22 @@ mod tests {
                 version: 1,
                 input: InputKind::Codes,
                 n_q: Some(8),
-                pcm: PcmFormat::F32
+                pcm: PcmFormat::F32,
+                latents: false,
+                opus_bitrate: None,
             }
         );
+        let open =
+            r#"{"type":"open","version":1,"input":"pcm","n_q":8,"pcm":"opus","latents":true}"#;
+        assert!(matches!(
+            parse_client_message(open).unwrap(),
+            ClientMessage::Open {
+                input: InputKind::Pcm,
+                pcm: PcmFormat::Opus,
+                latents: true,
+                ..
+            }
+        ));
         assert_eq!(
             parse_client_message(r#"{"type":"reset"}"#).unwrap(),
             ClientMessage::Reset

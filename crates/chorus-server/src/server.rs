@@ -9,10 +9,11 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use chorus_core::{Error, Result};
-use chorus_engine::Engine;
+use chorus_engine::EnginePool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::encode::EncodeEngine;
 use crate::music::MusicEngine;
 
 /// Default time a new connection has to send `open`.
@@ -73,38 +74,70 @@ impl Drop for ConnectionGuard {
 /// What every handler sees.
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub engine: Arc<Engine>,
+    /// Every device's engine (one for a one-device server): streams are opened through it.
+    pub engine: Arc<EnginePool>,
     pub config: Arc<ServerConfig>,
     pub shutdown: watch::Receiver<bool>,
     pub connections: Arc<Connections>,
     /// The music semantic stage, when the server runs one.
     pub music: Option<Arc<MusicEngine>>,
+    /// The encoder, when the server encodes audio.
+    pub encode: Option<Arc<EncodeEngine>>,
+}
+
+/// The engines a server runs besides the decoders.
+#[derive(Clone, Default)]
+pub struct Services {
+    pub music: Option<Arc<MusicEngine>>,
+    pub encode: Option<Arc<EncodeEngine>>,
 }
 
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
-    engine: Arc<Engine>,
+    pool: Arc<EnginePool>,
     config: Arc<ServerConfig>,
     shutdown: watch::Sender<bool>,
     connections: Arc<Connections>,
     task: JoinHandle<std::io::Result<()>>,
+    encode: Option<Arc<EncodeEngine>>,
 }
 
 impl Server {
-    /// Binds `addr` (port 0 picks a free port) and starts serving on the current runtime.
-    pub async fn bind(engine: Arc<Engine>, addr: SocketAddr, config: ServerConfig) -> Result<Self> {
-        Self::bind_with_music(engine, None, addr, config).await
+    /// Binds `addr` (port 0 picks a free port) and starts serving the engines of `pool` on the
+    /// current runtime.
+    pub async fn bind(
+        pool: Arc<EnginePool>,
+        addr: SocketAddr,
+        config: ServerConfig,
+    ) -> Result<Self> {
+        Self::bind_with_music(pool, None, addr, config).await
     }
 
     /// Like [`Server::bind`], also serving `/v1/music` from `music` (without it that endpoint
     /// answers 404 `not_enabled`).
     pub async fn bind_with_music(
-        engine: Arc<Engine>,
+        pool: Arc<EnginePool>,
         music: Option<Arc<MusicEngine>>,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> Result<Self> {
+        let services = Services {
+            music,
+            encode: None,
+        };
+        Self::bind_with(pool, services, addr, config).await
+    }
+
+    /// Like [`Server::bind`], also serving music (`/v1/music`) and encoding (`/v1/encode`,
+    /// `"input": "pcm"` streams) from the given engines; without them those answer `not_enabled`.
+    pub async fn bind_with(
+        pool: Arc<EnginePool>,
+        services: Services,
+        addr: SocketAddr,
+        config: ServerConfig,
+    ) -> Result<Self> {
+        let Services { music, encode } = services;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
@@ -115,15 +148,17 @@ impl Server {
         let config = Arc::new(config);
         let connections = Arc::new(Connections::default());
         let state = AppState {
-            engine: engine.clone(),
+            engine: pool.clone(),
             config: config.clone(),
             shutdown: rx.clone(),
             connections: connections.clone(),
             music,
+            encode: encode.clone(),
         };
         let app = Router::new()
             .route("/v1/stream", get(crate::ws::upgrade))
             .route("/v1/decode", post(crate::http::decode))
+            .route("/v1/encode", post(crate::encode::http::encode))
             .route(
                 "/v1/music",
                 get(crate::music::ws::upgrade).post(crate::music::http::generate),
@@ -142,11 +177,12 @@ impl Server {
         });
         Ok(Self {
             addr,
-            engine,
+            pool,
             config,
             shutdown: tx,
             connections,
             task,
+            encode,
         })
     }
 
@@ -155,16 +191,19 @@ impl Server {
         self.addr
     }
 
-    /// The engine behind the server.
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    /// The engines behind the server.
+    pub fn pool(&self) -> &Arc<EnginePool> {
+        &self.pool
     }
 
     /// Drains: refuses new streams and connections, lets every open stream decode what it has
     /// sent, closes each with 1001, then stops (streams still open after the drain timeout are
     /// cut). Returns the number of connections cut.
     pub async fn shutdown(self) -> Result<usize> {
-        self.engine.drain();
+        self.pool.drain();
+        if let Some(e) = &self.encode {
+            e.drain();
+        }
         let _ = self.shutdown.send(true);
         let deadline = tokio::time::Instant::now() + self.config.drain_timeout;
         while self.connections.count() > 0 && tokio::time::Instant::now() < deadline {

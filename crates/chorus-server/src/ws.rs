@@ -27,9 +27,20 @@ pub(crate) async fn upgrade(ws: WebSocketUpgrade, State(state): State<AppState>)
 }
 
 /// An open stream as the connection sees it.
-struct Session {
+pub(crate) enum Opened {
+    Decode(Session),
+    Encode(crate::encode::session::EncodeSession),
+}
+
+/// Default Opus bitrate of decode streams with `pcm: "opus"` (bits per second).
+pub const DEFAULT_OPUS_BITRATE: u32 = 32_000;
+
+/// A decode stream as the connection sees it.
+pub(crate) struct Session {
     stream: Stream,
     pcm: PcmFormat,
+    /// The stream's Opus encoder and its packet buffer, with `pcm: "opus"`.
+    opus: Option<(chorus_audio::OpusFrameEncoder, Vec<u8>)>,
     /// The client sent `close` or the server is draining: read no more input.
     closing: bool,
     draining: bool,
@@ -37,13 +48,13 @@ struct Session {
     latents: Vec<f32>,
 }
 
-struct Conn {
-    socket: WebSocket,
-    state: AppState,
+pub(crate) struct Conn {
+    pub(crate) socket: WebSocket,
+    pub(crate) state: AppState,
 }
 
 /// Why the connection ends.
-enum End {
+pub(crate) enum End {
     /// The peer is gone or has been told; just drop the socket.
     Quiet,
     /// Send this error, then close.
@@ -52,7 +63,7 @@ enum End {
 
 /// Whether an error was already counted in the metrics (the engine counts its own).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Counted {
+pub(crate) enum Counted {
     Yes,
     No,
 }
@@ -60,7 +71,8 @@ enum Counted {
 impl Conn {
     async fn run(mut self) {
         let end = match self.await_open().await {
-            Ok(mut session) => self.serve(&mut session).await,
+            Ok(Opened::Decode(mut session)) => self.serve(&mut session).await,
+            Ok(Opened::Encode(mut session)) => self.serve_encode(&mut session).await,
             Err(end) => end,
         };
         if let End::Error(err, counted) = end {
@@ -77,7 +89,7 @@ impl Conn {
         }
     }
 
-    async fn await_open(&mut self) -> Result<Session, End> {
+    async fn await_open(&mut self) -> Result<Opened, End> {
         let deadline = tokio::time::sleep(self.state.config.open_timeout);
         tokio::pin!(deadline);
         let mut shutdown = self.state.shutdown.clone();
@@ -106,7 +118,36 @@ impl Conn {
                         input,
                         n_q,
                         pcm,
-                    }) => return self.open(version, input, n_q, pcm).await,
+                        latents,
+                        opus_bitrate,
+                    }) => {
+                        if version != PROTOCOL_VERSION {
+                            return Err(protocol_error(
+                                ErrorCode::UnsupportedVersion,
+                                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
+                            ));
+                        }
+                        if input == InputKind::Pcm {
+                            if opus_bitrate.is_some() {
+                                return Err(protocol_error(
+                                    ErrorCode::BadOpen,
+                                    "`opus_bitrate` is for decode streams sending Opus",
+                                ));
+                            }
+                            return self
+                                .open_encode(n_q, pcm, latents)
+                                .await
+                                .map(Opened::Encode);
+                        }
+                        if latents {
+                            return Err(protocol_error(
+                                ErrorCode::BadOpen,
+                                "`latents` is for encode streams (`input: \"pcm\"`)",
+                            ));
+                        }
+                        let opus = opus_encoder(pcm, opus_bitrate)?;
+                        return self.open(input, n_q, pcm, opus).await.map(Opened::Decode);
+                    }
                     Ok(other) => {
                         return Err(protocol_error(
                             ErrorCode::NotOpen,
@@ -121,17 +162,11 @@ impl Conn {
 
     async fn open(
         &mut self,
-        version: u32,
         input: InputKind,
         n_q: Option<usize>,
         pcm: PcmFormat,
+        opus: Option<(chorus_audio::OpusFrameEncoder, Vec<u8>)>,
     ) -> Result<Session, End> {
-        if version != PROTOCOL_VERSION {
-            return Err(protocol_error(
-                ErrorCode::UnsupportedVersion,
-                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
-            ));
-        }
         let engine = &self.state.engine;
         let info = engine.info();
         let stream_input = match (input, n_q) {
@@ -148,6 +183,9 @@ impl Conn {
                     ErrorCode::BadOpen,
                     "a latents stream takes no `n_q`",
                 ))
+            }
+            (InputKind::Pcm, _) => {
+                return Err(protocol_error(ErrorCode::Internal, "an encode stream here"))
             }
         };
         let stream = engine.open(stream_input).map_err(|e| {
@@ -166,6 +204,8 @@ impl Conn {
             latent_dim: info.latent_dim,
             max_pending_frames: engine.config().max_pending_frames,
             max_frames_per_message: engine.config().max_pending_frames,
+            latents: false,
+            opus_bitrate: opus.as_ref().map(|(e, _)| e.bitrate_bps()),
         };
         if !self.send_json(&opened).await {
             return Err(End::Quiet);
@@ -173,6 +213,7 @@ impl Conn {
         Ok(Session {
             stream,
             pcm,
+            opus,
             closing: false,
             draining: false,
             codes: Vec::new(),
@@ -212,7 +253,13 @@ impl Conn {
     async fn forward(&mut self, s: &mut Session, ev: StreamEvent) -> Option<End> {
         match ev {
             StreamEvent::Pcm { index, samples } => {
-                let bytes = encode_pcm(index, &samples, s.pcm);
+                let bytes = match s.opus.as_mut() {
+                    None => encode_pcm(index, &samples, s.pcm),
+                    Some((enc, packet)) => match opus_message(enc, packet, index, &samples) {
+                        Ok(b) => b,
+                        Err(e) => return Some(End::Error(e, Counted::No)),
+                    },
+                };
                 let send = self.socket.send(Message::Binary(bytes.into()));
                 match tokio::time::timeout(self.state.config.write_timeout, send).await {
                     Ok(Ok(())) => None,
@@ -318,7 +365,7 @@ impl Conn {
         }
     }
 
-    async fn send_json(&mut self, msg: &ServerMessage) -> bool {
+    pub(crate) async fn send_json(&mut self, msg: &ServerMessage) -> bool {
         let text = match serde_json::to_string(msg) {
             Ok(t) => t,
             Err(_) => return false,
@@ -331,7 +378,7 @@ impl Conn {
     }
 
     /// Sends a close frame, then waits briefly for the client's close reply.
-    async fn close(&mut self, code: u16, reason: &'static str) {
+    pub(crate) async fn close(&mut self, code: u16, reason: &'static str) {
         let frame = CloseFrame {
             code,
             reason: reason.into(),
@@ -354,8 +401,48 @@ impl Conn {
     }
 }
 
+/// The Opus encoder of a decode stream that asked for Opus, after checking the bitrate.
+fn opus_encoder(
+    pcm: PcmFormat,
+    bitrate: Option<u32>,
+) -> Result<Option<(chorus_audio::OpusFrameEncoder, Vec<u8>)>, End> {
+    match (pcm, bitrate) {
+        (PcmFormat::Opus, b) => {
+            let bitrate = b.unwrap_or(DEFAULT_OPUS_BITRATE);
+            let enc = chorus_audio::OpusFrameEncoder::new(bitrate)
+                .map_err(|e| protocol_error(ErrorCode::BadOpen, format!("opus_bitrate: {e}")))?;
+            Ok(Some((
+                enc,
+                Vec::with_capacity(chorus_audio::OPUS_MAX_PACKET_BYTES),
+            )))
+        }
+        (_, Some(_)) => Err(protocol_error(
+            ErrorCode::BadOpen,
+            "`opus_bitrate` needs `pcm: \"opus\"`",
+        )),
+        (_, None) => Ok(None),
+    }
+}
+
+/// One frame as an Opus message: the u32 frame index, then one 80 ms packet.
+fn opus_message(
+    enc: &mut chorus_audio::OpusFrameEncoder,
+    packet: &mut Vec<u8>,
+    index: u64,
+    samples: &[f32],
+) -> Result<Vec<u8>, ProtocolError> {
+    packet.clear();
+    enc.encode(samples, packet)
+        .map_err(|e| ProtocolError::new(ErrorCode::Internal, format!("opus encoder: {e}")))?;
+    let mut out = Vec::with_capacity(crate::protocol::PCM_HEADER_BYTES + packet.len());
+    // Indices wrap after 2^32 frames, as in PCM messages.
+    out.extend_from_slice(&(index as u32).to_le_bytes());
+    out.extend_from_slice(packet);
+    Ok(out)
+}
+
 /// Resolves once the server starts draining.
-async fn stopping(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopping(rx: &mut watch::Receiver<bool>) {
     loop {
         let stop = *rx.borrow_and_update();
         if stop {
@@ -368,7 +455,7 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-fn protocol_error(code: ErrorCode, message: impl Into<String>) -> End {
+pub(crate) fn protocol_error(code: ErrorCode, message: impl Into<String>) -> End {
     End::Error(ProtocolError::new(code, message), Counted::No)
 }
 

@@ -37,9 +37,11 @@ async fn realtime_streams_all_complete_and_match_the_whole_file_decode() {
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["verify"]["bit_exact"], true);
     let server = report.server.expect("server stats");
-    assert_eq!(server.frames_decoded, 30);
+    assert_eq!(server.total.frames_decoded, 30);
     assert_eq!(server.decoder, "fake");
-    assert!(server.steps >= 8 && server.mean_batch >= 1.0);
+    assert!(server.total.steps >= 8 && server.total.mean_batch >= 1.0);
+    let devices: Vec<&str> = server.devices.iter().map(|d| d.device.as_str()).collect();
+    assert_eq!(devices, ["0"], "a one-device server reports device 0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +65,7 @@ async fn streams_spread_over_two_servers_and_each_is_checked_on_its_own() {
     );
     // Round-robin: three streams of ten frames on each, plus each server's whole-file decodes.
     for s in &report.servers {
-        assert!(s.frames_decoded >= 30, "{s:?}");
+        assert!(s.total.frames_decoded >= 30, "{s:?}");
     }
     assert!(report.summary().contains(&b.local_addr().to_string()));
 }

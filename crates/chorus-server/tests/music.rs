@@ -10,7 +10,7 @@ use std::time::Duration;
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
 use chorus_cpu::CpuBackend;
 use chorus_engine::fake::FakeDecoder;
-use chorus_engine::{Engine, EngineConfig};
+use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_music::prompt::{PromptIds, PromptTokenizer, AUDIO_START, IM_END, IM_START};
 use chorus_music::song::LEVELS;
 use chorus_music::{
@@ -65,7 +65,7 @@ async fn start_server(config: MusicConfig, tokenizer: Option<PromptTokenizer>) -
     let music = MusicEngine::start(Box::new(|| Ok(stage())), config, tokenizer).unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     Server::bind_with_music(
-        Arc::new(engine),
+        Arc::new(EnginePool::from(engine)),
         Some(Arc::new(music)),
         addr,
         ServerConfig::default(),

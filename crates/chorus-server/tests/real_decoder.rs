@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chorus_core::{Buckets, Frame, FrameDecoder, FrameInput, FRAME_SAMPLES};
 use chorus_cpu::CpuBackend;
-use chorus_engine::{Engine, EngineConfig};
+use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{DecoderOptions, SlotDecoder};
 use chorus_server::loadgen::{run, LoadgenConfig, LoadgenReport, Rate};
@@ -48,9 +48,13 @@ async fn start_real(max_slots: usize, buckets: &'static [usize]) -> Server {
     )
     .unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Server::bind(Arc::new(engine), addr, ServerConfig::default())
-        .await
-        .unwrap()
+    Server::bind(
+        Arc::new(EnginePool::from(engine)),
+        addr,
+        ServerConfig::default(),
+    )
+    .await
+    .unwrap()
 }
 
 /// One stream decoded alone from the zero state, each step padded to `bucket` rows.

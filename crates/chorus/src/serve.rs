@@ -1,28 +1,37 @@
-//! `chorus serve`: the streaming server on one device.
+//! `chorus serve`: the streaming server, on one device (`--device`) or one engine per CUDA device
+//! (`--devices`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
 use chorus_engine::{
-    Engine, EngineConfig, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES,
+    DecoderFactory, EngineConfig, EnginePool, DEFAULT_DEVICE, DEFAULT_MAX_PENDING_FRAMES,
+    DEFAULT_MAX_UNDELIVERED_FRAMES,
 };
+use chorus_mimi::checkpoint::LoadedModel;
 use chorus_music::prompt::PromptTokenizer;
 use chorus_music::StageOptions;
+use chorus_server::encode::{EncodeConfig, EncodeEngine, EncoderFactory};
 use chorus_server::music::{MusicConfig, MusicEngine, StageFactory};
-use chorus_server::{Server, ServerConfig};
+use chorus_server::{Server, ServerConfig, Services};
 
 use crate::decode::parse_precision;
-use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
+use chorus_runtime::device::{open_decoder_on, DecoderSpec, DeviceKind, DEFAULT_CUDA_DEVICE};
+use chorus_runtime::devices::{visible_cuda_devices, DeviceList};
 use chorus_runtime::music::open_stage;
+use chorus_runtime::{open_encoder, EncoderSpec};
 
 /// Default stream slots.
 const DEFAULT_MAX_STREAMS: usize = 64;
 /// Default seconds a drain waits for open streams.
 const DEFAULT_DRAIN_SECS: u64 = 30;
+/// Default encode streams of a server on CUDA and on the CPU.
+const DEFAULT_ENCODE_STREAMS_CUDA: usize = 64;
+const DEFAULT_ENCODE_STREAMS_CPU: usize = 4;
 /// Default songs the music stage generates at once.
 const DEFAULT_MUSIC_SONGS: usize = 4;
 /// Default positions per song: a prompt of a few hundred tokens and about a minute of music.
@@ -33,13 +42,19 @@ pub struct ServeArgs {
     /// Model: `kyutai/mimi`, a local checkpoint path, or `random`.
     #[arg(long, default_value = "kyutai/mimi")]
     pub model: String,
-    /// Device to decode on.
+    /// Device to decode on (one engine); see `--devices` for several GPUs.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceKind,
+    /// CUDA devices to serve on, one engine each (own decoder, thread and `--max-streams`
+    /// slots): `all` (every visible one) or ordinals such as `0,1`. Implies CUDA. A new stream
+    /// goes to the device with the most free slots.
+    #[arg(long, value_parser = parse_devices)]
+    pub devices: Option<DeviceList>,
     /// `f32` or `bf16` (default: f32 on the CPU, bf16 on CUDA).
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<Precision>,
-    /// Streams decoded at once (stream slots); more are refused as busy.
+    /// Streams decoded at once per device (stream slots); with `--devices` every device has this
+    /// many. More are refused as busy.
     #[arg(long, default_value_t = DEFAULT_MAX_STREAMS)]
     pub max_streams: usize,
     /// Address to listen on.
@@ -63,6 +78,11 @@ pub struct ServeArgs {
     /// Seconds SIGTERM waits for open streams to finish.
     #[arg(long, default_value_t = DEFAULT_DRAIN_SECS)]
     pub drain_timeout: u64,
+    /// Encode streams served at once (`"input": "pcm"` on `/v1/stream`, `POST /v1/encode`), on
+    /// the first device; 0 turns encoding off (default: 64 on CUDA, 4 on the CPU). A checkpoint
+    /// without an encoder serves none.
+    #[arg(long)]
+    pub encode_streams: Option<usize>,
     /// Also serve the music semantic stage (MiniMax Music 3) on `/v1/music`: `random-small`,
     /// `random`, a directory, `LM.safetensors,DEPTH.safetensors` or a hub repo id with a
     /// subfolder. Without it `/v1/music` answers 404 `not_enabled`.
@@ -88,12 +108,15 @@ pub struct ServeArgs {
 const SPARE_FDS: u64 = 256;
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    warn_fd_limit((args.max_streams + args.music_songs) as u64 + SPARE_FDS);
+    let ordinals = cuda_devices(&args)?;
+    let engines = ordinals.as_ref().map_or(1, Vec::len);
+    warn_fd_limit((args.max_streams * engines + args.music_songs) as u64 + SPARE_FDS);
     let buckets = match &args.buckets {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
     };
-    let model = crate::load(&args.model)?;
+    // Loaded from disk once; each device uploads its own copy from it.
+    let model = Arc::new(crate::load(&args.model)?);
     let spec = DecoderSpec {
         device: args.device,
         precision: args.precision,
@@ -102,23 +125,38 @@ pub fn run(args: ServeArgs) -> Result<()> {
         threads: args.threads,
         chunk_frames: 1,
     };
-    // The decoder is built on the engine thread: a CUDA decoder stays on the thread that made it.
-    let factory: chorus_engine::DecoderFactory = Box::new(move || {
-        open_decoder(&model, &spec)
-            .map_err(|e| chorus_core::Error::config("serve::open_decoder", format!("{e:#}")))
-    });
+    let factories = match ordinals {
+        None => vec![(
+            DEFAULT_DEVICE,
+            factory(model.clone(), spec, DEFAULT_CUDA_DEVICE),
+        )],
+        Some(ordinals) => {
+            let spec = DecoderSpec {
+                device: DeviceKind::Cuda,
+                ..spec
+            };
+            ordinals
+                .into_iter()
+                .map(|o| (o, factory(model.clone(), spec.clone(), o)))
+                .collect()
+        }
+    };
     let engine_config = EngineConfig {
         max_pending_frames: args.max_pending_frames,
         max_undelivered_frames: args.max_undelivered_frames,
     };
-    let engine = Engine::start(factory, engine_config).context("starting the decoder")?;
-    eprintln!(
-        "decoder: {} ({} slots, largest batch {})",
-        engine.info().description,
-        engine.info().max_slots,
-        engine.info().largest_batch
-    );
+    let pool = EnginePool::start(factories, engine_config).context("starting the decoders")?;
+    for e in pool.engines() {
+        eprintln!(
+            "decoder on device {}: {} ({} slots, largest batch {})",
+            e.device(),
+            e.info().description,
+            e.info().max_slots,
+            e.info().largest_batch
+        );
+    }
     let music = start_music(&args)?.map(Arc::new);
+    let encode = start_encoder(&args, &model)?;
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
@@ -131,7 +169,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let server = Server::bind_with_music(Arc::new(engine), music, addr, config).await?;
+        let services = Services { music, encode };
+        let server = Server::bind_with(Arc::new(pool), services, addr, config).await?;
         println!("listening on http://{}", server.local_addr());
         shutdown_signal().await;
         eprintln!("draining: no new streams; finishing open ones");
@@ -141,6 +180,79 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `--devices` resolved against the visible CUDA devices; `None` without it (one engine on
+/// `--device`).
+fn cuda_devices(args: &ServeArgs) -> Result<Option<Vec<usize>>> {
+    let Some(list) = &args.devices else {
+        return Ok(None);
+    };
+    if args.device == DeviceKind::Cpu {
+        bail!("--devices runs one engine per CUDA device: drop --device cpu");
+    }
+    Ok(Some(list.resolve(visible_cuda_devices())?))
+}
+
+/// `--devices` as clap reads it: a bad entry is refused before anything starts.
+fn parse_devices(s: &str) -> chorus_core::Result<DeviceList> {
+    DeviceList::parse(s)
+}
+
+/// The decoder of one engine, built on its thread: a CUDA decoder stays on the thread that
+/// made it.
+fn factory(model: Arc<LoadedModel>, spec: DecoderSpec, cuda_device: usize) -> DecoderFactory {
+    Box::new(move || {
+        open_decoder_on(&model, &spec, cuda_device)
+            .map_err(|e| chorus_core::Error::config("serve::open_decoder", format!("{e:#}")))
+    })
+}
+
+/// Starts the encode engine unless `--encode-streams 0` or the checkpoint has no encoder.
+fn start_encoder(args: &ServeArgs, model: &Arc<LoadedModel>) -> Result<Option<Arc<EncodeEngine>>> {
+    let device = if args.devices.is_some() {
+        DeviceKind::Cuda
+    } else {
+        chorus_runtime::device::resolve(args.device)
+    };
+    let streams = args.encode_streams.unwrap_or(match device {
+        DeviceKind::Cuda => DEFAULT_ENCODE_STREAMS_CUDA,
+        _ => DEFAULT_ENCODE_STREAMS_CPU,
+    });
+    if streams == 0 {
+        return Ok(None);
+    }
+    if model.weights.encoder.is_none() {
+        eprintln!(
+            "encoder: the checkpoint has none; `input: \"pcm\"` streams and /v1/encode are off"
+        );
+        return Ok(None);
+    }
+    let spec = EncoderSpec {
+        device,
+        precision: args.precision,
+        max_slots: streams,
+        buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(streams)?,
+        threads: args.threads,
+        cuda_device: DEFAULT_CUDA_DEVICE,
+    };
+    let model = model.clone();
+    let factory: EncoderFactory = Box::new(move || {
+        let enc = open_encoder(&model, &spec)
+            .map_err(|e| chorus_core::Error::config("serve::open_encoder", format!("{e:#}")))?;
+        Ok(enc as Box<dyn chorus_core::FrameEncoder>)
+    });
+    let config = EncodeConfig {
+        max_pending_frames: args.max_pending_frames,
+        max_undelivered: args.max_undelivered_frames,
+    };
+    let engine = EncodeEngine::start(factory, config).context("starting the encoder")?;
+    eprintln!(
+        "encoder: {} ({} slots)",
+        engine.info().description,
+        engine.info().max_streams
+    );
+    Ok(Some(engine))
 }
 
 /// Starts the music engine when `--music-model` is given; the stage is built on its thread.

@@ -246,6 +246,10 @@ impl<B: Backend> FrameEncoder for SlotEncoder<B> {
         self.cfg.num_quantizers
     }
 
+    fn codebook_size(&self) -> usize {
+        self.cfg.codebook_size
+    }
+
     fn latent_dim(&self) -> usize {
         self.cfg.hidden_size
     }

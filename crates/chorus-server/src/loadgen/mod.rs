@@ -23,7 +23,7 @@ use serde::Serialize;
 pub use http::http_request;
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
-pub use server_stats::ServerStats;
+pub use server_stats::{DeviceStats, Figures, ServerStats};
 
 /// Streams connecting at once (more would overflow the server's listen backlog).
 const CONNECT_CONCURRENCY: usize = 256;

@@ -6,7 +6,7 @@ use chorus_core::FRAME_MS;
 use serde::Serialize;
 
 use super::play::StreamResult;
-use super::{LoadgenConfig, Rate, ServerStats};
+use super::{DeviceStats, LoadgenConfig, Rate, ServerStats};
 
 /// Frame latency percentiles, milliseconds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -79,23 +79,30 @@ impl LoadgenReport {
             .servers
             .iter()
             .map(|v| {
-                format!(
+                let t = &v.total;
+                let mut line = format!(
                     "\nserver {} ({}): {} steps, {} frames, mean batch {:.1}, mean step {:.2} ms, \
                      mean queue delay {:.2} ms, {} server-side deadline misses\n\
                      server time: device busy {:.0}% of the wall time ({:.2} ms device per step), \
                      host work {:.3} ms per step",
                     v.addr,
                     v.decoder,
-                    v.steps,
-                    v.frames_decoded,
-                    v.mean_batch,
-                    v.mean_step_ms,
-                    v.mean_queue_delay_ms,
-                    v.deadline_misses,
-                    v.device_busy_share * 100.0,
-                    v.mean_device_ms,
-                    v.mean_host_ms
-                )
+                    t.steps,
+                    t.frames_decoded,
+                    t.mean_batch,
+                    t.mean_step_ms,
+                    t.mean_queue_delay_ms,
+                    t.deadline_misses,
+                    t.device_busy_share * 100.0,
+                    t.mean_device_ms,
+                    t.mean_host_ms
+                );
+                if v.devices.len() > 1 {
+                    for d in &v.devices {
+                        line.push_str(&device_line(d));
+                    }
+                }
+                line
             })
             .collect();
         format!(
@@ -135,6 +142,24 @@ impl LoadgenReport {
             server,
         )
     }
+}
+
+/// One device's line under its server's.
+fn device_line(d: &DeviceStats) -> String {
+    let f = &d.figures;
+    format!(
+        "\n  device {}: {} steps, {} frames, mean batch {:.1}, mean step {:.2} ms, \
+         {} deadline misses, device busy {:.0}% ({:.2} ms per step), host {:.3} ms per step",
+        d.device,
+        f.steps,
+        f.frames_decoded,
+        f.mean_batch,
+        f.mean_step_ms,
+        f.deadline_misses,
+        f.device_busy_share * 100.0,
+        f.mean_device_ms,
+        f.mean_host_ms
+    )
 }
 
 pub(crate) fn report(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chorus_core::FrameInput;
 use chorus_engine::fake::{FakeDecoder, FakeOptions};
-use chorus_engine::{Engine, EngineConfig};
+use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_server::protocol::{decode_pcm, encode_codes, PcmFormat, ServerMessage};
 use chorus_server::{Server, ServerConfig};
 use futures_util::{SinkExt, StreamExt};
@@ -40,7 +40,29 @@ pub async fn start_with(
     )
     .unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Server::bind(Arc::new(engine), addr, config).await.unwrap()
+    Server::bind(Arc::new(EnginePool::from(engine)), addr, config)
+        .await
+        .unwrap()
+}
+
+/// A server on one fake engine per `(device, options)`.
+pub async fn start_pool(devices: Vec<(usize, FakeOptions)>) -> Server {
+    let engines = devices
+        .into_iter()
+        .map(|(device, opts)| {
+            Engine::start_on(
+                device,
+                Box::new(move || Ok(Box::new(FakeDecoder::new(opts)) as _)),
+                EngineConfig::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let pool = EnginePool::new(engines).unwrap();
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    Server::bind(Arc::new(pool), addr, ServerConfig::default())
+        .await
+        .unwrap()
 }
 
 pub async fn start(max_slots: usize, largest_batch: usize) -> Server {

@@ -1,0 +1,540 @@
+//! The encode engine: one worker thread owns the slot encoder; each step takes at most one frame
+//! from every stream that has one, oldest-served stream first, up to the encoder's largest batch.
+//!
+//! Connections hold an [`EncodeStream`]: frames, resets and the end of the stream go to the worker
+//! in the order they were sent, and codes come back on a bounded channel. A stream that does not
+//! read its codes is cut off (`slow_consumer`), one whose client ran too far ahead is refused
+//! (`queue_full`), and a failed step ends only the streams of that step; each slot is reset before
+//! its next user.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use chorus_core::{AudioFrame, FrameEncoder, FRAME_SAMPLES};
+use tokio::sync::mpsc as tmpsc;
+
+use super::metrics::EncodeMetrics;
+
+/// How long an idle worker sleeps between checks that the engine is still wanted.
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// Limits of an encode engine.
+#[derive(Clone, Debug)]
+pub struct EncodeConfig {
+    /// Frames a stream may have submitted and not yet encoded.
+    pub max_pending_frames: usize,
+    /// Encoded frames that may wait for a connection to take them.
+    pub max_undelivered: usize,
+}
+
+/// What the encoder tells every stream.
+#[derive(Clone, Debug)]
+pub struct EncodeInfo {
+    pub description: String,
+    pub max_streams: usize,
+    pub max_codebooks: usize,
+    pub latent_dim: usize,
+    pub codebook_size: usize,
+}
+
+/// Why a stream could not be opened or has ended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("every one of the {0} encoder slots is taken")]
+    Busy(usize),
+    #[error("the server is shutting down")]
+    Draining,
+    #[error("{0} frames are already waiting to be encoded (at most {1})")]
+    QueueFull(usize, usize),
+    #[error("the client did not read its codes: {0} frames waited")]
+    SlowConsumer(usize),
+    #[error("the encode step failed: {0}")]
+    Failed(String),
+    #[error("the stream has ended")]
+    Finished,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// An event of one stream, in order.
+#[derive(Debug)]
+pub enum EncodeEvent {
+    /// Frame `index`'s `n_q` codes, and its latent when the stream asked for them.
+    Codes {
+        index: u64,
+        codes: Vec<u32>,
+        latent: Option<Vec<f32>>,
+    },
+    ResetDone {
+        next_frame: u64,
+    },
+    Finished {
+        frames: u64,
+    },
+    Failed(EncodeError),
+}
+
+enum Item {
+    Frame(Vec<f32>),
+    Reset,
+    Finish,
+}
+
+enum Cmd {
+    Open(Box<Opened>),
+    Item(usize, Item),
+    Drop(usize),
+}
+
+struct Opened {
+    slot: usize,
+    n_q: usize,
+    latents: bool,
+    events: tmpsc::Sender<EncodeEvent>,
+    pending: Arc<AtomicUsize>,
+}
+
+/// Builds the encoder on the worker thread (a CUDA encoder stays on the thread that made it).
+pub type EncoderFactory = Box<dyn FnOnce() -> chorus_core::Result<Box<dyn FrameEncoder>> + Send>;
+
+/// The engine: slots, the command channel and the worker.
+pub struct EncodeEngine {
+    tx: Mutex<Sender<Cmd>>,
+    free: Arc<Mutex<Vec<usize>>>,
+    info: EncodeInfo,
+    config: EncodeConfig,
+    metrics: Arc<EncodeMetrics>,
+    draining: AtomicBool,
+    next_id: AtomicU64,
+    stop: Arc<AtomicBool>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EncodeEngine {
+    /// Starts the worker, which builds the encoder with `factory` and owns it from then on.
+    pub fn start(factory: EncoderFactory, config: EncodeConfig) -> chorus_core::Result<Arc<Self>> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let metrics = Arc::new(EncodeMetrics::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let free = Arc::new(Mutex::new(Vec::new()));
+        let handle = {
+            let (metrics, stop, free, config) =
+                (metrics.clone(), stop.clone(), free.clone(), config.clone());
+            std::thread::Builder::new()
+                .name("chorus-encode".into())
+                .spawn(move || {
+                    let encoder = match factory() {
+                        Ok(e) => e,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let info = EncodeInfo {
+                        description: encoder.describe(),
+                        max_streams: encoder.max_slots(),
+                        max_codebooks: encoder.max_codebooks(),
+                        latent_dim: encoder.latent_dim(),
+                        codebook_size: encoder.codebook_size(),
+                    };
+                    *lock(&free) = (0..info.max_streams).rev().collect();
+                    if ready_tx.send(Ok(info)).is_err() {
+                        return;
+                    }
+                    let mut w = Worker::new(encoder, rx, metrics, config);
+                    w.run(&stop, |slot| lock(&free).push(slot));
+                })
+                .map_err(|e| chorus_core::Error::io("EncodeEngine::start", "encode thread", e))?
+        };
+        let info = ready_rx.recv().map_err(|_| {
+            chorus_core::Error::config(
+                "EncodeEngine::start",
+                "the encode thread ended while building the encoder",
+            )
+        })??;
+        Ok(Arc::new(Self {
+            tx: Mutex::new(tx),
+            free,
+            info,
+            config,
+            metrics,
+            draining: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            stop,
+            worker: Mutex::new(Some(handle)),
+        }))
+    }
+
+    pub fn info(&self) -> &EncodeInfo {
+        &self.info
+    }
+
+    pub fn config(&self) -> &EncodeConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &Arc<EncodeMetrics> {
+        &self.metrics
+    }
+
+    /// Streams holding a slot.
+    pub fn live_streams(&self) -> usize {
+        self.info.max_streams - lock(&self.free).len()
+    }
+
+    /// Refuses new streams from now on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Opens a stream of `n_q` codes per frame (validated by the caller).
+    pub fn open(self: &Arc<Self>, n_q: usize, latents: bool) -> Result<EncodeStream, EncodeError> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(EncodeError::Draining);
+        }
+        let slot = lock(&self.free)
+            .pop()
+            .ok_or(EncodeError::Busy(self.info.max_streams))?;
+        let (events_tx, events) = tmpsc::channel(self.config.max_undelivered + 2);
+        let pending = Arc::new(AtomicUsize::new(0));
+        self.send(Cmd::Open(Box::new(Opened {
+            slot,
+            n_q,
+            latents,
+            events: events_tx,
+            pending: pending.clone(),
+        })));
+        self.metrics.streams_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(EncodeStream {
+            engine: self.clone(),
+            slot,
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            n_q,
+            events,
+            pending,
+            finished: false,
+        })
+    }
+
+    fn send(&self, cmd: Cmd) {
+        // The worker only stops with the engine: a failed send means it is already gone.
+        let _ = lock(&self.tx).send(cmd);
+    }
+}
+
+impl Drop for EncodeEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // The worker sees the flag within one idle poll (or after its current step).
+        if let Some(h) = lock(&self.worker).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One open encode stream, as its connection holds it.
+pub struct EncodeStream {
+    engine: Arc<EncodeEngine>,
+    slot: usize,
+    id: u64,
+    n_q: usize,
+    events: tmpsc::Receiver<EncodeEvent>,
+    pending: Arc<AtomicUsize>,
+    finished: bool,
+}
+
+impl EncodeStream {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn n_q(&self) -> usize {
+        self.n_q
+    }
+
+    /// Queues whole frames (`frames.len()` a multiple of 1920, validated by the caller).
+    pub fn submit(&self, samples: &[f32]) -> Result<(), EncodeError> {
+        if self.finished {
+            return Err(EncodeError::Finished);
+        }
+        let frames = samples.len() / FRAME_SAMPLES;
+        let max = self.engine.config.max_pending_frames;
+        let pending = self.pending.load(Ordering::SeqCst);
+        if pending + frames > max {
+            return Err(EncodeError::QueueFull(pending + frames, max));
+        }
+        self.pending.fetch_add(frames, Ordering::SeqCst);
+        for f in samples.chunks_exact(FRAME_SAMPLES) {
+            self.engine
+                .send(Cmd::Item(self.slot, Item::Frame(f.to_vec())));
+        }
+        Ok(())
+    }
+
+    /// Frames after this one are encoded from the zero state.
+    pub fn reset(&self) -> Result<(), EncodeError> {
+        if self.finished {
+            return Err(EncodeError::Finished);
+        }
+        self.engine.send(Cmd::Item(self.slot, Item::Reset));
+        Ok(())
+    }
+
+    /// Ends the stream after every frame sent so far is encoded and delivered.
+    pub fn finish(&mut self) -> Result<(), EncodeError> {
+        if self.finished {
+            return Err(EncodeError::Finished);
+        }
+        self.finished = true;
+        self.engine.send(Cmd::Item(self.slot, Item::Finish));
+        Ok(())
+    }
+
+    /// The next event; `Failed(Finished)` once the worker is gone.
+    pub async fn recv(&mut self) -> EncodeEvent {
+        self.events
+            .recv()
+            .await
+            .unwrap_or(EncodeEvent::Failed(EncodeError::Finished))
+    }
+}
+
+impl Drop for EncodeStream {
+    fn drop(&mut self) {
+        self.engine.send(Cmd::Drop(self.slot));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a thread panicked while holding it; the data stays usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A stream as the worker sees it.
+struct Live {
+    n_q: usize,
+    latents: bool,
+    events: tmpsc::Sender<EncodeEvent>,
+    pending: Arc<AtomicUsize>,
+    queue: VecDeque<Item>,
+    next_index: u64,
+    /// The stream has ended (finished, failed or dropped): its slot waits to be freed.
+    over: bool,
+}
+
+struct Worker {
+    encoder: Box<dyn FrameEncoder>,
+    rx: Receiver<Cmd>,
+    metrics: Arc<EncodeMetrics>,
+    config: EncodeConfig,
+    live: Vec<Option<Live>>,
+    /// Slots whose state a previous user left: reset before the next user's first frame.
+    dirty: Vec<bool>,
+    /// Round-robin start: the slot after the last one served.
+    cursor: usize,
+    codes: Vec<u32>,
+    latents: Vec<f32>,
+}
+
+impl Worker {
+    fn new(
+        encoder: Box<dyn FrameEncoder>,
+        rx: Receiver<Cmd>,
+        metrics: Arc<EncodeMetrics>,
+        config: EncodeConfig,
+    ) -> Self {
+        let n = encoder.max_slots();
+        let batch = encoder.largest_batch();
+        let (nq, dim) = (encoder.max_codebooks(), encoder.latent_dim());
+        Self {
+            encoder,
+            rx,
+            metrics,
+            config,
+            live: (0..n).map(|_| None).collect(),
+            dirty: vec![false; n],
+            cursor: 0,
+            codes: vec![0; batch * nq],
+            latents: vec![0.0; batch * dim],
+        }
+    }
+
+    fn run(&mut self, stop: &AtomicBool, mut free: impl FnMut(usize)) {
+        while !stop.load(Ordering::SeqCst) {
+            let busy = self.live.iter().flatten().any(|l| !l.queue.is_empty());
+            if !busy {
+                match self.rx.recv_timeout(IDLE_POLL) {
+                    Ok(cmd) => self.apply(cmd, &mut free),
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            while let Ok(cmd) = self.rx.try_recv() {
+                self.apply(cmd, &mut free);
+            }
+            self.step();
+        }
+    }
+
+    fn apply(&mut self, cmd: Cmd, free: &mut impl FnMut(usize)) {
+        match cmd {
+            Cmd::Open(o) => {
+                self.live[o.slot] = Some(Live {
+                    n_q: o.n_q,
+                    latents: o.latents,
+                    events: o.events,
+                    pending: o.pending,
+                    queue: VecDeque::new(),
+                    next_index: 0,
+                    over: false,
+                });
+            }
+            Cmd::Item(slot, item) => {
+                if let Some(l) = self.live[slot].as_mut().filter(|l| !l.over) {
+                    l.queue.push_back(item);
+                }
+            }
+            Cmd::Drop(slot) => {
+                if self.live[slot].take().is_some() {
+                    self.dirty[slot] = true;
+                    free(slot);
+                }
+            }
+        }
+    }
+
+    /// Handles resets and ends at the head of each queue, then encodes one frame per stream.
+    fn step(&mut self) {
+        let n = self.live.len();
+        let batch_max = self.encoder.largest_batch();
+        let mut rows: Vec<usize> = Vec::with_capacity(batch_max);
+        for k in 0..n {
+            let slot = (self.cursor + k) % n;
+            if rows.len() == batch_max {
+                break;
+            }
+            if self.ready(slot) {
+                rows.push(slot);
+            }
+        }
+        if rows.is_empty() {
+            return;
+        }
+        self.cursor = (rows[rows.len() - 1] + 1) % n;
+        for &slot in &rows {
+            if std::mem::replace(&mut self.dirty[slot], false) {
+                if let Err(e) = self.encoder.reset(slot) {
+                    self.fail(slot, EncodeError::Failed(e.to_string()));
+                }
+            }
+        }
+        rows.retain(|&s| self.live[s].as_ref().is_some_and(|l| !l.over));
+        let frames: Vec<(usize, Vec<f32>, usize)> = rows
+            .iter()
+            .filter_map(|&slot| {
+                let l = self.live[slot].as_mut()?;
+                match l.queue.pop_front() {
+                    Some(Item::Frame(pcm)) => Some((slot, pcm, l.n_q)),
+                    _ => None,
+                }
+            })
+            .collect();
+        let step: Vec<AudioFrame<'_>> = frames
+            .iter()
+            .map(|(slot, pcm, n_q)| AudioFrame {
+                slot: *slot,
+                pcm,
+                n_q: *n_q,
+            })
+            .collect();
+        let started = Instant::now();
+        let (nq, dim) = (self.encoder.max_codebooks(), self.encoder.latent_dim());
+        let (codes, latents) = (
+            &mut self.codes[..step.len() * nq],
+            &mut self.latents[..step.len() * dim],
+        );
+        let result = self.encoder.step(&step, codes, Some(latents));
+        self.metrics.record_step(step.len(), started.elapsed());
+        match result {
+            Ok(()) => {
+                for (r, (slot, _, n_q)) in frames.iter().enumerate() {
+                    let Some(l) = self.live[*slot].as_mut() else {
+                        continue;
+                    };
+                    l.pending.fetch_sub(1, Ordering::SeqCst);
+                    let latent = l
+                        .latents
+                        .then(|| self.latents[r * dim..(r + 1) * dim].to_vec());
+                    let ev = EncodeEvent::Codes {
+                        index: l.next_index,
+                        codes: self.codes[r * nq..r * nq + n_q].to_vec(),
+                        latent,
+                    };
+                    l.next_index += 1;
+                    if l.events.try_send(ev).is_err() {
+                        let waited = self.config.max_undelivered;
+                        self.fail(*slot, EncodeError::SlowConsumer(waited));
+                    }
+                }
+                self.metrics
+                    .frames_encoded
+                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // The device may have changed any of these rows: each ends, its slot reset later.
+                for (slot, _, _) in &frames {
+                    self.fail(*slot, EncodeError::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Processes the control items at the head of `slot`'s queue; true when a frame is next.
+    fn ready(&mut self, slot: usize) -> bool {
+        loop {
+            let Some(l) = self.live[slot].as_mut() else {
+                return false;
+            };
+            if l.over {
+                return false;
+            }
+            match l.queue.front() {
+                None => return false,
+                Some(Item::Frame(_)) => return true,
+                Some(Item::Reset) => {
+                    l.queue.pop_front();
+                    let next_frame = l.next_index;
+                    let _ = l.events.try_send(EncodeEvent::ResetDone { next_frame });
+                    if let Err(e) = self.encoder.reset(slot) {
+                        self.fail(slot, EncodeError::Failed(e.to_string()));
+                    }
+                }
+                Some(Item::Finish) => {
+                    l.queue.pop_front();
+                    l.over = true;
+                    let frames = l.next_index;
+                    let _ = l.events.try_send(EncodeEvent::Finished { frames });
+                    self.dirty[slot] = true;
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, slot: usize, e: EncodeError) {
+        if let Some(l) = self.live[slot].as_mut() {
+            if !l.over {
+                l.over = true;
+                l.queue.clear();
+                self.metrics.count_error(&e);
+                let _ = l.events.try_send(EncodeEvent::Failed(e));
+            }
+        }
+        self.dirty[slot] = true;
+    }
+}

@@ -1,0 +1,126 @@
+//! `chorus serve` devices: `--devices` lists refused with the bad entry named, and a one-device
+//! server (a pool of one) reporting its device in `/healthz` and `/metrics`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chorus_server::loadgen::http_request;
+
+/// How long the CPU server may take to load random weights and warm up.
+const START_WAIT: Duration = Duration::from_secs(120);
+
+fn chorus(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chorus"))
+        .args(args)
+        .output()
+        .expect("run chorus")
+}
+
+fn serve_fails_naming(extra: &[&str], needles: &[&str]) {
+    let mut args = vec!["serve", "--model", "random", "--port", "0"];
+    args.extend_from_slice(extra);
+    let o = chorus(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{extra:?} started a server");
+    assert!(
+        needles.iter().any(|n| err.contains(n)),
+        "{extra:?}: expected one of {needles:?} in:\n{err}"
+    );
+}
+
+#[test]
+fn bad_device_lists_are_refused_naming_the_entry() {
+    serve_fails_naming(&["--devices", "x"], &["`x` in `--devices x`"]);
+    serve_fails_naming(&["--devices", "0,x"], &["`x` in `--devices 0,x`"]);
+    serve_fails_naming(&["--devices", "0,0"], &["device 0 is given twice"]);
+    serve_fails_naming(
+        &["--device", "cpu", "--devices", "0"],
+        &["drop --device cpu"],
+    );
+    // No host has this many devices: without CUDA it is "none visible", with it "not visible".
+    serve_fails_naming(
+        &["--devices", "4096"],
+        &[
+            "no CUDA device is visible",
+            "device 4096 in `--devices` is not visible",
+        ],
+    );
+}
+
+#[test]
+fn help_says_max_streams_is_per_device() {
+    let o = chorus(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("--devices"), "{help}");
+    assert!(help.contains("per device"), "{help}");
+}
+
+#[test]
+fn a_one_device_server_reports_device_0() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chorus"))
+        .args([
+            "serve",
+            "--model",
+            "random",
+            "--device",
+            "cpu",
+            "--max-streams",
+            "2",
+            "--buckets",
+            "1,2",
+            "--threads",
+            "1",
+            "--port",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chorus serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let started = Instant::now();
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("stdout line");
+        if let Some(a) = line.strip_prefix("listening on http://") {
+            addr = Some(a.trim().to_string());
+            break;
+        }
+        assert!(started.elapsed() < START_WAIT, "server did not start");
+    }
+    let addr = addr.expect("the server printed its address");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (health, metrics) = rt.block_on(async {
+        let (status, health) = http_request(&addr, "GET", "/healthz", vec![])
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        let (_, metrics) = http_request(&addr, "GET", "/metrics", vec![])
+            .await
+            .unwrap();
+        (health, String::from_utf8(metrics).unwrap())
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let health: serde_json::Value = serde_json::from_slice(&health).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["max_streams"], 2);
+    let devices = health["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{health}");
+    assert_eq!(devices[0]["device"], 0);
+    assert_eq!(devices[0]["state"], "ok");
+    assert_eq!(devices[0]["free_slots"], 2);
+    assert!(
+        devices[0]["name"].as_str().unwrap().contains("cpu"),
+        "{health}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "chorus_free_slots{device=\"0\"} 2"),
+        "{metrics}"
+    );
+}
