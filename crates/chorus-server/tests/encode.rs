@@ -482,3 +482,68 @@ async fn decode_streams_can_receive_opus_packets() {
     let corr = dot / (na * nb).sqrt();
     assert!(corr > 0.9, "correlation {corr}");
 }
+
+/// The load generator drives encode streams in every format and Opus decode streams, and reports
+/// the wire bytes per stream per second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loadgen_measures_wire_bytes_of_every_format() {
+    use chorus_server::loadgen::{run, LoadInput, LoadgenConfig, Rate};
+    let server = start(4).await;
+    let cases = [
+        (LoadInput::Pcm, PcmFormat::S16),
+        (LoadInput::Pcm, PcmFormat::F32),
+        (LoadInput::Pcm, PcmFormat::Opus),
+        (LoadInput::Codes, PcmFormat::Opus),
+        (LoadInput::Codes, PcmFormat::S16),
+    ];
+    let mut sent = Vec::new();
+    let mut received = Vec::new();
+    for (input, pcm) in cases {
+        let report = run(LoadgenConfig {
+            input,
+            pcm,
+            url: format!("ws://{}", server.local_addr()),
+            streams: 2,
+            duration: std::time::Duration::from_millis(400),
+            rate: Rate::Max,
+            n_q: N_Q,
+            seed: 5,
+            verify_streams: None,
+            window: 4,
+            keep_pcm_streams: 0,
+            wait_ready: std::time::Duration::from_secs(10),
+        })
+        .await
+        .unwrap();
+        assert!(
+            report.errors.is_empty(),
+            "{input:?} {pcm:?}: {:?}",
+            report.errors
+        );
+        assert_eq!(
+            report.frames_received, report.frames_sent,
+            "{input:?} {pcm:?}"
+        );
+        assert!(report.frames_sent > 0);
+        assert!(!report.verify.applicable);
+        sent.push(report.wire_bytes_sent_per_stream_s);
+        received.push(report.wire_bytes_received_per_stream_s);
+    }
+    // Audio in: s16 is 2 bytes and f32 4 bytes a sample at 24 kHz; Opus about its bitrate.
+    assert!((sent[0] - 48_000.0).abs() < 1.0, "s16 {}", sent[0]);
+    assert!((sent[1] - 96_000.0).abs() < 1.0, "f32 {}", sent[1]);
+    assert!(
+        sent[2] > 2_000.0 && sent[2] < 6_000.0,
+        "opus in {}",
+        sent[2]
+    );
+    // Codes out: a 4-byte index and 2 bytes a code, 12.5 times a second.
+    assert!((received[0] - 12.5 * (4.0 + 2.0 * N_Q as f64)).abs() < 1e-6);
+    // Opus out at the default 32 kbit/s, against 48,050 bytes/s of s16.
+    assert!(
+        received[3] > 2_000.0 && received[3] < 6_000.0,
+        "opus out {}",
+        received[3]
+    );
+    assert!((received[4] - 12.5 * 3844.0).abs() < 1e-6);
+}

@@ -9,6 +9,8 @@ use common::*;
 
 fn config(server: &chorus_server::Server, streams: usize, rate: Rate) -> LoadgenConfig {
     LoadgenConfig {
+        input: chorus_server::loadgen::LoadInput::Codes,
+        pcm: chorus_server::protocol::PcmFormat::F32,
         url: format!("ws://{}", server.local_addr()),
         streams,
         duration: Duration::from_millis(800),

@@ -177,6 +177,8 @@ async fn latent_streams_decode_like_offline() {
 
 async fn loadgen(server: &Server) -> LoadgenReport {
     run(LoadgenConfig {
+        input: chorus_server::loadgen::LoadInput::Codes,
+        pcm: chorus_server::protocol::PcmFormat::F32,
         url: format!("ws://{}", server.local_addr()),
         streams: 3,
         duration: Duration::from_millis(400),

@@ -42,9 +42,27 @@ pub enum Rate {
     Max,
 }
 
+/// What each stream sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadInput {
+    /// Seeded random codes, decoded by the server (PCM back).
+    Codes,
+    /// Audio, encoded by the server (codes back).
+    Pcm,
+}
+
+/// Opus bitrate of the audio encode streams send with `pcm: opus` (bits per second).
+pub const LOADGEN_OPUS_BITRATE: u32 = 32_000;
+
 /// What to play.
 #[derive(Clone, Debug)]
 pub struct LoadgenConfig {
+    /// Codes to decode or audio to encode.
+    pub input: LoadInput,
+    /// The wire format of audio: the PCM decode streams ask for (`f32` is checked bit for bit;
+    /// `s16` and `opus` are not), or the audio encode streams send.
+    pub pcm: crate::protocol::PcmFormat,
     /// `ws://host:port`, `http://host:port` or `host:port`; several, comma-separated, spread
     /// the streams over independent servers (stream `s` on server `s % n`).
     pub url: String,

@@ -4,13 +4,69 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chorus_core::FRAME_MS;
+use chorus_core::{FRAME_MS, FRAME_SAMPLES};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{Notify, Semaphore};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{frame_hash, LoadgenConfig, Rate, Rng};
+use super::{frame_hash, LoadInput, LoadgenConfig, Rate, Rng, LOADGEN_OPUS_BITRATE};
 use crate::protocol::{decode_pcm, encode_codes, PcmFormat, ServerMessage, PROTOCOL_VERSION};
+
+/// What one stream's sender puts on the wire each frame.
+struct Source {
+    input: LoadInput,
+    pcm: PcmFormat,
+    rng: Rng,
+    codes: Vec<u32>,
+    audio: Vec<f32>,
+    opus: Option<chorus_audio::OpusFrameEncoder>,
+    stream: usize,
+}
+
+impl Source {
+    fn new(cfg: &LoadgenConfig, s: usize) -> Self {
+        let opus = (cfg.input == LoadInput::Pcm && cfg.pcm == PcmFormat::Opus)
+            .then(|| chorus_audio::OpusFrameEncoder::new(LOADGEN_OPUS_BITRATE).ok())
+            .flatten();
+        Self {
+            input: cfg.input,
+            pcm: cfg.pcm,
+            rng: Rng::for_stream(cfg.seed, s),
+            codes: Vec::with_capacity(cfg.n_q),
+            audio: vec![0.0; FRAME_SAMPLES],
+            opus,
+            stream: s,
+        }
+    }
+
+    /// Frame `t`'s message: codes, or a tone with seeded noise as s16, f32 or one Opus packet.
+    fn message(&mut self, t: u64, n_q: usize, card: usize) -> Vec<u8> {
+        if self.input == LoadInput::Codes {
+            self.rng.frame(n_q, card, &mut self.codes);
+            return encode_codes(&self.codes);
+        }
+        let f = 150.0 + 37.0 * (self.stream % 16) as f32;
+        for (i, x) in self.audio.iter_mut().enumerate() {
+            let n = (t as usize * FRAME_SAMPLES + i) as f32 / 24_000.0;
+            let noise = (self.rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            *x = 0.3 * (n * f * std::f32::consts::TAU).sin() + 0.02 * noise;
+        }
+        match (self.pcm, self.opus.as_mut()) {
+            (PcmFormat::Opus, Some(enc)) => {
+                let mut packet = Vec::new();
+                // A failed packet is sent empty: the server then reports the stream's error.
+                let _ = enc.encode(&self.audio, &mut packet);
+                packet
+            }
+            (PcmFormat::F32, _) => self.audio.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            _ => self
+                .audio
+                .iter()
+                .flat_map(|v| ((v * 32768.0).round() as i16).to_le_bytes())
+                .collect(),
+        }
+    }
+}
 
 /// How long a stream waits for its next message before it gives up.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +87,9 @@ pub(crate) struct StreamResult {
     pub pcm: Vec<f32>,
     pub errors: Vec<String>,
     pub codebook_size: usize,
+    /// Payload bytes of the binary messages sent and received.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
 }
 
 /// Frame send times and the receive count, shared by a stream's sender and reader.
@@ -55,9 +114,13 @@ async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize)
     let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .map_err(|_| "connect".to_string())?;
+    let input = match cfg.input {
+        LoadInput::Codes => "codes",
+        LoadInput::Pcm => "pcm",
+    };
     let open = serde_json::json!({
-        "type": "open", "version": PROTOCOL_VERSION, "input": "codes",
-        "n_q": cfg.n_q, "pcm": "f32",
+        "type": "open", "version": PROTOCOL_VERSION, "input": input,
+        "n_q": cfg.n_q, "pcm": cfg.pcm,
     });
     ws.send(Message::Text(open.to_string().into()))
         .await
@@ -113,17 +176,17 @@ pub(crate) async fn play(
     let offset = Duration::from_millis(FRAME_MS) * s as u32 / cfg.streams.max(1) as u32;
     let sender = {
         let progress = progress.clone();
-        let (rate, duration, n_q, seed) = (cfg.rate, cfg.duration, cfg.n_q, cfg.seed);
+        let (rate, duration, n_q) = (cfg.rate, cfg.duration, cfg.n_q);
+        let mut source = Source::new(cfg, s);
         tokio::spawn(async move {
-            let mut rng = Rng::for_stream(seed, s);
-            let mut codes = Vec::with_capacity(n_q);
+            let mut bytes_sent = 0u64;
             let start = tokio::time::Instant::now() + offset;
             let period = Duration::from_millis(FRAME_MS);
             let total = (duration.as_millis() / FRAME_MS as u128).max(1) as u64;
             let mut t = 0u64;
             loop {
                 if progress.stop.load(Ordering::Acquire) {
-                    return (t, sink);
+                    return (t, bytes_sent, sink);
                 }
                 match rate {
                     Rate::Realtime => {
@@ -148,14 +211,11 @@ pub(crate) async fn play(
                         }
                     }
                 }
-                rng.frame(n_q, card, &mut codes);
+                let msg = source.message(t, n_q, card);
+                bytes_sent += msg.len() as u64;
                 lock(&progress.sent_at).push(Instant::now());
-                if sink
-                    .send(Message::Binary(encode_codes(&codes).into()))
-                    .await
-                    .is_err()
-                {
-                    return (t, sink);
+                if sink.send(Message::Binary(msg.into())).await.is_err() {
+                    return (t, bytes_sent, sink);
                 }
                 t += 1;
             }
@@ -163,7 +223,7 @@ pub(crate) async fn play(
             // Set first: the server's `closed` answer may arrive before this task runs again.
             progress.closed.store(true, Ordering::Release);
             let _ = sink.send(Message::Text(close.into())).await;
-            (t, sink)
+            (t, bytes_sent, sink)
         })
     };
     loop {
@@ -181,12 +241,13 @@ pub(crate) async fn play(
         match msg {
             Message::Binary(b) => {
                 let now = Instant::now();
-                let Some(pcm) = decode_pcm(&b, PcmFormat::F32) else {
-                    r.errors.push("bad_pcm".into());
+                r.bytes_received += b.len() as u64;
+                let expected = r.hashes.len();
+                let Some((index, hash, samples)) = read_frame(cfg, &b) else {
+                    r.errors.push("bad_frame".into());
                     break;
                 };
-                let expected = r.hashes.len();
-                if pcm.index as usize != expected {
+                if index as usize != expected {
                     r.errors.push("out_of_order".into());
                     break;
                 }
@@ -195,9 +256,9 @@ pub(crate) async fn play(
                     r.latencies_ms
                         .push(now.duration_since(sent).as_secs_f64() * 1e3);
                 }
-                r.hashes.push(frame_hash(&pcm.samples));
+                r.hashes.push(hash);
                 if s < cfg.keep_pcm_streams {
-                    r.pcm.extend_from_slice(&pcm.samples);
+                    r.pcm.extend_from_slice(&samples);
                 }
                 progress.received.fetch_add(1, Ordering::Release);
                 progress.wake.notify_one();
@@ -228,8 +289,9 @@ pub(crate) async fn play(
     // Unblock a sender still waiting on its window, then collect it.
     progress.stop.store(true, Ordering::Release);
     progress.wake.notify_one();
-    if let Ok((sent, mut sink)) = sender.await {
+    if let Ok((sent, bytes, mut sink)) = sender.await {
         r.sent = sent;
+        r.bytes_sent = bytes;
         let _ = sink.close().await;
     }
     if r.completed && (r.hashes.len() as u64) < r.sent {
@@ -237,6 +299,20 @@ pub(crate) async fn play(
         r.completed = false;
     }
     r
+}
+
+/// A received frame: its index, a hash of its content, and its f32 samples when it has them.
+fn read_frame(cfg: &LoadgenConfig, b: &[u8]) -> Option<(u32, u64, Vec<f32>)> {
+    let index = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
+    match (cfg.input, cfg.pcm) {
+        (LoadInput::Codes, PcmFormat::F32 | PcmFormat::S16) => {
+            let pcm = decode_pcm(b, cfg.pcm)?;
+            Some((pcm.index, frame_hash(&pcm.samples), pcm.samples))
+        }
+        // An Opus packet is not decoded here: its size is what is measured.
+        (LoadInput::Codes, PcmFormat::Opus) => (b.len() > 4).then_some((index, 0, Vec::new())),
+        (LoadInput::Pcm, _) => (b.len() >= 4 + 2 * cfg.n_q).then_some((index, 0, Vec::new())),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -22,6 +22,8 @@ pub struct Latency {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Verify {
     pub method: &'static str,
+    /// False when the run's outputs have no exact reference (Opus, s16, encode streams).
+    pub applicable: bool,
     pub streams_checked: usize,
     pub frames_checked: u64,
     pub frames_mismatched: u64,
@@ -41,6 +43,12 @@ pub struct LoadgenReport {
     pub url: String,
     pub streams: usize,
     pub n_q: usize,
+    /// What the streams sent (`codes` or `pcm`) and the audio's wire format.
+    pub input: super::LoadInput,
+    pub pcm: crate::protocol::PcmFormat,
+    /// Payload bytes per stream per second of audio (12.5 frames), client to server and back.
+    pub wire_bytes_sent_per_stream_s: f64,
+    pub wire_bytes_received_per_stream_s: f64,
     pub rate: Rate,
     pub duration_s: f64,
     pub elapsed_s: f64,
@@ -111,6 +119,7 @@ impl LoadgenReport {
              latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}  mean {:.2}\n\
              deadline misses (> {} ms): {}\n\
              errors: {}\n\
+             wire ({:?} in, {:?}): {:.0} bytes/s sent and {:.0} bytes/s received per stream\n\
              bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
              max abs diff {:.3e}, rel L2 {:.3e} over {} streams)\n\
              load generator CPU: {:.2} cores{}",
@@ -131,7 +140,15 @@ impl LoadgenReport {
             self.deadline_ms,
             self.deadline_misses,
             errors,
-            if self.verify.bit_exact { "yes" } else { "NO" },
+            self.input,
+            self.pcm,
+            self.wire_bytes_sent_per_stream_s,
+            self.wire_bytes_received_per_stream_s,
+            match (self.verify.applicable, self.verify.bit_exact) {
+                (false, _) => "not checked",
+                (true, true) => "yes",
+                (true, false) => "NO",
+            },
             self.verify.streams_checked,
             self.verify.frames_checked,
             self.verify.frames_mismatched,
@@ -160,6 +177,14 @@ fn device_line(d: &DeviceStats) -> String {
         f.mean_device_ms,
         f.mean_host_ms
     )
+}
+
+/// Bytes per second of one stream's audio: `bytes` over `frames` frames of 80 ms.
+fn per_audio_second(bytes: u64, frames: u64) -> f64 {
+    if frames == 0 {
+        return 0.0;
+    }
+    bytes as f64 / frames as f64 * 1000.0 / FRAME_MS as f64
 }
 
 pub(crate) fn report(
@@ -201,6 +226,16 @@ pub(crate) fn report(
         url: config.url.clone(),
         streams: config.streams,
         n_q: config.n_q,
+        input: config.input,
+        pcm: config.pcm,
+        wire_bytes_sent_per_stream_s: per_audio_second(
+            results.iter().map(|r| r.bytes_sent).sum(),
+            results.iter().map(|r| r.sent).sum(),
+        ),
+        wire_bytes_received_per_stream_s: per_audio_second(
+            results.iter().map(|r| r.bytes_received).sum(),
+            received,
+        ),
         rate: config.rate,
         duration_s: config.duration.as_secs_f64(),
         elapsed_s: elapsed,

@@ -25,6 +25,13 @@ pub(crate) async fn verify(
     addrs: &[String],
     results: &mut [StreamResult],
 ) -> Verify {
+    if config.input != super::LoadInput::Codes || config.pcm != crate::protocol::PcmFormat::F32 {
+        return Verify {
+            method: "not checked: only f32 PCM of code streams has an exact reference",
+            applicable: false,
+            ..Verify::default()
+        };
+    }
     let limit = config.verify_streams.unwrap_or(usize::MAX);
     let chosen: Vec<usize> = (0..results.len())
         .filter(|&s| results[s].completed && !results[s].hashes.is_empty())
@@ -58,6 +65,7 @@ pub(crate) async fn verify(
     }
     let mut v = Verify {
         method: "server whole-file decode (POST /v1/decode?format=f32), 64-bit hash per frame",
+        applicable: true,
         ..Verify::default()
     };
     let (mut diff_sq, mut ref_sq) = (0f64, 0f64);
