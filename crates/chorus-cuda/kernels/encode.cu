@@ -166,3 +166,127 @@ extern "C" __global__ void __launch_bounds__(RVQ_THREADS)
         __syncthreads();
     }
 }
+
+// Split RVQ for few rows, one level at a time so that a level's search spreads over many blocks.
+// rvq_prepare: per row (one block each), both halves' projections into res[row][2][cbd] and the
+// row's n_q (leading entries of codes that are not RVQ_NO_CODE) into nq[row].
+extern "C" __global__ void __launch_bounds__(RVQ_THREADS)
+    rvq_prepare(const T* __restrict__ x, const float* __restrict__ proj, const int* __restrict__ codes, float* __restrict__ res,
+                int* __restrict__ nq, int rows, int dim, int cbd, int books) {
+    pdl_enter();
+    extern __shared__ float rvq_smem[];
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int d = tid; d < dim; d += RVQ_THREADS) rvq_smem[d] = ld(x + (long long)row * dim + d);
+    if (tid == 0) {
+        const int* c = codes + (long long)row * books;
+        int n = 0;
+        while (n < books && c[n] != RVQ_NO_CODE) ++n;
+        nq[row] = n;
+    }
+    __syncthreads();
+    for (int o = warp; o < 2 * cbd; o += RVQ_WARPS) {
+        const float* p = proj + (long long)o * dim;
+        float acc = 0.f;
+        for (int d = lane; d < dim; d += 32) acc += p[d] * rvq_smem[d];
+        for (int off = 16; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) res[(long long)row * 2 * cbd + o] = acc;
+    }
+}
+
+// rvq_search: block tile * chunks + chunk finds, for RVQ_ROWS rows, the best codeword of level `level`
+// among codewords [chunk * RVQ_THREADS, (chunk + 1) * RVQ_THREADS): one per thread.
+// Dynamic shared memory: RVQ_ROWS * cbd floats.
+extern "C" __global__ void __launch_bounds__(RVQ_THREADS)
+    rvq_search(const float* __restrict__ res, const float* __restrict__ cbT, const float* __restrict__ norms, const int* __restrict__ nq,
+               float* __restrict__ part_d, int* __restrict__ part_i, int rows, int cbd, int card, int level, int semantic,
+               int chunks) {
+    pdl_enter();
+    extern __shared__ float rvq_smem[];
+    __shared__ float red_d[RVQ_ROWS][RVQ_WARPS];
+    __shared__ int red_i[RVQ_ROWS][RVQ_WARPS];
+    const int r0 = (blockIdx.x / chunks) * RVQ_ROWS, chunk = blockIdx.x % chunks;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int need = 0;
+#pragma unroll
+    for (int r = 0; r < RVQ_ROWS; ++r) need |= (r0 + r < rows && level < nq[r0 + r]);
+    if (!need) return;
+    const int half = level < semantic ? 0 : 1;
+    for (int i = tid; i < RVQ_ROWS * cbd; i += RVQ_THREADS) {
+        int r = i / cbd, d = i % cbd;
+        rvq_smem[i] = (r0 + r < rows) ? res[((long long)(r0 + r) * 2 + half) * cbd + d] : 0.f;
+    }
+    __syncthreads();
+    const int c = chunk * RVQ_THREADS + tid;
+    const float* book = cbT + (long long)level * cbd * card;
+    float acc[RVQ_ROWS];
+#pragma unroll
+    for (int r = 0; r < RVQ_ROWS; ++r) acc[r] = 0.f;
+    if (c < card) {
+        for (int d = 0; d < cbd; ++d) {
+            float cv = book[(long long)d * card + c];
+#pragma unroll
+            for (int r = 0; r < RVQ_ROWS; ++r) acc[r] += cv * rvq_smem[r * cbd + d];
+        }
+    }
+    const float n = c < card ? norms[(long long)level * card + c] : 0.f;
+#pragma unroll
+    for (int r = 0; r < RVQ_ROWS; ++r) {
+        float d = c < card ? n - 2.f * acc[r] : __int_as_float(0x7f800000);
+        int i = c < card ? c : 0x7fffffff;
+        for (int off = 16; off; off >>= 1) {
+            float od = __shfl_xor_sync(0xffffffffu, d, off);
+            int oi = __shfl_xor_sync(0xffffffffu, i, off);
+            if (rvq_better(od, oi, d, i)) {
+                d = od;
+                i = oi;
+            }
+        }
+        if (lane == 0) {
+            red_d[r][warp] = d;
+            red_i[r][warp] = i;
+        }
+    }
+    __syncthreads();
+    if (tid < RVQ_ROWS && r0 + tid < rows) {
+        float d = red_d[tid][0];
+        int i = red_i[tid][0];
+        for (int w = 1; w < RVQ_WARPS; ++w) {
+            if (rvq_better(red_d[tid][w], red_i[tid][w], d, i)) {
+                d = red_d[tid][w];
+                i = red_i[tid][w];
+            }
+        }
+        part_d[(long long)(r0 + tid) * chunks + chunk] = d;
+        part_i[(long long)(r0 + tid) * chunks + chunk] = i;
+    }
+}
+
+// rvq_pick: per row (one block each), the best of the chunks' candidates becomes the level's
+// code, and its codeword is subtracted from the row's residual of that half.
+extern "C" __global__ void rvq_pick(float* __restrict__ res, const float* __restrict__ cbT, const float* __restrict__ part_d,
+                                    const int* __restrict__ part_i, const int* __restrict__ nq, int* __restrict__ codes, int rows, int cbd,
+                                    int card, int level, int semantic, int chunks, int books) {
+    pdl_enter();
+    __shared__ int best;
+    const int row = blockIdx.x;
+    if (row >= rows || level >= nq[row]) return;
+    if (threadIdx.x == 0) {
+        float d = part_d[(long long)row * chunks];
+        int i = part_i[(long long)row * chunks];
+        for (int k = 1; k < chunks; ++k) {
+            if (rvq_better(part_d[(long long)row * chunks + k], part_i[(long long)row * chunks + k], d, i)) {
+                d = part_d[(long long)row * chunks + k];
+                i = part_i[(long long)row * chunks + k];
+            }
+        }
+        // A NaN distance never wins a comparison: fall back to code 0 rather than index past the book.
+        best = (i >= 0 && i < card) ? i : 0;
+        codes[(long long)row * books + level] = best;
+    }
+    __syncthreads();
+    const int half = level < semantic ? 0 : 1;
+    const float* book = cbT + (long long)level * cbd * card;
+    for (int d = threadIdx.x; d < cbd; d += blockDim.x) res[((long long)row * 2 + half) * cbd + d] -= book[(long long)d * card + best];
+}

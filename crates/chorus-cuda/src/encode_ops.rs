@@ -3,7 +3,7 @@
 
 use chorus_core::{ReplicateArgs, Result, RvqEncodeArgs};
 
-use crate::backend::{CudaBackend, CudaBuf, CudaInts, CudaStaging};
+use crate::backend::{CudaBackend, CudaBuf, CudaInts, CudaStaging, SCRATCH_ALIGN};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 use crate::ops::need;
@@ -13,6 +13,14 @@ const RVQ_ROWS: usize = 8;
 const RVQ_THREADS: u32 = 256;
 /// Shared memory a block may take without opting in.
 const RVQ_MAX_SMEM: usize = 48 * 1024;
+/// Up to this many rows, each level's search is spread over the codebook in chunks of
+/// `RVQ_THREADS` codewords (one kernel per level): the one-kernel path would keep only
+/// `rows / RVQ_ROWS` multiprocessors busy, each reading every codebook.
+const RVQ_SPLIT_MAX_ROWS: usize = 256;
+
+fn align(bytes: usize) -> usize {
+    bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN
+}
 
 impl CudaBackend {
     pub(crate) fn op_stage_in_audio(
@@ -109,6 +117,9 @@ impl CudaBackend {
                 ),
             ));
         }
+        if a.rows <= RVQ_SPLIT_MAX_ROWS {
+            return self.rvq_split(a);
+        }
         let cfg = Launch {
             grid: u32::try_from(a.rows.div_ceil(RVQ_ROWS))
                 .map_err(|_| cuda_error(OP, "too many rows"))?,
@@ -137,5 +148,77 @@ impl CudaBackend {
                 &x, &proj, &cbs, &norms, &codes, &rows, &dim, &cbd, &card, &books, &semantic
             ],
         )
+    }
+
+    /// The split path: projections once, then per level a search over codebook chunks and a pick.
+    fn rvq_split(&self, a: RvqEncodeArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "rvq_encode";
+        let f32s = std::mem::size_of::<f32>();
+        let chunks = a.card.div_ceil(RVQ_THREADS as usize);
+        let res_bytes = align(a.rows * 2 * a.cb_dim * f32s);
+        let part_bytes = align(a.rows * chunks * f32s);
+        let nq_bytes = align(a.rows * std::mem::size_of::<i32>());
+        let base = self.scratch(res_bytes + 2 * part_bytes + nq_bytes)?;
+        let res = base;
+        let part_d = res + res_bytes as u64;
+        let part_i = part_d + part_bytes as u64;
+        let nq = part_i + part_bytes as u64;
+        let (x, proj, cbs, norms, codes) = (
+            a.x.mem.ptr(),
+            a.proj.mem.ptr(),
+            a.codebooks.mem.ptr(),
+            a.norms.mem.ptr(),
+            a.codes.mem.ptr(),
+        );
+        let (rows, dim, cbd, card, books, semantic) = (
+            a.rows as i32,
+            a.dim as i32,
+            a.cb_dim as i32,
+            a.card as i32,
+            a.books as i32,
+            a.semantic_books as i32,
+        );
+        let rows_u32 = u32::try_from(a.rows).map_err(|_| cuda_error(OP, "too many rows"))?;
+        self.launch(
+            Kernel::RvqPrepare,
+            Launch {
+                grid: rows_u32,
+                block: RVQ_THREADS,
+                smem: (a.dim * f32s) as u32,
+            },
+            &mut kargs![&x, &proj, &codes, &res, &nq, &rows, &dim, &cbd, &books],
+        )?;
+        let tiles = a.rows.div_ceil(RVQ_ROWS);
+        let search = Launch {
+            grid: u32::try_from(tiles * chunks).map_err(|_| cuda_error(OP, "too many blocks"))?,
+            block: RVQ_THREADS,
+            smem: (RVQ_ROWS * a.cb_dim * f32s) as u32,
+        };
+        let pick = Launch {
+            grid: rows_u32,
+            block: RVQ_THREADS,
+            smem: 0,
+        };
+        let chunks = chunks as i32;
+        // Every level is launched (the graph is fixed); rows past their n_q return at once.
+        for level in 0..books {
+            self.launch(
+                Kernel::RvqSearch,
+                search,
+                &mut kargs![
+                    &res, &cbs, &norms, &nq, &part_d, &part_i, &rows, &cbd, &card, &level,
+                    &semantic, &chunks
+                ],
+            )?;
+            self.launch(
+                Kernel::RvqPick,
+                pick,
+                &mut kargs![
+                    &res, &cbs, &part_d, &part_i, &nq, &codes, &rows, &cbd, &card, &level,
+                    &semantic, &chunks, &books
+                ],
+            )?;
+        }
+        Ok(())
     }
 }

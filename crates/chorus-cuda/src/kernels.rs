@@ -76,6 +76,9 @@ kernel_table! {
     // Encoder ops (kernels/encode.cu).
     ReplicateHistory => "replicate_history",
     RvqEncode => "rvq_encode",
+    RvqPrepare => "rvq_prepare",
+    RvqSearch => "rvq_search",
+    RvqPick => "rvq_pick",
     // Language-model ops (kernels/lm_rows.cu).
     LmGatherRows => "lm_gather_rows",
     LmScatterRows => "lm_scatter_rows",

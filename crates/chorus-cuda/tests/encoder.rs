@@ -153,3 +153,59 @@ fn cuda_encoder_matches_cpu_with_padding_and_mixed_n_q() {
         }
     }
 }
+
+/// Above the split path's row bound the one-kernel quantiser runs: 300 rows against the CPU.
+#[test]
+fn cuda_encoder_matches_cpu_at_a_large_batch() {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let model =
+        random_model(&chorus_mimi::random::small_config(), RANDOM_MODEL_SEED).expect("model");
+    let rows = 300usize;
+    let mut rng = Rng::new(5);
+    let audio = rng.vec(rows * 2 * FRAME_SAMPLES, 0.5);
+    let Some(be) = cuda(Precision::F32) else {
+        return;
+    };
+    let mut gpu =
+        SlotEncoder::from_weights(be, &model.config, &model.weights, options(rows, &[rows]))
+            .expect("cuda encoder");
+    let mut host =
+        SlotEncoder::from_weights(cpu(), &model.config, &model.weights, options(rows, &[rows]))
+            .expect("cpu encoder");
+    let (nq, dim) = (host.max_codebooks(), host.latent_dim());
+    let (mut same, mut total) = (0usize, 0usize);
+    for f in 0..2 {
+        let step: Vec<AudioFrame<'_>> = (0..rows)
+            .map(|s| AudioFrame {
+                slot: s,
+                pcm: &audio[(s * 2 + f) * FRAME_SAMPLES..(s * 2 + f + 1) * FRAME_SAMPLES],
+                n_q: 1 + s % 32,
+            })
+            .collect();
+        let (mut cg, mut lg) = (vec![0u32; rows * nq], vec![0f32; rows * dim]);
+        let (mut cc, mut lc) = (vec![0u32; rows * nq], vec![0f32; rows * dim]);
+        gpu.step(&step, &mut cg, Some(&mut lg)).expect("cuda step");
+        host.step(&step, &mut cc, Some(&mut lc)).expect("cpu step");
+        assert_parity(
+            &format!("encoder latents, {rows} rows, frame {f}"),
+            Precision::F32,
+            &lg,
+            &lc,
+        );
+        for (r, fr) in step.iter().enumerate() {
+            let (g, c) = (&cg[r * nq..(r + 1) * nq], &cc[r * nq..(r + 1) * nq]);
+            same += g[..fr.n_q]
+                .iter()
+                .zip(&c[..fr.n_q])
+                .filter(|(a, b)| a == b)
+                .count();
+            total += fr.n_q;
+        }
+    }
+    let share = same as f64 / total as f64;
+    println!("encoder cuda f32 vs cpu at {rows} rows: {same}/{total} codes identical ({share:.4})");
+    assert!(share >= F32_CODE_SHARE, "f32 codes agree only {share:.4}");
+}
