@@ -157,49 +157,88 @@ fn measure(dec: &mut dyn FrameDecoder, batch: usize, args: &BenchArgs) -> Result
         dec.step(&frames, &mut pcm)?;
         Ok(())
     };
-    for i in 0..WARMUP_STEPS {
-        step(i, dec)?;
-    }
-    let budget = Duration::from_secs_f64(args.seconds);
-    let start = Instant::now();
-    let mut times = Vec::new();
-    while times.len() < MIN_STEPS || start.elapsed() < budget {
-        let t = Instant::now();
-        step(times.len(), dec)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let total = start.elapsed().as_secs_f64();
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
-    let frames_per_s = (batch * times.len()) as f64 / total;
+    let timed = time_steps(args.seconds, |i| step(i, dec))?;
     let describe = dec.describe();
-    let backend = describe
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string();
-    let precision = match (backend.as_str(), args.precision) {
+    let backend = describe.split_whitespace().next().unwrap_or("?");
+    let precision = match (backend, args.precision) {
         (_, Some(p)) => p.name(),
         ("cuda", None) => Precision::Bf16.name(),
         _ => Precision::F32.name(),
     }
     .to_string();
-    Ok(BenchRow {
-        device: describe,
-        backend,
-        precision,
+    let state_bytes = dec.state_bytes().total();
+    Ok(wall_row(
+        RowSource {
+            describe,
+            precision,
+            n_q: args.n_q,
+            state_bytes,
+        },
         batch,
-        n_q: args.n_q,
-        steps: times.len(),
+        timed,
+    ))
+}
+
+/// Wall-clock step times past the warm-up.
+pub(crate) struct Timed {
+    /// Sorted, in milliseconds.
+    pub times_ms: Vec<f64>,
+    pub total_s: f64,
+}
+
+/// Runs `step` for the warm-up, then for at least `seconds` and [`MIN_STEPS`] steps.
+pub(crate) fn time_steps(seconds: f64, mut step: impl FnMut(usize) -> Result<()>) -> Result<Timed> {
+    for i in 0..WARMUP_STEPS {
+        step(i)?;
+    }
+    let budget = Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut times_ms = Vec::new();
+    while times_ms.len() < MIN_STEPS || start.elapsed() < budget {
+        let t = Instant::now();
+        step(times_ms.len())?;
+        times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let total_s = start.elapsed().as_secs_f64();
+    times_ms.sort_by(f64::total_cmp);
+    Ok(Timed { times_ms, total_s })
+}
+
+/// What a row says about the model it timed.
+pub(crate) struct RowSource {
+    pub describe: String,
+    pub precision: String,
+    pub n_q: usize,
+    pub state_bytes: usize,
+}
+
+/// A bench row from wall-clock times of steps of `batch` frames.
+pub(crate) fn wall_row(src: RowSource, batch: usize, t: Timed) -> BenchRow {
+    let n = t.times_ms.len();
+    let median = t.times_ms[n / 2];
+    let p90 = t.times_ms[(n * 9 / 10).min(n - 1)];
+    let frames_per_s = (batch * n) as f64 / t.total_s;
+    let backend = src
+        .describe
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string();
+    BenchRow {
+        device: src.describe,
+        backend,
+        precision: src.precision,
+        batch,
+        n_q: src.n_q,
+        steps: n,
         ms_per_step_median: median,
         ms_per_step_p90: p90,
         device_ms_per_step_median: None,
         frames_per_s,
         realtime_streams: frames_per_s * FRAME_MS as f64 / 1e3,
         rtf: median / FRAME_MS as f64,
-        state_bytes_per_slot: dec.state_bytes().total(),
-    })
+        state_bytes_per_slot: src.state_bytes,
+    }
 }
 
 /// On CUDA: the wall-time figures, then the median device time of back-to-back graph replays,

@@ -1,13 +1,12 @@
 //! `chorus bench --encode`: encoder frames per second and real-time streams per batch size, with
 //! the same table and JSON rows as the decoder's bench.
 
-use crate::bench::{BenchArgs, BenchRow, MIN_STEPS, TIMED_REPLAYS, WARMUP_STEPS};
+use crate::bench::{time_steps, wall_row, BenchArgs, BenchRow, RowSource, TIMED_REPLAYS};
 use anyhow::Result;
 use chorus_core::{AudioFrame, Buckets, FrameEncoder, Precision, FRAME_MS, FRAME_SAMPLES};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{EncoderOptions, SlotEncoder};
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
-use std::time::{Duration, Instant};
 
 /// Distinct audio frames cycled through.
 const DISTINCT_FRAMES: usize = 16;
@@ -85,46 +84,22 @@ fn measure(enc: &mut dyn FrameEncoder, batch: usize, args: &BenchArgs) -> Result
         enc.step(&frames, &mut codes, None)?;
         Ok(())
     };
-    for i in 0..WARMUP_STEPS {
-        step(i, enc)?;
-    }
-    let budget = Duration::from_secs_f64(args.seconds);
-    let start = Instant::now();
-    let mut times = Vec::new();
-    while times.len() < MIN_STEPS || start.elapsed() < budget {
-        let t = Instant::now();
-        step(times.len(), enc)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let total = start.elapsed().as_secs_f64();
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
-    let frames_per_s = (batch * times.len()) as f64 / total;
+    let timed = time_steps(args.seconds, |i| step(i, enc))?;
     let describe = enc.describe();
-    let backend = describe
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string();
     let precision = describe
         .split_whitespace()
         .nth(1)
         .unwrap_or("?")
         .to_string();
-    Ok(BenchRow {
-        device: describe,
-        backend,
-        precision,
+    let state_bytes = enc.state_bytes().total();
+    Ok(wall_row(
+        RowSource {
+            describe,
+            precision,
+            n_q: args.n_q,
+            state_bytes,
+        },
         batch,
-        n_q: args.n_q,
-        steps: times.len(),
-        ms_per_step_median: median,
-        ms_per_step_p90: p90,
-        device_ms_per_step_median: None,
-        frames_per_s,
-        realtime_streams: frames_per_s * FRAME_MS as f64 / 1e3,
-        rtf: median / FRAME_MS as f64,
-        state_bytes_per_slot: enc.state_bytes().total(),
-    })
+        timed,
+    ))
 }
