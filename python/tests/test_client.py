@@ -515,9 +515,10 @@ def test_health_and_metrics(server: Server, refs: Tuple[Any, Any]) -> None:
 
 
 def metric(text: str, name: str) -> float:
-    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
+    """The metric summed over its series (the decoder's carry a `device` label)."""
+    values = re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE)
+    assert values, f"{name} not in /metrics"
+    return sum(float(v) for v in values)
 
 
 # ---------------------------------------------------------------------------------------------

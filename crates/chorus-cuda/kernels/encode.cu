@@ -120,6 +120,8 @@ extern "C" __global__ void __launch_bounds__(RVQ_THREADS)
 #pragma unroll
                     for (int r = 0; r < RVQ_ROWS; ++r) {
                         float dist = n - 2.f * acc[k][r];
+                        // NaN never wins, as on the CPU (its `<` is false for NaN).
+                        if (!(dist == dist)) dist = __int_as_float(0x7f800000);
                         if (rvq_better(dist, c, bd[r], bi[r])) {
                             bd[r] = dist;
                             bi[r] = c;
@@ -234,6 +236,8 @@ extern "C" __global__ void __launch_bounds__(RVQ_THREADS)
 #pragma unroll
     for (int r = 0; r < RVQ_ROWS; ++r) {
         float d = c < card ? n - 2.f * acc[r] : __int_as_float(0x7f800000);
+        // NaN never wins, as on the CPU (its `<` is false for NaN).
+        if (!(d == d)) d = __int_as_float(0x7f800000);
         int i = c < card ? c : 0x7fffffff;
         for (int off = 16; off; off >>= 1) {
             float od = __shfl_xor_sync(0xffffffffu, d, off);
@@ -281,7 +285,7 @@ extern "C" __global__ void rvq_pick(float* __restrict__ res, const float* __rest
                 i = part_i[(long long)row * chunks + k];
             }
         }
-        // A NaN distance never wins a comparison: fall back to code 0 rather than index past the book.
+        // No candidate at all (an index past the book): code 0, as the CPU would choose.
         best = (i >= 0 && i < card) ? i : 0;
         codes[(long long)row * books + level] = best;
     }

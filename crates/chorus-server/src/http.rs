@@ -157,12 +157,16 @@ pub(crate) async fn decode(
     drop(stream);
     match query.format {
         DecodeFormat::Ogg => {
-            let written = ogg
-                .ok_or_else(|| "no Ogg writer".to_string())
-                .and_then(|mut w| {
-                    w.push(&pcm).map_err(|e| e.to_string())?;
-                    w.finish().map_err(|e| e.to_string())
-                });
+            // A long file is seconds of Opus encoding: off the async threads that serve streams.
+            let written = tokio::task::spawn_blocking(move || {
+                ogg.ok_or_else(|| "no Ogg writer".to_string())
+                    .and_then(|mut w| {
+                        w.push(&pcm).map_err(|e| e.to_string())?;
+                        w.finish().map_err(|e| e.to_string())
+                    })
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
             match written {
                 Ok(bytes) => ([(header::CONTENT_TYPE, "audio/ogg")], bytes).into_response(),
                 Err(e) => error(

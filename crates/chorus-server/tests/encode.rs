@@ -388,6 +388,31 @@ async fn whole_files_encode_over_http_and_decode_to_ogg_opus() {
         .unwrap();
     assert_eq!(status, 400);
     assert!(String::from_utf8_lossy(&body).contains("bad_audio"));
+    // A float WAV holding a NaN is refused at the edge, never reaching a shared step.
+    let mut nan_wav = Vec::new();
+    {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 24_000,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let mut w = hound::WavWriter::new(std::io::Cursor::new(&mut nan_wav), spec).unwrap();
+        for i in 0..4000 {
+            w.write_sample(if i == 3000 { f32::NAN } else { 0.1 })
+                .unwrap();
+        }
+        w.finalize().unwrap();
+    }
+    let (status, body) = http_request(&addr, "POST", "/v1/encode", nan_wav)
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("bad_audio") && body.contains("not finite"),
+        "{body}"
+    );
 
     // The same codes decoded to Ogg Opus: a valid file of exactly the decoded length.
     let codes: Vec<i64> = (0..N_Q * 4).map(|i| (i * 37 % 2048) as i64).collect();

@@ -50,7 +50,8 @@ pub fn run(args: EncodeArgs) -> Result<()> {
         bail!("--n-q {} outside 1..={nq_max}", args.n_q);
     }
     let audio = read(&args)?;
-    // Whole frames: the tail is padded with silence, as transformers pads the last window.
+    // Whole frames: the tail is padded with silence (transformers pads each conv's input instead,
+    // so only a last partial frame can differ from `MimiModel.encode` on the unpadded signal).
     let frames = audio.samples.len().div_ceil(FRAME_SAMPLES);
     let mut samples = audio.samples;
     samples.resize(frames * FRAME_SAMPLES, 0.0);

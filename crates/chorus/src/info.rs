@@ -26,6 +26,14 @@ pub fn run(args: InfoArgs) -> Result<()> {
     println!("layout:       {:?}", model.layout);
     println!("parameters:   {} (decoder side)", model.parameter_count);
     println!(
+        "encoder:      {}",
+        if model.weights.encoder.is_some() {
+            "present (chorus encode, bench --encode, encode streams)"
+        } else {
+            "none in this checkpoint: decode only"
+        }
+    );
+    println!(
         "codec:        {} Hz, {} frames/s, {} samples per frame",
         c.sampling_rate,
         c.frame_rate,

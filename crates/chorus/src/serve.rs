@@ -109,6 +109,11 @@ const SPARE_FDS: u64 = 256;
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let ordinals = cuda_devices(&args)?;
+    // The encoder runs on the first device the server decodes on.
+    let first_device = ordinals
+        .as_ref()
+        .and_then(|o| o.first().copied())
+        .unwrap_or(DEFAULT_CUDA_DEVICE);
     let engines = ordinals.as_ref().map_or(1, Vec::len);
     warn_fd_limit((args.max_streams * engines + args.music_songs) as u64 + SPARE_FDS);
     let buckets = match &args.buckets {
@@ -156,7 +161,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
     }
     let music = start_music(&args)?.map(Arc::new);
-    let encode = start_encoder(&args, &model)?;
+    let encode = start_encoder(&args, &model, first_device)?;
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
@@ -209,7 +214,11 @@ fn factory(model: Arc<LoadedModel>, spec: DecoderSpec, cuda_device: usize) -> De
 }
 
 /// Starts the encode engine unless `--encode-streams 0` or the checkpoint has no encoder.
-fn start_encoder(args: &ServeArgs, model: &Arc<LoadedModel>) -> Result<Option<Arc<EncodeEngine>>> {
+fn start_encoder(
+    args: &ServeArgs,
+    model: &Arc<LoadedModel>,
+    cuda_device: usize,
+) -> Result<Option<Arc<EncodeEngine>>> {
     let device = if args.devices.is_some() {
         DeviceKind::Cuda
     } else {
@@ -234,7 +243,7 @@ fn start_encoder(args: &ServeArgs, model: &Arc<LoadedModel>) -> Result<Option<Ar
         max_slots: streams,
         buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(streams)?,
         threads: args.threads,
-        cuda_device: DEFAULT_CUDA_DEVICE,
+        cuda_device,
     };
     let model = model.clone();
     let factory: EncoderFactory = Box::new(move || {

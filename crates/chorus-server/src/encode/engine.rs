@@ -96,7 +96,12 @@ struct Opened {
     latents: bool,
     events: tmpsc::Sender<EncodeEvent>,
     pending: Arc<AtomicUsize>,
+    over: Arc<AtomicBool>,
 }
+
+/// Places of a stream's event channel kept for control events: a `reset_done` and the terminal
+/// `closed` or error always fit, however many codes wait unread.
+const CONTROL_EVENTS: usize = 2;
 
 /// Builds the encoder on the worker thread (a CUDA encoder stays on the thread that made it).
 pub type EncoderFactory = Box<dyn FnOnce() -> chorus_core::Result<Box<dyn FrameEncoder>> + Send>;
@@ -200,15 +205,22 @@ impl EncodeEngine {
         let slot = lock(&self.free)
             .pop()
             .ok_or(EncodeError::Busy(self.info.max_streams))?;
-        let (events_tx, events) = tmpsc::channel(self.config.max_undelivered + 2);
+        let (events_tx, events) =
+            tmpsc::channel(self.config.max_undelivered.max(1) + CONTROL_EVENTS);
         let pending = Arc::new(AtomicUsize::new(0));
-        self.send(Cmd::Open(Box::new(Opened {
+        let over = Arc::new(AtomicBool::new(false));
+        let opened = Cmd::Open(Box::new(Opened {
             slot,
             n_q,
             latents,
             events: events_tx,
             pending: pending.clone(),
-        })));
+            over: over.clone(),
+        }));
+        if !self.send(opened) {
+            lock(&self.free).push(slot);
+            return Err(EncodeError::Failed("the encode worker has stopped".into()));
+        }
         self.metrics.streams_opened.fetch_add(1, Ordering::Relaxed);
         Ok(EncodeStream {
             engine: self.clone(),
@@ -217,13 +229,14 @@ impl EncodeEngine {
             n_q,
             events,
             pending,
+            over,
             finished: false,
         })
     }
 
-    fn send(&self, cmd: Cmd) {
-        // The worker only stops with the engine: a failed send means it is already gone.
-        let _ = lock(&self.tx).send(cmd);
+    /// False when the worker is gone (it stopped with the engine, or panicked).
+    fn send(&self, cmd: Cmd) -> bool {
+        lock(&self.tx).send(cmd).is_ok()
     }
 }
 
@@ -245,6 +258,8 @@ pub struct EncodeStream {
     n_q: usize,
     events: tmpsc::Receiver<EncodeEvent>,
     pending: Arc<AtomicUsize>,
+    /// Set by the worker once the stream has ended: later input is refused as `Finished`.
+    over: Arc<AtomicBool>,
     finished: bool,
 }
 
@@ -257,31 +272,51 @@ impl EncodeStream {
         self.n_q
     }
 
-    /// Queues whole frames (`frames.len()` a multiple of 1920, validated by the caller).
+    /// Queues whole frames (`samples.len()` a multiple of 1920, validated by the caller),
+    /// within `max_pending_frames` (frames and resets not yet handled).
     pub fn submit(&self, samples: &[f32]) -> Result<(), EncodeError> {
-        if self.finished {
-            return Err(EncodeError::Finished);
-        }
-        let frames = samples.len() / FRAME_SAMPLES;
-        let max = self.engine.config.max_pending_frames;
-        let pending = self.pending.load(Ordering::SeqCst);
-        if pending + frames > max {
-            return Err(EncodeError::QueueFull(pending + frames, max));
-        }
-        self.pending.fetch_add(frames, Ordering::SeqCst);
+        self.submit_frames(samples, true)
+    }
+
+    /// Queues the padded last frame at `close`, `reset` or a drain: it may pass the bound by one,
+    /// so that a client at the limit still gets every code it sent audio for.
+    pub fn submit_tail(&self, samples: &[f32]) -> Result<(), EncodeError> {
+        self.submit_frames(samples, false)
+    }
+
+    fn submit_frames(&self, samples: &[f32], bounded: bool) -> Result<(), EncodeError> {
+        self.admit(samples.len() / FRAME_SAMPLES, bounded)?;
         for f in samples.chunks_exact(FRAME_SAMPLES) {
-            self.engine
-                .send(Cmd::Item(self.slot, Item::Frame(f.to_vec())));
+            if !self
+                .engine
+                .send(Cmd::Item(self.slot, Item::Frame(f.to_vec())))
+            {
+                return Err(EncodeError::Failed("the encode worker has stopped".into()));
+            }
         }
         Ok(())
     }
 
-    /// Frames after this one are encoded from the zero state.
-    pub fn reset(&self) -> Result<(), EncodeError> {
-        if self.finished {
+    /// Counts `items` more queued items, or says why not.
+    fn admit(&self, items: usize, bounded: bool) -> Result<(), EncodeError> {
+        if self.finished || self.over.load(Ordering::SeqCst) {
             return Err(EncodeError::Finished);
         }
-        self.engine.send(Cmd::Item(self.slot, Item::Reset));
+        let max = self.engine.config.max_pending_frames;
+        let pending = self.pending.load(Ordering::SeqCst);
+        if bounded && pending + items > max {
+            return Err(EncodeError::QueueFull(pending + items, max));
+        }
+        self.pending.fetch_add(items, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Frames after this one are encoded from the zero state (a reset counts as a pending item).
+    pub fn reset(&self) -> Result<(), EncodeError> {
+        self.admit(1, true)?;
+        if !self.engine.send(Cmd::Item(self.slot, Item::Reset)) {
+            return Err(EncodeError::Failed("the encode worker has stopped".into()));
+        }
         Ok(())
     }
 
@@ -291,7 +326,9 @@ impl EncodeStream {
             return Err(EncodeError::Finished);
         }
         self.finished = true;
-        self.engine.send(Cmd::Item(self.slot, Item::Finish));
+        if !self.engine.send(Cmd::Item(self.slot, Item::Finish)) {
+            return Err(EncodeError::Failed("the encode worker has stopped".into()));
+        }
         Ok(())
     }
 
@@ -304,9 +341,20 @@ impl EncodeStream {
     }
 }
 
+/// True for errors a step returns before changing any slot's state (its validation).
+fn refused_whole(e: &chorus_core::Error) -> bool {
+    matches!(
+        e,
+        chorus_core::Error::Input { .. } | chorus_core::Error::UnknownSlot { .. }
+    )
+}
+
 impl Drop for EncodeStream {
     fn drop(&mut self) {
-        self.engine.send(Cmd::Drop(self.slot));
+        if !self.engine.send(Cmd::Drop(self.slot)) {
+            // No worker to free it: the slot returns here (the engine is stopping anyway).
+            lock(&self.engine.free).push(self.slot);
+        }
     }
 }
 
@@ -321,6 +369,7 @@ struct Live {
     latents: bool,
     events: tmpsc::Sender<EncodeEvent>,
     pending: Arc<AtomicUsize>,
+    over_flag: Arc<AtomicBool>,
     queue: VecDeque<Item>,
     next_index: u64,
     /// The stream has ended (finished, failed or dropped): its slot waits to be freed.
@@ -389,6 +438,7 @@ impl Worker {
                     latents: o.latents,
                     events: o.events,
                     pending: o.pending,
+                    over_flag: o.over,
                     queue: VecDeque::new(),
                     next_index: 0,
                     over: false,
@@ -444,6 +494,32 @@ impl Worker {
                 }
             })
             .collect();
+        if frames.is_empty() {
+            return;
+        }
+        match self.encode(&frames) {
+            Ok(()) => self.deliver(&frames),
+            // Refused before any state changed (validation): each frame alone, so that only a
+            // frame that fails by itself ends its stream.
+            Err(e) if refused_whole(&e) && frames.len() > 1 => {
+                for one in frames.chunks(1) {
+                    match self.encode(one) {
+                        Ok(()) => self.deliver(one),
+                        Err(e) => self.fail(one[0].0, EncodeError::Failed(e.to_string())),
+                    }
+                }
+            }
+            Err(e) => {
+                // The device may have changed any of these rows: each ends, its slot reset later.
+                for (slot, _, _) in &frames {
+                    self.fail(*slot, EncodeError::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// One encoder step over `frames`, into the worker's code and latent buffers.
+    fn encode(&mut self, frames: &[(usize, Vec<f32>, usize)]) -> chorus_core::Result<()> {
         let step: Vec<AudioFrame<'_>> = frames
             .iter()
             .map(|(slot, pcm, n_q)| AudioFrame {
@@ -460,68 +536,81 @@ impl Worker {
         );
         let result = self.encoder.step(&step, codes, Some(latents));
         self.metrics.record_step(step.len(), started.elapsed());
-        match result {
-            Ok(()) => {
-                for (r, (slot, _, n_q)) in frames.iter().enumerate() {
-                    let Some(l) = self.live[*slot].as_mut() else {
-                        continue;
-                    };
-                    l.pending.fetch_sub(1, Ordering::SeqCst);
-                    let latent = l
-                        .latents
-                        .then(|| self.latents[r * dim..(r + 1) * dim].to_vec());
-                    let ev = EncodeEvent::Codes {
-                        index: l.next_index,
-                        codes: self.codes[r * nq..r * nq + n_q].to_vec(),
-                        latent,
-                    };
-                    l.next_index += 1;
-                    if l.events.try_send(ev).is_err() {
-                        let waited = self.config.max_undelivered;
-                        self.fail(*slot, EncodeError::SlowConsumer(waited));
-                    }
-                }
-                self.metrics
-                    .frames_encoded
-                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => {
-                // The device may have changed any of these rows: each ends, its slot reset later.
-                for (slot, _, _) in &frames {
-                    self.fail(*slot, EncodeError::Failed(e.to_string()));
-                }
-            }
-        }
+        result
     }
 
-    /// Processes the control items at the head of `slot`'s queue; true when a frame is next.
-    fn ready(&mut self, slot: usize) -> bool {
-        loop {
-            let Some(l) = self.live[slot].as_mut() else {
-                return false;
+    /// Hands each frame's codes to its stream; a stream whose channel has no room but for its
+    /// control events is cut off as a slow consumer.
+    fn deliver(&mut self, frames: &[(usize, Vec<f32>, usize)]) {
+        let (nq, dim) = (self.encoder.max_codebooks(), self.encoder.latent_dim());
+        for (r, (slot, _, n_q)) in frames.iter().enumerate() {
+            let Some(l) = self.live[*slot].as_mut() else {
+                continue;
             };
+            l.pending.fetch_sub(1, Ordering::SeqCst);
             if l.over {
-                return false;
+                continue;
             }
-            match l.queue.front() {
-                None => return false,
-                Some(Item::Frame(_)) => return true,
-                Some(Item::Reset) => {
-                    l.queue.pop_front();
-                    let next_frame = l.next_index;
-                    let _ = l.events.try_send(EncodeEvent::ResetDone { next_frame });
-                    if let Err(e) = self.encoder.reset(slot) {
-                        self.fail(slot, EncodeError::Failed(e.to_string()));
-                    }
+            if l.events.capacity() <= CONTROL_EVENTS {
+                if !l.events.is_closed() {
+                    let waited = self.config.max_undelivered;
+                    self.fail(*slot, EncodeError::SlowConsumer(waited));
                 }
-                Some(Item::Finish) => {
-                    l.queue.pop_front();
-                    l.over = true;
-                    let frames = l.next_index;
-                    let _ = l.events.try_send(EncodeEvent::Finished { frames });
-                    self.dirty[slot] = true;
+                continue;
+            }
+            let latent = l
+                .latents
+                .then(|| self.latents[r * dim..(r + 1) * dim].to_vec());
+            let ev = EncodeEvent::Codes {
+                index: l.next_index,
+                codes: self.codes[r * nq..r * nq + n_q].to_vec(),
+                latent,
+            };
+            l.next_index += 1;
+            // Room was checked above; a closed channel means the connection is gone.
+            let _ = l.events.try_send(ev);
+        }
+        self.metrics
+            .frames_encoded
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Handles one control item at the head of `slot`'s queue; true when a frame is next. A
+    /// reset takes the stream's turn in this step, so a flood of resets cannot stall the others.
+    fn ready(&mut self, slot: usize) -> bool {
+        let Some(l) = self.live[slot].as_mut() else {
+            return false;
+        };
+        if l.over {
+            return false;
+        }
+        match l.queue.front() {
+            None => false,
+            Some(Item::Frame(_)) => true,
+            Some(Item::Reset) => {
+                l.queue.pop_front();
+                l.pending.fetch_sub(1, Ordering::SeqCst);
+                let next_frame = l.next_index;
+                // One control place stays free for the terminal event.
+                if l.events.capacity() < CONTROL_EVENTS {
+                    let waited = self.config.max_undelivered;
+                    self.fail(slot, EncodeError::SlowConsumer(waited));
                     return false;
                 }
+                let _ = l.events.try_send(EncodeEvent::ResetDone { next_frame });
+                if let Err(e) = self.encoder.reset(slot) {
+                    self.fail(slot, EncodeError::Failed(e.to_string()));
+                }
+                false
+            }
+            Some(Item::Finish) => {
+                l.queue.pop_front();
+                l.over = true;
+                l.over_flag.store(true, Ordering::SeqCst);
+                let frames = l.next_index;
+                let _ = l.events.try_send(EncodeEvent::Finished { frames });
+                self.dirty[slot] = true;
+                false
             }
         }
     }
@@ -530,6 +619,13 @@ impl Worker {
         if let Some(l) = self.live[slot].as_mut() {
             if !l.over {
                 l.over = true;
+                l.over_flag.store(true, Ordering::SeqCst);
+                let dropped = l
+                    .queue
+                    .iter()
+                    .filter(|i| matches!(i, Item::Frame(_) | Item::Reset))
+                    .count();
+                l.pending.fetch_sub(dropped, Ordering::SeqCst);
                 l.queue.clear();
                 self.metrics.count_error(&e);
                 let _ = l.events.try_send(EncodeEvent::Failed(e));

@@ -14,8 +14,10 @@ use crate::http::error;
 use crate::protocol::ErrorCode;
 use crate::server::AppState;
 
-/// Codebooks of a request that names none.
+/// Codebooks of a request that names none (or the model's count, when smaller).
 const DEFAULT_N_Q: usize = 8;
+/// Longest audio one request may hold once decoded (about 170 MB of f32 samples).
+pub const MAX_ENCODE_SECONDS: usize = 30 * 60;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +51,7 @@ pub(crate) async fn encode(
         );
     };
     let info = engine.info().clone();
-    let n_q = query.n_q.unwrap_or(DEFAULT_N_Q);
+    let n_q = query.n_q.unwrap_or(DEFAULT_N_Q.min(info.max_codebooks));
     if n_q == 0 || n_q > info.max_codebooks {
         return error(
             StatusCode::BAD_REQUEST,
@@ -58,6 +60,14 @@ pub(crate) async fn encode(
             format!("n_q {n_q} is outside 1..={}", info.max_codebooks),
         );
     }
+    // The slot first: at most `--encode-streams` files are decoded at once.
+    let mut stream = match engine.open(n_q, false) {
+        Ok(s) => s,
+        Err(e) => {
+            let (status, code) = status_of(&e);
+            return error(status, &state, code, e.to_string());
+        }
+    };
     let len = body.len();
     // Decoding a file is CPU work of its own: off the async threads.
     let decoded =
@@ -92,16 +102,28 @@ pub(crate) async fn encode(
             );
         }
     }
+    if audio.samples.len() > MAX_ENCODE_SECONDS * chorus_core::SAMPLE_RATE as usize {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &state,
+            ErrorCode::BadAudio,
+            format!(
+                "{:.0} s of audio: one request encodes at most {MAX_ENCODE_SECONDS} s",
+                audio.duration_secs()
+            ),
+        );
+    }
+    if let Some(i) = audio.samples.iter().position(|v| !v.is_finite()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &state,
+            ErrorCode::BadAudio,
+            format!("sample {i} of the decoded audio is not finite"),
+        );
+    }
     let mut samples = audio.samples;
     let frames = samples.len().div_ceil(FRAME_SAMPLES);
     samples.resize(frames * FRAME_SAMPLES, 0.0);
-    let mut stream = match engine.open(n_q, false) {
-        Ok(s) => s,
-        Err(e) => {
-            let (status, code) = status_of(&e);
-            return error(status, &state, code, e.to_string());
-        }
-    };
     // Within both queue bounds, so that this request is never refused as too fast or too slow.
     let window = engine
         .config()

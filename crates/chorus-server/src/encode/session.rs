@@ -239,7 +239,7 @@ fn flush_tail(s: &mut EncodeSession) -> Result<(), EncodeError> {
     if s.frames.is_empty() {
         return Ok(());
     }
-    s.stream.submit(&s.frames)
+    s.stream.submit_tail(&s.frames)
 }
 
 /// `close` or a drain: the partial frame is encoded, then the stream finishes.

@@ -45,11 +45,13 @@ impl Source {
             self.rng.frame(n_q, card, &mut self.codes);
             return encode_codes(&self.codes);
         }
-        let f = 150.0 + 37.0 * (self.stream % 16) as f32;
+        let f = 150.0 + 37.0 * (self.stream % 16) as f64;
         for (i, x) in self.audio.iter_mut().enumerate() {
-            let n = (t as usize * FRAME_SAMPLES + i) as f32 / 24_000.0;
+            // The phase in f64, wrapped: an f32 sample clock loses the tone after minutes.
+            let n = (t as usize * FRAME_SAMPLES + i) as f64 / 24_000.0;
+            let phase = (n * f).fract() * std::f64::consts::TAU;
             let noise = (self.rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            *x = 0.3 * (n * f * std::f32::consts::TAU).sin() + 0.02 * noise;
+            *x = 0.3 * phase.sin() as f32 + 0.02 * noise;
         }
         match (self.pcm, self.opus.as_mut()) {
             (PcmFormat::Opus, Some(enc)) => {
@@ -58,6 +60,8 @@ impl Source {
                 let _ = enc.encode(&self.audio, &mut packet);
                 packet
             }
+            // No encoder could be made: an empty message, which the server refuses by name.
+            (PcmFormat::Opus, None) => Vec::new(),
             (PcmFormat::F32, _) => self.audio.iter().flat_map(|v| v.to_le_bytes()).collect(),
             _ => self
                 .audio
