@@ -288,17 +288,7 @@ impl Conn {
                     Some(End::Quiet)
                 }
             }
-            StreamEvent::Finished { frames } => {
-                if self.send_json(&ServerMessage::Closed { frames }).await {
-                    let (code, reason) = if s.draining {
-                        (close_code::GOING_AWAY, "server shutting down")
-                    } else {
-                        (close_code::NORMAL, "stream closed")
-                    };
-                    self.close(code, reason).await;
-                }
-                Some(End::Quiet)
-            }
+            StreamEvent::Finished { frames } => Some(self.closed(frames, s.draining).await),
             StreamEvent::Failed(e) => {
                 let code = ErrorCode::from_stream_error(&e);
                 Some(End::Error(
@@ -363,6 +353,19 @@ impl Conn {
                 ))
             }
         }
+    }
+
+    /// A stream's end after its last frame: `closed`, then 1000 (or 1001 during a drain).
+    pub(crate) async fn closed(&mut self, frames: u64, draining: bool) -> End {
+        if self.send_json(&ServerMessage::Closed { frames }).await {
+            let (code, reason) = if draining {
+                (close_code::GOING_AWAY, "server shutting down")
+            } else {
+                (close_code::NORMAL, "stream closed")
+            };
+            self.close(code, reason).await;
+        }
+        End::Quiet
     }
 
     pub(crate) async fn send_json(&mut self, msg: &ServerMessage) -> bool {

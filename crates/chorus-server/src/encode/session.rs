@@ -9,8 +9,8 @@ use super::engine::{EncodeError, EncodeEvent, EncodeStream};
 use super::metrics::error_code;
 use super::wire::{codes_message, AudioIn, Framer};
 use crate::protocol::{
-    close_code, parse_client_message, ClientMessage, ErrorCode, InputKind, PcmFormat,
-    ProtocolError, ServerMessage, PROTOCOL_VERSION,
+    parse_client_message, ClientMessage, ErrorCode, InputKind, PcmFormat, ProtocolError,
+    ServerMessage, PROTOCOL_VERSION,
 };
 use crate::ws::{protocol_error, stopping, Conn, Counted, End};
 
@@ -167,17 +167,7 @@ impl Conn {
                     Some(End::Quiet)
                 }
             }
-            EncodeEvent::Finished { frames } => {
-                if self.send_json(&ServerMessage::Closed { frames }).await {
-                    let (code, reason) = if s.draining {
-                        (close_code::GOING_AWAY, "server shutting down")
-                    } else {
-                        (close_code::NORMAL, "stream closed")
-                    };
-                    self.close(code, reason).await;
-                }
-                Some(End::Quiet)
-            }
+            EncodeEvent::Finished { frames } => Some(self.closed(frames, s.draining).await),
             EncodeEvent::Failed(e) => Some(End::Error(
                 ProtocolError::new(code_of(&e), e.to_string()),
                 Counted::Yes,
