@@ -39,13 +39,8 @@ impl CudaBackend {
         need(OP, "pcm", pcm.len, n_pcm)?;
         self.copy_htod(slots.mem.ptr(), staging.slots.ptr(), dims.rows * 4)?;
         self.copy_htod(codes.mem.ptr(), staging.codes.ptr(), n_codes * 4)?;
-        match &staging.dev_pcm {
-            None => self.copy_htod(pcm.mem.ptr(), staging.pcm.ptr(), n_pcm * 4),
-            Some(dev) => {
-                self.copy_htod(dev.ptr(), staging.pcm.ptr(), n_pcm * 4)?;
-                self.cast_to_storage(dev.ptr(), pcm.mem.ptr(), n_pcm)
-            }
-        }
+        let dev = staging.dev_pcm.as_ref();
+        self.copy_in_floats(pcm.mem.ptr(), staging.pcm.ptr(), n_pcm, dev)
     }
 
     pub(crate) fn op_stage_out_codes(
@@ -61,13 +56,8 @@ impl CudaBackend {
         need(OP, "codes", codes.len, n_codes)?;
         need(OP, "latents", latents.len, n_lat)?;
         self.copy_dtoh(staging.codes.ptr(), codes.mem.ptr(), n_codes * 4)?;
-        match &staging.dev_latents {
-            None => self.copy_dtoh(staging.latents.ptr(), latents.mem.ptr(), n_lat * 4),
-            Some(dev) => {
-                self.cast_to_f32(latents.mem.ptr(), dev.ptr(), n_lat)?;
-                self.copy_dtoh(staging.latents.ptr(), dev.ptr(), n_lat * 4)
-            }
-        }
+        let dev = staging.dev_latents.as_ref();
+        self.copy_out_floats(staging.latents.ptr(), latents.mem.ptr(), n_lat, dev)
     }
 
     pub(crate) fn op_replicate_history(&self, a: ReplicateArgs<'_, Self>) -> Result<()> {

@@ -11,6 +11,7 @@ use crate::backend::{CudaBackend, CudaBuf, CudaInts, CudaStaging};
 use crate::blas::Gemm;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
+use crate::memory::DevMem;
 
 /// Warps per block of the LayerNorm kernel (one row per warp).
 const LN_WARPS: usize = 8;
@@ -41,6 +42,42 @@ impl CudaBackend {
             self.grid_for(n)?,
             &mut kargs![&src, &dst, &count],
         )
+    }
+
+    /// Copies `n` f32 values from pinned `src` into the storage buffer `dst`, through the f32
+    /// device copy `dev` when storage is bf16.
+    pub(crate) fn copy_in_floats(
+        &self,
+        dst: u64,
+        src: *const u8,
+        n: usize,
+        dev: Option<&DevMem>,
+    ) -> Result<()> {
+        match dev {
+            None => self.copy_htod(dst, src, n * 4),
+            Some(dev) => {
+                self.copy_htod(dev.ptr(), src, n * 4)?;
+                self.cast_to_storage(dev.ptr(), dst, n)
+            }
+        }
+    }
+
+    /// Copies `n` values of the storage buffer `src` to pinned `dst` as f32, through the f32
+    /// device copy `dev` when storage is bf16.
+    pub(crate) fn copy_out_floats(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        n: usize,
+        dev: Option<&DevMem>,
+    ) -> Result<()> {
+        match dev {
+            None => self.copy_dtoh(dst, src, n * 4),
+            Some(dev) => {
+                self.cast_to_f32(src, dev.ptr(), n)?;
+                self.copy_dtoh(dst, dev.ptr(), n * 4)
+            }
+        }
     }
 
     pub(crate) fn cast_to_f32(&self, src: u64, dst: u64, n: usize) -> Result<()> {
@@ -195,26 +232,16 @@ impl Backend for CudaBackend {
         need(OP, "latents", latents.len, n_lat)?;
         self.copy_htod(slots.mem.ptr(), staging.slots.ptr(), dims.rows * 4)?;
         self.copy_htod(codes.mem.ptr(), staging.codes.ptr(), n_codes * 4)?;
-        match &staging.dev_latents {
-            None => self.copy_htod(latents.mem.ptr(), staging.latents.ptr(), n_lat * 4),
-            Some(dev) => {
-                self.copy_htod(dev.ptr(), staging.latents.ptr(), n_lat * 4)?;
-                self.cast_to_storage(dev.ptr(), latents.mem.ptr(), n_lat)
-            }
-        }
+        let dev = staging.dev_latents.as_ref();
+        self.copy_in_floats(latents.mem.ptr(), staging.latents.ptr(), n_lat, dev)
     }
 
     fn stage_out(&self, pcm: &CudaBuf, staging: &mut CudaStaging) -> Result<()> {
         let _timer = self.op_timer("stage_out");
         let n = staging.dims.rows * staging.dims.samples;
         need("stage_out", "pcm", pcm.len, n)?;
-        match &staging.dev_pcm {
-            None => self.copy_dtoh(staging.pcm.ptr(), pcm.mem.ptr(), n * 4),
-            Some(dev) => {
-                self.cast_to_f32(pcm.mem.ptr(), dev.ptr(), n)?;
-                self.copy_dtoh(staging.pcm.ptr(), dev.ptr(), n * 4)
-            }
-        }
+        let dev = staging.dev_pcm.as_ref();
+        self.copy_out_floats(staging.pcm.ptr(), pcm.mem.ptr(), n, dev)
     }
 
     fn stage_in_audio(

@@ -17,7 +17,7 @@ pub mod program;
 pub mod random;
 pub mod single;
 pub mod state;
-pub(crate) mod transformer;
+pub mod transformer;
 pub mod weights;
 
 pub use config::MimiConfig;

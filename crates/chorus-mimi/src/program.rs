@@ -5,7 +5,7 @@
 
 use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
 use crate::state::{SlotState, StateBuf};
-use crate::transformer::{run_layers, LayerBufs, LayerStep};
+use crate::transformer::{run_layers, LayerActs, LayerStep};
 use crate::MimiConfig;
 use chorus_core::{
     Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, ConvTr1dGeom, EmbedArgs, Result,
@@ -27,13 +27,8 @@ pub struct Activations<B: Backend> {
     pub codes: B::Ints,
     pub latents: B::Buf,
     pub emb: B::Buf,
-    /// Transformer residual stream `[rows * frame_tokens, hidden]`.
-    pub h: B::Buf,
-    pub norm: B::Buf,
-    pub qkv: B::Buf,
-    pub attn: B::Buf,
-    pub proj: B::Buf,
-    pub mlp: B::Buf,
+    /// Transformer activations over `rows * frame_tokens` tokens.
+    pub layers: LayerActs<B>,
     pub conv_in: B::Buf,
     pub stages: Vec<StageActs<B>>,
     pub pcm: B::Buf,
@@ -64,12 +59,7 @@ impl<B: Backend> Activations<B> {
             codes: be.ints(rows * cfg.num_quantizers, 0)?,
             latents: a(hid)?,
             emb: a(hid)?,
-            h: a(tok * hid)?,
-            norm: a(tok * hid)?,
-            qkv: a(tok * 3 * hid)?,
-            attn: a(tok * hid)?,
-            proj: a(tok * hid)?,
-            mlp: a(tok * cfg.intermediate_size)?,
+            layers: LayerActs::new(be, cfg, rows * tok)?,
             conv_in: a(tok * w.conv_in.c_out)?,
             stages,
             pcm: a(time * w.conv_out.c_out)?,
@@ -132,7 +122,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         &r,
         &w.upsample,
         &mut st.upsample,
-        (&a.emb, &mut a.h),
+        (&a.emb, &mut a.layers.h),
         (frames, false),
     )?;
     transformer(be, shape, w, st, a)?;
@@ -146,7 +136,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         &r,
         &w.conv_in,
         st.conv_in.as_mut(),
-        (&a.h, &mut a.conv_in, None),
+        (&a.layers.h, &mut a.conv_in, None),
         (tok, false),
     )?;
     let mut time = tok;
@@ -209,15 +199,7 @@ fn transformer<B: Backend>(
         slots: &a.slots,
         tokens: &st.tokens,
     };
-    let bufs = LayerBufs {
-        h: &mut a.h,
-        norm: &mut a.norm,
-        qkv: &mut a.qkv,
-        attn: &mut a.attn,
-        proj: &mut a.proj,
-        mlp: &mut a.mlp,
-    };
-    run_layers(be, &step, &w.layers, &mut st.kv, bufs)?;
+    run_layers(be, &step, &w.layers, &mut st.kv, &mut a.layers)?;
     be.advance_tokens(
         &mut st.tokens,
         &a.slots,

@@ -106,21 +106,36 @@ impl<B: Backend> SlotState<B> {
     /// Returns `row` to the zero state: conv rows zeroed, position 0. The KV ring keeps stale
     /// entries, which no query can see since positions restart at 0.
     pub fn reset_row(&mut self, be: &B, row: usize) -> Result<()> {
-        for s in self.conv_bufs_mut() {
-            be.zero_row(&mut s.buf, row, s.row_len)?;
-        }
+        zero_rows(be, self.conv_bufs_mut(), row)?;
         be.fill_ints(&mut self.tokens, row, 0)
     }
 
     /// Per-slot bytes, by kind.
     pub fn bytes_per_slot(&mut self, be: &B) -> StateBytes {
-        let per = be.bytes_per_element(BufRole::State);
         let conv: usize = self.conv_bufs_mut().map(|s| s.row_len).sum();
-        let kv: usize = self.kv.iter().map(|s| s.row_len).sum();
-        StateBytes {
-            conv: conv * per,
-            kv: kv * per,
-            index: std::mem::size_of::<i32>(),
-        }
+        slot_bytes(be, conv, &self.kv)
+    }
+}
+
+/// Zeroes `row` of every conv state buffer in `convs` (no host sync).
+pub(crate) fn zero_rows<'a, B: Backend + 'a>(
+    be: &B,
+    convs: impl Iterator<Item = &'a mut StateBuf<B>>,
+    row: usize,
+) -> Result<()> {
+    for s in convs {
+        be.zero_row(&mut s.buf, row, s.row_len)?;
+    }
+    Ok(())
+}
+
+/// Per-slot bytes of `conv` conv-state elements and the KV rings `kv`.
+pub(crate) fn slot_bytes<B: Backend>(be: &B, conv: usize, kv: &[StateBuf<B>]) -> StateBytes {
+    let per = be.bytes_per_element(BufRole::State);
+    let kv: usize = kv.iter().map(|s| s.row_len).sum();
+    StateBytes {
+        conv: conv * per,
+        kv: kv * per,
+        index: std::mem::size_of::<i32>(),
     }
 }

@@ -4,17 +4,35 @@
 use crate::prepare::PreparedLayer;
 use crate::state::StateBuf;
 use crate::MimiConfig;
-use chorus_core::{AttentionArgs, AttentionGeom, Backend, LayerNormArgs, LinearArgs, Result};
+use chorus_core::{
+    AttentionArgs, AttentionGeom, Backend, BufRole, LayerNormArgs, LinearArgs, Result,
+};
 
-/// The activations the layers read and write, each `[rows * time, ...]`.
-pub(crate) struct LayerBufs<'a, B: Backend> {
-    /// The residual stream `[n, hidden]`, updated in place.
-    pub h: &'a mut B::Buf,
-    pub norm: &'a mut B::Buf,
-    pub qkv: &'a mut B::Buf,
-    pub attn: &'a mut B::Buf,
-    pub proj: &'a mut B::Buf,
-    pub mlp: &'a mut B::Buf,
+/// The activations the layers read and write, each `[tokens, ...]`.
+pub struct LayerActs<B: Backend> {
+    /// The residual stream `[tokens, hidden]`, updated in place.
+    pub h: B::Buf,
+    pub norm: B::Buf,
+    pub qkv: B::Buf,
+    pub attn: B::Buf,
+    pub proj: B::Buf,
+    pub mlp: B::Buf,
+}
+
+impl<B: Backend> LayerActs<B> {
+    /// Buffers for up to `tokens` token rows.
+    pub(crate) fn new(be: &B, cfg: &MimiConfig, tokens: usize) -> Result<Self> {
+        let a = |n: usize| be.zeros(tokens * n, BufRole::Activation);
+        let hid = cfg.hidden_size;
+        Ok(Self {
+            h: a(hid)?,
+            norm: a(hid)?,
+            qkv: a(3 * hid)?,
+            attn: a(hid)?,
+            proj: a(hid)?,
+            mlp: a(cfg.intermediate_size)?,
+        })
+    }
 }
 
 /// The rows of one step and the per-slot state the attention reads.
@@ -34,7 +52,7 @@ pub(crate) fn run_layers<B: Backend>(
     step: &LayerStep<'_, B>,
     layers: &[PreparedLayer<B>],
     kv: &mut [StateBuf<B>],
-    b: LayerBufs<'_, B>,
+    b: &mut LayerActs<B>,
 ) -> Result<()> {
     let cfg = step.cfg;
     let hid = cfg.hidden_size;
@@ -49,7 +67,7 @@ pub(crate) fn run_layers<B: Backend>(
         rope_theta: cfg.rope_theta() as f32,
     };
     let eps = cfg.norm_eps as f32;
-    let LayerBufs {
+    let LayerActs {
         h,
         norm,
         qkv,

@@ -117,7 +117,7 @@ impl<B: Backend> SlotEncoder<B> {
     /// Runs every bucket once on padding only, so that CUDA captures each graph before serving.
     pub fn warmup(&mut self) -> Result<()> {
         for i in 0..self.staging.len() {
-            self.fill_padding(i, 0)?;
+            self.write_frames(i, &[])?;
             self.run_bucket(i)?;
         }
         Ok(())
@@ -203,15 +203,23 @@ impl<B: Backend> SlotEncoder<B> {
             .unwrap_or(0)
     }
 
-    /// Writes the padding rows `[from, rows)` of bucket `index`: the dummy slot, no levels.
-    fn fill_padding(&mut self, index: usize, from: usize) -> Result<()> {
+    /// Writes `frames` and the padding rows (the dummy slot, no levels) into bucket `index`.
+    fn write_frames(&mut self, index: usize, frames: &[AudioFrame<'_>]) -> Result<()> {
         let rows = self.buckets.sizes()[index];
-        let nq = self.cfg.num_quantizers;
+        let (nq, n) = (self.cfg.num_quantizers, frames.len());
         let dummy = self.max_slots as i32;
+        // Waits for the bucket's last step, so no replay still reads this area.
         let v = self.be.staging_view(&mut self.staging[index])?;
-        v.slots[from..rows].fill(dummy);
-        v.codes[from * nq..rows * nq].fill(NO_CODE);
-        v.pcm[from * FRAME_SAMPLES..rows * FRAME_SAMPLES].fill(0.0);
+        for (r, f) in frames.iter().enumerate() {
+            v.slots[r] = f.slot as i32;
+            let row = &mut v.codes[r * nq..(r + 1) * nq];
+            row[..f.n_q].fill(WANTED);
+            row[f.n_q..].fill(NO_CODE);
+            v.pcm[r * FRAME_SAMPLES..(r + 1) * FRAME_SAMPLES].copy_from_slice(f.pcm);
+        }
+        v.slots[n..rows].fill(dummy);
+        v.codes[n * nq..rows * nq].fill(NO_CODE);
+        v.pcm[n * FRAME_SAMPLES..rows * FRAME_SAMPLES].fill(0.0);
         Ok(())
     }
 
@@ -277,20 +285,11 @@ impl<B: Backend> FrameEncoder for SlotEncoder<B> {
         let n = frames.len();
         let index = self.bucket_for(n);
         let nq = self.cfg.num_quantizers;
-        {
-            let v = self.be.staging_view(&mut self.staging[index])?;
-            for (r, f) in frames.iter().enumerate() {
-                v.slots[r] = f.slot as i32;
-                let row = &mut v.codes[r * nq..(r + 1) * nq];
-                row[..f.n_q].fill(WANTED);
-                row[f.n_q..].fill(NO_CODE);
-                v.pcm[r * FRAME_SAMPLES..(r + 1) * FRAME_SAMPLES].copy_from_slice(f.pcm);
-            }
-        }
-        self.fill_padding(index, n)?;
+        self.write_frames(index, frames)?;
         self.run_bucket(index)?;
         let dim = self.cfg.hidden_size;
-        let v = self.be.staging_view(&mut self.staging[index])?;
+        // `run` waited for the replay: its codes and latents are in staging.
+        let v = self.be.staging_view_nowait(&mut self.staging[index])?;
         for (r, f) in frames.iter().enumerate() {
             let out = &mut codes[r * nq..(r + 1) * nq];
             for (dst, &src) in out[..f.n_q].iter_mut().zip(&v.codes[r * nq..]) {

@@ -6,7 +6,7 @@
 use super::prepare::PreparedEncoder;
 use super::state::EncoderState;
 use crate::program::{conv, Rows};
-use crate::transformer::{run_layers, LayerBufs, LayerStep};
+use crate::transformer::{run_layers, LayerActs, LayerStep};
 use crate::MimiConfig;
 use chorus_core::{Backend, BufRole, ReplicateArgs, Result, RvqEncodeArgs, FRAME_SAMPLES};
 
@@ -28,13 +28,8 @@ pub struct EncActivations<B: Backend> {
     pub pcm: B::Buf,
     pub conv_in: B::Buf,
     pub stages: Vec<EncStageActs<B>>,
-    /// Transformer residual stream `[rows * frame_tokens, hidden]` (the last conv writes it).
-    pub h: B::Buf,
-    pub norm: B::Buf,
-    pub qkv: B::Buf,
-    pub attn: B::Buf,
-    pub proj: B::Buf,
-    pub mlp: B::Buf,
+    /// Transformer activations over `rows * frame_tokens` tokens (the last conv writes `h`).
+    pub layers: LayerActs<B>,
     /// `[rows, hidden]` pre-quantisation latents.
     pub latent: B::Buf,
 }
@@ -65,12 +60,7 @@ impl<B: Backend> EncActivations<B> {
             pcm: a(FRAME_SAMPLES * cfg.audio_channels)?,
             conv_in: a(FRAME_SAMPLES * w.conv_in.c_out)?,
             stages,
-            h: a(tok * hid)?,
-            norm: a(tok * hid)?,
-            qkv: a(tok * 3 * hid)?,
-            attn: a(tok * hid)?,
-            proj: a(tok * hid)?,
-            mlp: a(tok * cfg.intermediate_size)?,
+            layers: LayerActs::new(be, cfg, rows * tok)?,
             latent: a(hid)?,
         })
     }
@@ -143,7 +133,7 @@ pub fn encode_forward<B: Backend>(
         &r,
         &w.conv_out,
         st.conv_out.as_mut(),
-        (last, &mut a.h, None),
+        (last, &mut a.layers.h, None),
         (tok, true),
     )?;
     let step = LayerStep {
@@ -154,19 +144,11 @@ pub fn encode_forward<B: Backend>(
         slots: &a.slots,
         tokens: &st.tokens,
     };
-    let layer_bufs = LayerBufs {
-        h: &mut a.h,
-        norm: &mut a.norm,
-        qkv: &mut a.qkv,
-        attn: &mut a.attn,
-        proj: &mut a.proj,
-        mlp: &mut a.mlp,
-    };
-    run_layers(be, &step, &w.layers, &mut st.kv, layer_bufs)?;
+    run_layers(be, &step, &w.layers, &mut st.kv, &mut a.layers)?;
     // A fresh slot's downsample history is its first token, repeated (replicate padding).
     if let Some(hist) = st.downsample.as_mut() {
         be.replicate_history(ReplicateArgs {
-            x: &a.h,
+            x: &a.layers.h,
             state: &mut hist.buf,
             tokens: &st.tokens,
             slots: &a.slots,
@@ -186,7 +168,7 @@ pub fn encode_forward<B: Backend>(
         &r,
         &w.downsample,
         st.downsample.as_mut(),
-        (&a.h, &mut a.latent, None),
+        (&a.layers.h, &mut a.latent, None),
         (tok / w.downsample_stride, false),
     )?;
     be.rvq_encode(RvqEncodeArgs {

@@ -1,9 +1,9 @@
 //! Per-slot encoder state: conv histories, KV rings and positions, a row per slot plus the dummy.
 
 use super::prepare::PreparedEncoder;
-use crate::state::{alloc, conv_state, StateBuf};
+use crate::state::{alloc, conv_state, slot_bytes, zero_rows, StateBuf};
 use crate::MimiConfig;
-use chorus_core::{Backend, BufRole, Result, StateBytes};
+use chorus_core::{Backend, Result, StateBytes};
 
 /// Every stateful layer's rows.
 pub struct EncoderState<B: Backend> {
@@ -74,21 +74,13 @@ impl<B: Backend> EncoderState<B> {
 
     /// Returns `row` to the zero state at position 0 (stale KV entries are out of every window).
     pub fn reset_row(&mut self, be: &B, row: usize) -> Result<()> {
-        for s in self.conv_bufs_mut() {
-            be.zero_row(&mut s.buf, row, s.row_len)?;
-        }
+        zero_rows(be, self.conv_bufs_mut(), row)?;
         be.fill_ints(&mut self.tokens, row, 0)
     }
 
     /// Per-slot bytes, by kind.
     pub fn bytes_per_slot(&mut self, be: &B) -> StateBytes {
-        let per = be.bytes_per_element(BufRole::State);
         let conv: usize = self.conv_bufs_mut().map(|s| s.row_len).sum();
-        let kv: usize = self.kv.iter().map(|s| s.row_len).sum();
-        StateBytes {
-            conv: conv * per,
-            kv: kv * per,
-            index: std::mem::size_of::<i32>(),
-        }
+        slot_bytes(be, conv, &self.kv)
     }
 }
