@@ -2,7 +2,9 @@
 //! architecture, 8 codebooks): the median of CUDA-event-timed graph replays per bucket, then a
 //! per-op breakdown from one eager profiled run.
 //!
-//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [tap-split|im2col]`
+//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [mma|tap-split|im2col]`
+//! (convolutions: tensor cores where they apply, the default, else the tap-split or im2col
+//! cuBLAS paths).
 
 use chorus_core::{Backend, Buckets, Precision};
 use chorus_cuda::{CudaBackend, CudaOptions};
@@ -19,7 +21,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let precision = Precision::parse(args.get(1).map_or("bf16", String::as_str))?;
     let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
     let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
-    let tap_split = args.get(4).is_none_or(|s| s != "im2col");
+    let conv_path = args.get(4).map_or("mma", String::as_str);
+    if !["mma", "tap-split", "im2col"].contains(&conv_path) {
+        return Err(
+            format!("unknown convolution path `{conv_path}` (mma, tap-split or im2col)").into(),
+        );
+    }
+    let tap_split = conv_path != "im2col";
     let cfg = MimiConfig {
         num_quantizers: CODEBOOKS,
         ..Default::default()
@@ -28,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let be = CudaBackend::new(CudaOptions {
         precision,
         conv_tap_split: tap_split,
+        conv_mma: conv_path == "mma",
         ..Default::default()
     })?;
     let opts = DecoderOptions {
@@ -42,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "replay_bench: {} ({}, {}), setup + capture {:.1} s",
         dec.backend().device_description(),
         precision.name(),
-        if tap_split { "tap-split" } else { "im2col" },
+        conv_path,
         t0.elapsed().as_secs_f64()
     );
     // Fill every slot's KV ring past the window first: timing empty rings would measure attention
@@ -66,6 +75,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for &b in buckets.sizes() {
         dec.step_codes(&all[..b], &codes(b), CODEBOOKS)?;
     }
+    println!(
+        "convolutions on the tensor cores: {} launches over warm-up and capture",
+        dec.backend().tensor_core_convs()
+    );
     println!(
         "{:>6} {:>6} {:>10} {:>10} {:>10} {:>12}",
         "batch", "nodes", "p10 ms", "median ms", "p90 ms", "frames/s"

@@ -1,54 +1,70 @@
-// Streaming sliding-window attention: one block per (row, head, tile of 4 queries). The block
-// applies rotate-half RoPE (Su et al. 2021, "RoFormer", eq. 34, in the HF rotate-half layout) to
-// the step's queries and keys, writes k and v into the slot's KV ring, then attends each query of
-// its tile over its window with a softmax held in shared memory. Key and value rows are read by
-// groups of `chunks` lanes, one 16-byte vector each, so that every row is one contiguous segment.
+// Streaming sliding-window attention. A group of `split` warps takes one (row, head): it applies
+// rotate-half RoPE (Su et al. 2021, "RoFormer", eq. 34, in the HF rotate-half layout) to the
+// step's queries and keys, writes k and v into the slot's KV ring, then attends the step's
+// queries, up to ATTN_MAX_TIME at a time, over their window in one pass with an online softmax
+// (Milakov and Gimelshein 2018, "Online normalizer calculation for softmax"). Per chunk of 32 keys
+// each lane scores one key (its row is one contiguous read), the chunk's probabilities are
+// broadcast by shuffles, and each lane accumulates its own D / 32 output channels of the values
+// (each value row is one coalesced read by the warp): keys and values are read once. Large
+// batches run one warp per (row, head) (split = 1); small ones split the keys over the block's
+// warps and merge their partial softmaxes in shared memory (split = ATTN_WARPS).
 
-// The host picks the block width (a multiple of 32, at most ATTN_MAX_THREADS): each block's work is
-// a chain of dependent latencies (slot, position, keys, values), so large batches run narrow
-// blocks (many resident blocks) and small batches wide ones (more lanes per key window).
-#define ATTN_MAX_THREADS 256
+#define ATTN_WARPS 4
 #define ATTN_MAX_TIME 4
-// Keys each lane group loads before using any of them (loads in flight per thread).
-#define ATTN_UNROLL 4
+// Value rows loaded before any is used (loads in flight per lane).
+#define ATTN_V_UNROLL 16
 
-// Address of ring entry `pos` (k: which = 0, v: which = 1), head h, channel c0.
-__device__ __forceinline__ const uint4* kv_vec(const T* kv, long long ring_base, int pos, int which, const AttnDims& d, int h,
-                                               int c0) {
+// Ring entry `pos` of a slot (k: which = 0, v: which = 1), head h.
+__device__ __forceinline__ const T* kv_row(const T* kv, long long ring_base, int pos, int which, const AttnDims& d, int h) {
     int hd = d.heads * d.head_dim;
-    return reinterpret_cast<const uint4*>(kv + ((ring_base + pos % d.ring) * 2 + which) * hd + h * d.head_dim + c0);
+    return kv + ((ring_base + pos % d.ring) * 2 + which) * hd + h * d.head_dim;
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_MAX_THREADS) attention(const T* __restrict__ qkv, T* kv,
-                                                                       const int* __restrict__ tokens,
-                                                                       const int* __restrict__ slots, T* __restrict__ out,
-                                                                       AttnDims d) {
-    pdl_enter();
-    // Dynamic shared memory, sized by the host: queries [time, D], then for one tile of at most
-    // ATTN_MAX_TIME queries their probabilities [tile, kmax] and per-warp partial outputs
-    // [warps, tile, D]. A step of many tokens (several frames) runs its queries tile by tile.
-    extern __shared__ float smem[];
-    int kmax = d.window + ATTN_MAX_TIME - 1;
-    float* sq = smem;
-    float* sp = sq + d.time * d.head_dim;
-    float* spart = sp + ATTN_MAX_TIME * kmax;
-    // Blocks are (row, head, tile): a step of many tokens spreads its query tiles over blocks.
-    // Every block of a (row, head) writes the step's keys and values (the same bits), so each
-    // reads only its own writes.
-    int tiles = (d.time + ATTN_MAX_TIME - 1) / ATTN_MAX_TIME;
-    int tile = blockIdx.x % tiles;
-    int r = blockIdx.x / tiles / d.heads;
-    int h = blockIdx.x / tiles % d.heads;
-    int slot = slots[r];
-    int p0 = tokens[slot];
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// DPL consecutive values of a row as f32.
+template <int DPL>
+__device__ __forceinline__ void load_dpl(const T* p, float* v) {
+#if CHORUS_BF16
+    if constexpr (DPL == 4) {
+        uint2 u = *reinterpret_cast<const uint2*>(p);
+        v[0] = __uint_as_float(u.x << 16);
+        v[1] = __uint_as_float(u.x & 0xffff0000u);
+        v[2] = __uint_as_float(u.y << 16);
+        v[3] = __uint_as_float(u.y & 0xffff0000u);
+        return;
+    }
+    if constexpr (DPL == 2) {
+        unsigned u = *reinterpret_cast<const unsigned*>(p);
+        v[0] = __uint_as_float(u << 16);
+        v[1] = __uint_as_float(u & 0xffff0000u);
+        return;
+    }
+#endif
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = ld(p + i);
+}
+
+// RoPE on the step's q (into sq) and k, and k, v into ring entries p % ring, for one (row, head);
+// the `split` warps of its group share the items.
+__device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv, float* sq, int r, int h, int p0,
+                                                long long ring_base, int gw, int split, const AttnDims& d) {
     int D = d.head_dim;
     int half_d = D / 2;
     int hd = d.heads * D;
-    long long ring_base = (long long)slot * d.ring;
-
-    // RoPE on q and k, write k and v to ring entry p % ring.
     float log2_theta = log2f(d.rope_theta);
-    for (int idx = threadIdx.x; idx < d.time * half_d; idx += blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (int idx = gw * 32 + lane; idx < d.time * half_d; idx += split * 32) {
         int t = idx / half_d;
         int i = idx % half_d;
         int p = p0 + t;
@@ -70,154 +86,196 @@ extern "C" __global__ void __launch_bounds__(ATTN_MAX_THREADS) attention(const T
         st(entry + hd + i, ld(row + 2 * hd + i));
         st(entry + hd + i + half_d, ld(row + 2 * hd + i + half_d));
     }
+}
+
+// Shared memory (floats, sized by the host): per group its rotated queries [time, D]; then, when
+// split > 1, per warp its partial softmax: m [ATTN_MAX_TIME], l [ATTN_MAX_TIME], acc [ATTN_MAX_TIME, D].
+template <int D>
+__device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv, const int* __restrict__ tokens,
+                                               const int* __restrict__ slots, T* __restrict__ out, const AttnDims& d,
+                                               int split) {
+    constexpr int DPL = D >= 32 ? D / 32 : 1;  // output channels per lane
+    extern __shared__ float smem[];
+    int warp = threadIdx.x >> 5;
+    int lane = threadIdx.x & 31;
+    int groups = ATTN_WARPS / split;
+    int group = warp / split;
+    int gw = warp % split;  // this warp's place in its group
+    int pair = blockIdx.x * groups + group;
+    bool active = pair < d.rows * d.heads;
+    int r = active ? pair / d.heads : 0;
+    int h = active ? pair % d.heads : 0;
+    float* sq = smem + group * d.time * D;
+    float* part = smem + groups * d.time * D + warp * ATTN_MAX_TIME * (D + 2);
+    int slot = slots[r];
+    int p0 = tokens[slot];
+    int hd = d.heads * D;
+    long long ring_base = (long long)slot * d.ring;
+    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, ring_base, gw, split, d);
+    // The ring entries and queries written by the group are visible to all its warps.
     __syncthreads();
 
     float scale = rsqrtf((float)D);
-    int chunks = D / VEC;  // a power of two dividing 32 (checked by the host)
-    int groups = blockDim.x / chunks;
-    int g = threadIdx.x / chunks;
-    int c0 = (threadIdx.x % chunks) * VEC;
-    int warp = threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    int warps = blockDim.x / 32;
-    for (int t0 = tile * ATTN_MAX_TIME; t0 < d.time; t0 += tiles * ATTN_MAX_TIME) {
-        // Keys any query of this tile can see: positions [first, p0 + t0 + nt - 1].
+    int c_lane = lane * DPL;
+    bool has_c = c_lane < D;
+    for (int t0 = 0; t0 < d.time; t0 += ATTN_MAX_TIME) {
         int nt = min(ATTN_MAX_TIME, d.time - t0);
+        // Keys any query of this tile can see: positions [first, p0 + t0 + nt - 1].
         int last = p0 + t0 + nt - 1;
         int first = max(p0 + t0 - d.window + 1, 0);
-        int nk = last - first + 1;
-
-        // Scores: each lane group takes keys g, g + groups, ...; partial dot products are reduced
-        // across the group's lanes with shuffles. Every lane runs every iteration (shuffles need the
-        // whole warp); lanes past the last key reload it and write nothing.
-        for (int k0 = 0; k0 < nk; k0 += groups * ATTN_UNROLL) {
-            uint4 raw[ATTN_UNROLL];
+        int nk = active ? last - first + 1 : 0;
+        float m[ATTN_MAX_TIME], l[ATTN_MAX_TIME], acc[ATTN_MAX_TIME][DPL];
 #pragma unroll
-            for (int u = 0; u < ATTN_UNROLL; ++u) {
-                int k = min(k0 + u * groups + g, nk - 1);
-                raw[u] = *kv_vec(kv, ring_base, first + k, 0, d, h, c0);
-            }
+        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+            m[t] = NEG_INF;
+            l[t] = 0.f;
 #pragma unroll
-            for (int u = 0; u < ATTN_UNROLL; ++u) {
-                int k = k0 + u * groups + g;
-                int kp = first + min(k, nk - 1);
+            for (int i = 0; i < DPL; ++i) acc[t][i] = 0.f;
+        }
+        for (int kc = gw * 32; kc < nk; kc += split * 32) {
+            // Scores of this lane's key (past the last key: -inf). All of its row loads first.
+            int k = kc + lane;
+            int kp = first + min(k, nk - 1);
+            const uint4* krow = reinterpret_cast<const uint4*>(kv_row(kv, ring_base, kp, 0, d, h));
+            uint4 kraw[D / VEC];
+#pragma unroll
+            for (int c = 0; c < D / VEC; ++c) kraw[c] = krow[c];
+            float s[ATTN_MAX_TIME];
+#pragma unroll
+            for (int t = 0; t < ATTN_MAX_TIME; ++t) s[t] = 0.f;
+#pragma unroll
+            for (int c = 0; c < D / VEC; ++c) {
                 float kf[VEC];
-                unpack(raw[u], kf);
+                unpack(kraw[c], kf);
 #pragma unroll
                 for (int t = 0; t < ATTN_MAX_TIME; ++t) {
                     if (t < nt) {
-                        float acc = 0.f;
+                        const float4* q = reinterpret_cast<const float4*>(sq + (t0 + t) * D + c * VEC);
 #pragma unroll
-                        for (int e = 0; e < VEC; ++e) {
-                            acc += sq[(t0 + t) * D + c0 + e] * kf[e];
-                        }
-                        for (int o = chunks / 2; o > 0; o >>= 1) {
-                            acc += __shfl_xor_sync(0xffffffffu, acc, o);
-                        }
-                        int p = p0 + t0 + t;
-                        if (c0 == 0 && k < nk) {
-                            bool visible = kp <= p && kp > p - d.window;
-                            sp[t * kmax + k] = visible ? acc * scale : NEG_INF;
+                        for (int e = 0; e < VEC / 4; ++e) {
+                            float4 qv = q[e];
+                            s[t] += qv.x * kf[4 * e] + qv.y * kf[4 * e + 1] + qv.z * kf[4 * e + 2] + qv.w * kf[4 * e + 3];
                         }
                     }
                 }
             }
-        }
-        __syncthreads();
-
-        // Softmax: one warp per query.
-        for (int t = warp; t < nt; t += warps) {
-            float* s = sp + t * kmax;
-            float m = NEG_INF;
-            for (int k = lane; k < nk; k += 32) {
-                m = fmaxf(m, s[k]);
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            }
-            float sum = 0.f;
-            for (int k = lane; k < nk; k += 32) {
-                float e = expf(s[k] - m);
-                s[k] = e;
-                sum += e;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            }
-            float inv = 1.f / sum;
-            for (int k = lane; k < nk; k += 32) {
-                s[k] *= inv;
-            }
-        }
-        __syncthreads();
-
-        // out[t, c] = sum_k p[t, k] v[k, c]: each lane accumulates its chunk over its group's keys,
-        // the groups of a warp are summed with shuffles, then the warps through shared memory.
-        float acc[ATTN_MAX_TIME][VEC];
-#pragma unroll
-        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                acc[t][e] = 0.f;
-            }
-        }
-        for (int k0 = 0; k0 < nk; k0 += groups * ATTN_UNROLL) {
-            uint4 raw[ATTN_UNROLL];
-#pragma unroll
-            for (int u = 0; u < ATTN_UNROLL; ++u) {
-                int k = min(k0 + u * groups + g, nk - 1);
-                raw[u] = *kv_vec(kv, ring_base, first + k, 1, d, h, c0);
-            }
-#pragma unroll
-            for (int u = 0; u < ATTN_UNROLL; ++u) {
-                int k = k0 + u * groups + g;
-                if (k < nk) {
-                    float v[VEC];
-                    unpack(raw[u], v);
-#pragma unroll
-                    for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                        if (t < nt) {
-                            float pk = sp[t * kmax + k];
-#pragma unroll
-                            for (int e = 0; e < VEC; ++e) {
-                                acc[t][e] += pk * v[e];
-                            }
-                        }
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                for (int o = chunks; o < 32; o <<= 1) {
-                    acc[t][e] += __shfl_xor_sync(0xffffffffu, acc[t][e], o);
-                }
-            }
-        }
-        if (lane < chunks) {
+            // Online softmax: rescale what was accumulated by exp(m_old - m_new).
+            float pr[ATTN_MAX_TIME];
 #pragma unroll
             for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                if (t < nt) {
+                pr[t] = 0.f;
+                if (t >= nt) continue;
+                int p = p0 + t0 + t;
+                bool visible = k < nk && kp <= p && kp > p - d.window;
+                float sc = visible ? s[t] * scale : NEG_INF;
+                float m_new = fmaxf(m[t], warp_max(sc));
+                if (m_new == NEG_INF) continue;  // no visible key yet (warp-uniform)
+                float alpha = __expf(m[t] - m_new);
+                pr[t] = visible ? __expf(sc - m_new) : 0.f;
+                l[t] = l[t] * alpha + pr[t];
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        spart[(warp * ATTN_MAX_TIME + t) * D + c0 + e] = acc[t][e];
+                for (int i = 0; i < DPL; ++i) acc[t][i] *= alpha;
+                m[t] = m_new;
+            }
+            // Values: the chunk's keys one after another, each row read by the whole warp.
+            int n_chunk = min(32, nk - kc);
+            for (int j0 = 0; j0 < n_chunk; j0 += ATTN_V_UNROLL) {
+                float v[ATTN_V_UNROLL][DPL];
+#pragma unroll
+                for (int u = 0; u < ATTN_V_UNROLL; ++u) {
+                    int j = min(j0 + u, n_chunk - 1);
+                    if (has_c) load_dpl<DPL>(kv_row(kv, ring_base, first + kc + j, 1, d, h) + c_lane, v[u]);
+                }
+#pragma unroll
+                for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                    if (t >= nt) continue;  // warp-uniform
+#pragma unroll
+                    for (int u = 0; u < ATTN_V_UNROLL; ++u) {
+                        float pj = __shfl_sync(0xffffffffu, pr[t], (j0 + u) & 31);
+                        if (j0 + u < n_chunk && has_c) {
+#pragma unroll
+                            for (int i = 0; i < DPL; ++i) acc[t][i] += pj * v[u][i];
+                        }
                     }
                 }
             }
         }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < nt * D; idx += blockDim.x) {
-            int t = idx / D;
-            int c = idx % D;
-            float sum = 0.f;
-            for (int w = 0; w < warps; ++w) {
-                sum += spart[(w * ATTN_MAX_TIME + t) * D + c];
+#pragma unroll
+        for (int t = 0; t < ATTN_MAX_TIME; ++t) l[t] = warp_sum(l[t]);
+        if (split == 1) {
+#pragma unroll
+            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                if (t >= nt || !active || !has_c) continue;
+                T* o = out + ((long long)r * d.time + t0 + t) * hd + h * D + c_lane;
+#pragma unroll
+                for (int i = 0; i < DPL; ++i) st(o + i, acc[t][i] / l[t]);
             }
-            st(out + ((long long)r * d.time + t0 + t) * hd + h * D + c, sum);
+            continue;
         }
-        // The next tile reuses the probabilities and partial outputs.
+        // Merge the group's partial softmaxes: out = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w.
+#pragma unroll
+        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+            if (lane == 0) {
+                part[t] = m[t];
+                part[ATTN_MAX_TIME + t] = l[t];
+            }
+            if (has_c) {
+#pragma unroll
+                for (int i = 0; i < DPL; ++i) part[2 * ATTN_MAX_TIME + t * D + c_lane + i] = acc[t][i];
+            }
+        }
+        __syncthreads();
+        if (gw == 0 && active) {
+            const float* g0 = smem + groups * d.time * D + (warp) * ATTN_MAX_TIME * (D + 2);
+            for (int idx = lane; idx < nt * D; idx += 32) {
+                int t = idx / D;
+                int c = idx % D;
+                float mm = NEG_INF;
+                for (int w = 0; w < split; ++w) mm = fmaxf(mm, g0[w * ATTN_MAX_TIME * (D + 2) + t]);
+                float num = 0.f, den = 0.f;
+                for (int w = 0; w < split; ++w) {
+                    const float* pw = g0 + w * ATTN_MAX_TIME * (D + 2);
+                    float e = pw[t] == NEG_INF ? 0.f : __expf(pw[t] - mm);
+                    num += e * pw[2 * ATTN_MAX_TIME + t * D + c];
+                    den += e * pw[ATTN_MAX_TIME + t];
+                }
+                st(out + ((long long)r * d.time + t0 + t) * hd + h * D + c, num / den);
+            }
+        }
+        // The next tile reuses the partials.
         __syncthreads();
     }
+}
+
+// One entry per head dimension; `split` is 1 or ATTN_WARPS (chosen by the host).
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_d16(const T* __restrict__ qkv, T* kv,
+                                                                          const int* __restrict__ tokens,
+                                                                          const int* __restrict__ slots,
+                                                                          T* __restrict__ out, AttnDims d, int split) {
+    pdl_enter();
+    attention_body<16>(qkv, kv, tokens, slots, out, d, split);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_d32(const T* __restrict__ qkv, T* kv,
+                                                                          const int* __restrict__ tokens,
+                                                                          const int* __restrict__ slots,
+                                                                          T* __restrict__ out, AttnDims d, int split) {
+    pdl_enter();
+    attention_body<32>(qkv, kv, tokens, slots, out, d, split);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_d64(const T* __restrict__ qkv, T* kv,
+                                                                          const int* __restrict__ tokens,
+                                                                          const int* __restrict__ slots,
+                                                                          T* __restrict__ out, AttnDims d, int split) {
+    pdl_enter();
+    attention_body<64>(qkv, kv, tokens, slots, out, d, split);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32) attention_d128(const T* __restrict__ qkv, T* kv,
+                                                                           const int* __restrict__ tokens,
+                                                                           const int* __restrict__ slots,
+                                                                           T* __restrict__ out, AttnDims d, int split) {
+    pdl_enter();
+    attention_body<128>(qkv, kv, tokens, slots, out, d, split);
 }

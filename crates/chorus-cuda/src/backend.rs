@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chorus_core::{BufRole, Precision, Result, StagingDims};
@@ -12,6 +12,7 @@ use crate::blas::Blas;
 use crate::error::{check, cuda_error, OrCuda};
 use crate::kernels::{Kernel, Kernels, Launch};
 use crate::memory::{lock, DevMem, Pinned, Registry};
+use crate::mma_ops::{MMA_MAX_SMEM, MMA_MIN_MAJOR};
 
 /// Default cuBLAS workspace: what NVIDIA recommends for Hopper.
 pub const DEFAULT_CUBLAS_WORKSPACE: usize = 32 << 20;
@@ -39,6 +40,9 @@ pub struct CudaOptions {
     pub warmup_runs: usize,
     /// Narrowing convolutions use the tap-split path (else im2col + GEMM).
     pub conv_tap_split: bool,
+    /// bf16 convolutions and dense transposed convolutions run as tensor-core implicit GEMMs
+    /// where their shape allows (sm_80+); off, they take the cuBLAS paths.
+    pub conv_mma: bool,
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
     pub programmatic_launch: bool,
@@ -53,6 +57,7 @@ impl Default for CudaOptions {
             cublas_workspace: DEFAULT_CUBLAS_WORKSPACE,
             warmup_runs: DEFAULT_WARMUP_RUNS,
             conv_tap_split: true,
+            conv_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
         }
     }
@@ -136,6 +141,11 @@ pub struct CudaBackend {
     pub(crate) max_blocks: u32,
     pub(crate) sm_count: usize,
     pub(crate) tap_split: bool,
+    pub(crate) conv_mma: bool,
+    /// Dynamic shared memory the tensor-core convolutions may take on this device.
+    pub(crate) mma_smem_limit: usize,
+    /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
+    pub(crate) mma_launches: AtomicUsize,
     pub(crate) scratch: Mutex<Scratch>,
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
@@ -179,6 +189,23 @@ impl CudaBackend {
         let mut kernels =
             Kernels::load(options.precision, arch, options.kernel_cache_dir.as_deref())?;
         kernels.set_programmatic(options.programmatic_launch && arch.0 >= PDL_MIN_MAJOR);
+        let conv_mma = options.conv_mma && arch.0 >= MMA_MIN_MAJOR;
+        let optin = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .or_cuda("cuDeviceGetAttribute")?;
+        let mma_smem_limit = MMA_MAX_SMEM.min(usize::try_from(optin).unwrap_or(0));
+        if conv_mma {
+            for k in [
+                Kernel::ConvMmaN8,
+                Kernel::ConvMmaN16,
+                Kernel::ConvMmaN32,
+                Kernel::ConvMmaN64,
+            ] {
+                kernels.allow_dynamic_smem(k, mma_smem_limit)?;
+            }
+        }
         let blas = Blas::new(
             &ctx,
             stream.cu_stream(),
@@ -202,6 +229,9 @@ impl CudaBackend {
             max_blocks: (sms.max(1) as u32) * BLOCKS_PER_SM,
             sm_count: sms.max(1) as usize,
             tap_split: options.conv_tap_split,
+            conv_mma,
+            mma_smem_limit,
+            mma_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
@@ -211,6 +241,12 @@ impl CudaBackend {
             warmup_runs: options.warmup_runs,
             description,
         })
+    }
+
+    /// Convolutions enqueued on the tensor-core path so far (a graph replay adds none): tells
+    /// which path a shape took.
+    pub fn tensor_core_convs(&self) -> usize {
+        self.mma_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

@@ -1,6 +1,6 @@
-//! Host side of the convolution and attention kernels: geometry checks, path choice, launches.
+//! Host side of the convolution kernels: geometry checks, path choice, launches.
 
-use chorus_core::{AttentionArgs, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, Result};
+use chorus_core::{Conv1dArgs, Conv1dGeom, ConvTr1dArgs, Result};
 
 use crate::backend::{CudaBackend, SCRATCH_ALIGN};
 use crate::blas::{Batch, Gemm};
@@ -16,22 +16,6 @@ const DIRECT_MAX_WEIGHTS: usize = 4096;
 /// Most output times per direct-convolution block, and its threads.
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
-/// Threads per attention block and the kernel's static limits (see `attention.cu`).
-/// Attention block widths: narrow blocks when there are enough (row, head) pairs to fill the GPU
-/// with resident blocks, wide ones otherwise.
-const ATTN_NARROW_THREADS: usize = 64;
-const ATTN_WIDE_THREADS: usize = 256;
-/// Resident narrow blocks per multiprocessor (the hardware's block limit).
-const ATTN_BLOCKS_PER_SM: usize = 32;
-/// Queries per tile of the kernel; a step's tokens run tile by tile.
-const ATTN_MAX_TIME: usize = 4;
-/// Shared memory a block may take without opting in.
-const ATTN_MAX_SMEM: usize = 48 * 1024;
-const ATTN_MAX_HEAD_DIM: usize = 128;
-/// A key row must span whole 16-byte vectors, and its lanes must tile a warp.
-const ATTN_MIN_HEAD_DIM: usize = 8;
-const ATTN_MAX_KEYS: usize = 512;
-
 /// Mirrors `ConvDims` in `prelude.cuh`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -61,20 +45,7 @@ struct ConvTrDims {
     elu: i32,
 }
 
-/// Mirrors `AttnDims` in `prelude.cuh`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct AttnDims {
-    rows: i32,
-    time: i32,
-    heads: i32,
-    head_dim: i32,
-    ring: i32,
-    window: i32,
-    rope_theta: f32,
-}
-
-fn i32_of(v: usize, op: &'static str) -> Result<i32> {
+pub(crate) fn i32_of(v: usize, op: &'static str) -> Result<i32> {
     i32::try_from(v).map_err(|_| cuda_error(op, format!("size {v} exceeds i32")))
 }
 
@@ -125,7 +96,9 @@ impl CudaBackend {
         let direct = g.c_out <= DIRECT_CONV_MAX_C_OUT
             && g.c_out * g.kernel * g.c_in <= DIRECT_MAX_WEIGHTS
             && tile > 0;
-        if direct {
+        if self.conv1d_mma(g, [x, state_ptr, slots, a.w.mem.ptr(), bias, residual, out])? {
+            // Ran on the tensor cores; the history update below is shared with the other paths.
+        } else if direct {
             let blocks = g.rows * g.time.div_ceil(tile);
             let cfg = Launch {
                 grid: u32::try_from(blocks).map_err(|_| cuda_error(OP, "too many blocks"))?,
@@ -303,6 +276,10 @@ impl CudaBackend {
         };
         let n = g.rows * g.time;
         let x = a.x.mem.ptr();
+        let bias = a.bias.map_or(0u64, |b| b.mem.ptr());
+        let state = a.state.mem.ptr();
+        let slots = a.slots.mem.ptr();
+        let out = a.out.mem.ptr();
         let (src, w) = if g.depthwise {
             (x, a.w.mem.ptr())
         } else {
@@ -337,80 +314,12 @@ impl CudaBackend {
             })?;
             (y, 0u64)
         };
-        let bias = a.bias.map_or(0u64, |b| b.mem.ptr());
-        let state = a.state.mem.ptr();
-        let slots = a.slots.mem.ptr();
-        let out = a.out.mem.ptr();
         let vec = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
         let per_thread = if vec == 1 { self.vec_elems() } else { 1 };
         self.launch(
             Kernel::ConvTrOverlap,
             self.grid_for(n * g.stride * g.c_out / per_thread)?,
             &mut kargs![&src, &w, &bias, &state, &slots, &out, &d, &vec],
-        )
-    }
-
-    pub(crate) fn op_attention(&self, a: AttentionArgs<'_, Self>) -> Result<()> {
-        const OP: &str = "attention";
-        let g = a.geom;
-        if g.time == 0
-            || g.head_dim > ATTN_MAX_HEAD_DIM
-            || !g.head_dim.is_power_of_two()
-            || g.head_dim < ATTN_MIN_HEAD_DIM
-            || g.window + g.time - 1 > g.ring
-            || g.window + g.time - 1 > ATTN_MAX_KEYS
-        {
-            return Err(cuda_error(
-                OP,
-                format!(
-                    "unsupported geometry {g:?}: time >= 1, head_dim a power of two in \
-                     {ATTN_MIN_HEAD_DIM}..={ATTN_MAX_HEAD_DIM}, window + time - 1 <= min(ring, {ATTN_MAX_KEYS})"
-                ),
-            ));
-        }
-        let d = AttnDims {
-            rows: i32_of(g.rows, OP)?,
-            time: i32_of(g.time, OP)?,
-            heads: i32_of(g.heads, OP)?,
-            head_dim: i32_of(g.head_dim, OP)?,
-            ring: i32_of(g.ring, OP)?,
-            window: i32_of(g.window, OP)?,
-            rope_theta: g.rope_theta,
-        };
-        let qkv = a.qkv.mem.ptr();
-        let kv = a.kv.mem.ptr();
-        let tokens = a.tokens.mem.ptr();
-        let slots = a.slots.mem.ptr();
-        let out = a.out.mem.ptr();
-        let tiles = g.time.div_ceil(ATTN_MAX_TIME);
-        let blocks = u32::try_from(g.rows * g.heads * tiles)
-            .map_err(|_| cuda_error(OP, "too many blocks"))?;
-        // Queries, probabilities and per-warp partial outputs, as laid out in attention.cu.
-        let threads = if (blocks as usize) < self.sm_count * ATTN_BLOCKS_PER_SM / 2 {
-            ATTN_WIDE_THREADS
-        } else {
-            ATTN_NARROW_THREADS
-        };
-        let tile = ATTN_MAX_TIME;
-        let kmax = g.window + tile - 1;
-        let floats = g.time * g.head_dim + tile * kmax + threads / 32 * tile * g.head_dim;
-        let smem = floats * std::mem::size_of::<f32>();
-        if smem > ATTN_MAX_SMEM {
-            return Err(cuda_error(
-                OP,
-                format!(
-                    "geometry {g:?} needs {smem} bytes of shared memory (at most {ATTN_MAX_SMEM})"
-                ),
-            ));
-        }
-        self.launch(
-            Kernel::Attention,
-            Launch {
-                grid: blocks,
-                block: threads as u32,
-                smem: smem as u32,
-            },
-            &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],
         )
     }
 }

@@ -16,6 +16,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("conv.cu", include_str!("../kernels/conv.cu")),
     ("convtr.cu", include_str!("../kernels/convtr.cu")),
+    ("conv_mma.cu", include_str!("../kernels/conv_mma.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("encode.cu", include_str!("../kernels/encode.cu")),
     ("lm_rows.cu", include_str!("../kernels/lm_rows.cu")),
@@ -70,9 +71,17 @@ kernel_table! {
     ConvState => "conv_state",
     ConvDirect => "conv_direct",
     ConvTrOverlap => "convtr_overlap",
-    Attention => "attention",
+    AttentionD16 => "attention_d16",
+    AttentionD32 => "attention_d32",
+    AttentionD64 => "attention_d64",
+    AttentionD128 => "attention_d128",
     ConvConcat => "conv_concat",
     ConvShiftAdd => "conv_shift_add",
+    // Tensor-core convolution (kernels/conv_mma.cu).
+    ConvMmaN8 => "conv_mma_n8",
+    ConvMmaN16 => "conv_mma_n16",
+    ConvMmaN32 => "conv_mma_n32",
+    ConvMmaN64 => "conv_mma_n64",
     // Encoder ops (kernels/encode.cu).
     ReplicateHistory => "replicate_history",
     RvqEncode => "rvq_encode",
@@ -307,6 +316,24 @@ impl Kernels {
             functions,
             programmatic: false,
         })
+    }
+
+    /// Lets `kernel` take up to `bytes` of dynamic shared memory (past the default 48 KB).
+    pub(crate) fn allow_dynamic_smem(&self, kernel: Kernel, bytes: usize) -> Result<()> {
+        let bytes = i32::try_from(bytes)
+            .map_err(|_| cuda_error("cuFuncSetAttribute", format!("{bytes} bytes")))?;
+        // SAFETY: the function belongs to the loaded module; the attribute takes a byte count.
+        check(
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    self.functions[kernel as usize],
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes,
+                )
+            },
+            "cuFuncSetAttribute",
+        )
+        .map_err(|e| cuda_error("cuFuncSetAttribute", format!("`{}`: {e}", kernel.symbol())))
     }
 
     /// Launches `kernel` on `stream`. `args` points at each kernel parameter, in order, each of

@@ -9,6 +9,7 @@
 //! rolled back) and replayed from then on; the graph is checked to hold only kernel, copy and
 //! memset nodes. Staging is pinned host memory, copied in and out by nodes of the graph.
 
+mod attention_ops;
 mod backend;
 mod blas;
 mod conv_ops;
@@ -19,6 +20,7 @@ mod kernels;
 mod lm;
 mod loader;
 mod memory;
+mod mma_ops;
 mod ops;
 mod profile;
 

@@ -6,7 +6,7 @@ mod common;
 
 use chorus_core::{
     AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
-    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Result, StagingDims, NO_CODE,
+    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Precision, Result, StagingDims, NO_CODE,
 };
 use common::*;
 
@@ -89,6 +89,11 @@ fn run_conv<B: Backend>(be: &B, p: &ConvProblem) -> Result<Vec<Vec<f32>>> {
 }
 
 fn check_conv(name: &str, p: ConvProblem) {
+    check_conv_path(name, p, false);
+}
+
+/// As `check_conv`, and in bf16 the op must have run on the tensor cores when `tensor_cores`.
+fn check_conv_path(name: &str, p: ConvProblem, tensor_cores: bool) {
     let want = run_conv(&cpu(), &p).expect("cpu conv");
     for precision in PRECISIONS {
         let Some(be) = cuda(precision) else { return };
@@ -96,6 +101,17 @@ fn check_conv(name: &str, p: ConvProblem) {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_parity(&format!("{name} part {i}"), precision, g, w);
         }
+        assert_tensor_core_path(name, &be, precision, tensor_cores);
+    }
+}
+
+/// The tensor-core path runs in bf16 only, exactly for the shapes that should take it.
+fn assert_tensor_core_path(name: &str, be: &chorus_cuda::CudaBackend, p: Precision, want: bool) {
+    let ran = be.tensor_core_convs() > 0;
+    if p == Precision::F32 {
+        assert!(!ran, "{name}: f32 must keep the exact paths");
+    } else {
+        assert_eq!(ran, want, "{name}: tensor-core path taken in bf16");
     }
 }
 
@@ -171,6 +187,54 @@ fn conv1d_unaligned_channels() {
     check_conv(
         "conv c_in 12",
         ConvProblem::new(6, conv_geom(12, 20, 3, 2, 3, false), false, true),
+    );
+}
+
+// Shapes of the tensor-core path in bf16 (c_in a multiple of 16, two taps or more, at least 128
+// tiles of 64 times): a partial last tile, several output blocks with masked outputs, one output,
+// a long history. A shape too small for it takes the cuBLAS paths (checked by the tests above).
+#[test]
+fn conv1d_tensor_cores_partial_tile_elu_bias() {
+    check_conv_path(
+        "mma conv k3 64->32 t2000 elu",
+        ConvProblem::new(21, conv_geom(64, 32, 3, 1, 2000, true), true, false),
+        true,
+    );
+}
+
+#[test]
+fn conv1d_tensor_cores_two_taps_residual() {
+    check_conv_path(
+        "mma conv k2 32->64 t2000 elu residual",
+        ConvProblem::new(22, conv_geom(32, 64, 2, 1, 2000, true), true, true),
+        true,
+    );
+}
+
+#[test]
+fn conv1d_tensor_cores_masked_output_blocks() {
+    check_conv_path(
+        "mma conv k3 d2 16->80 t2048 residual",
+        ConvProblem::new(23, conv_geom(16, 80, 3, 2, 2048, false), true, true),
+        true,
+    );
+}
+
+#[test]
+fn conv1d_tensor_cores_one_output() {
+    check_conv_path(
+        "mma conv k3 64->1 t2000 elu",
+        ConvProblem::new(24, conv_geom(64, 1, 3, 1, 2000, true), true, false),
+        true,
+    );
+}
+
+#[test]
+fn conv1d_tensor_cores_long_history() {
+    check_conv_path(
+        "mma conv k7 32->24 t2000",
+        ConvProblem::new(25, conv_geom(32, 24, 7, 1, 2000, false), true, false),
+        true,
     );
 }
 
@@ -283,6 +347,37 @@ fn conv_tr1d_dense_plain() {
     );
 }
 
+// Longer steps with several output vectors per column.
+#[test]
+fn conv_tr1d_long_step_elu_bias() {
+    check_convtr(
+        "convtr k8 s4 32->16 t70 elu",
+        14,
+        convtr_geom(32, 16, 8, 4, 70, false, true),
+        true,
+    );
+}
+
+#[test]
+fn conv_tr1d_long_step_wide() {
+    check_convtr(
+        "convtr k8 s4 32->32 t40 elu",
+        16,
+        convtr_geom(32, 32, 8, 4, 40, false, true),
+        true,
+    );
+}
+
+#[test]
+fn conv_tr1d_long_step_plain() {
+    check_convtr(
+        "convtr k10 s5 48->24 t33",
+        15,
+        convtr_geom(48, 24, 10, 5, 33, false, false),
+        false,
+    );
+}
+
 #[test]
 fn conv_tr1d_depthwise() {
     check_convtr(
@@ -390,6 +485,44 @@ fn attention_ring_wrap_beyond_window() {
 }
 
 /// Enough (row, head) pairs that the backend picks its narrow blocks for large batches.
+/// A step of several frames (two query tiles per warp) at head_dim 32 (one channel per lane).
+#[test]
+fn attention_multi_frame_step_head_dim_32() {
+    let geom = AttentionGeom {
+        rows: SLOTS.len(),
+        time: 6,
+        heads: 4,
+        head_dim: 32,
+        ring: chorus_core::KV_RING,
+        window: 250,
+        rope_theta: 10_000.0,
+    };
+    check_attention("attention t6 d32", geom, &SLOTS, TOTAL_ROWS, 0);
+}
+
+/// The widest head (four channels per lane) and a narrow one (lanes past head_dim idle).
+#[test]
+fn attention_head_dims_128_and_16() {
+    for (head_dim, time, ring, window) in [(128, 3, 64, 50), (16, 2, 32, 20)] {
+        let geom = AttentionGeom {
+            rows: SLOTS.len(),
+            time,
+            heads: 2,
+            head_dim,
+            ring,
+            window,
+            rope_theta: 10_000.0,
+        };
+        check_attention(
+            &format!("attention d{head_dim}"),
+            geom,
+            &SLOTS,
+            TOTAL_ROWS,
+            0,
+        );
+    }
+}
+
 #[test]
 fn attention_many_rows_small_ring() {
     let rows = 300;

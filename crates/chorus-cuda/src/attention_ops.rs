@@ -1,0 +1,107 @@
+//! Host side of the streaming attention kernel (`kernels/attention.cu`): geometry checks and the
+//! launch (one warp per row and head, or a block per row and head when that leaves the GPU idle).
+
+use chorus_core::{AttentionArgs, Result};
+
+use crate::backend::CudaBackend;
+use crate::conv_ops::i32_of;
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+
+/// Warps per block (`ATTN_WARPS` in attention.cu).
+const ATTN_WARPS: usize = 4;
+/// Queries per tile and per-warp partial softmax size (`ATTN_MAX_TIME`: m, l and acc per query).
+const ATTN_MAX_TIME: usize = 4;
+/// Below this many (row, head) pairs per multiprocessor, the block's warps split each pair's
+/// keys (and merge their softmaxes) instead of taking one pair each: small batches would leave
+/// most of the GPU idle, each warp walking its whole window alone.
+const ATTN_SPLIT_BELOW_PER_SM: usize = 8;
+/// Shared memory a block may take without opting in.
+const ATTN_MAX_SMEM: usize = 48 * 1024;
+/// The head dimensions compiled (one kernel each).
+const ATTN_KERNELS: [(usize, Kernel); 4] = [
+    (16, Kernel::AttentionD16),
+    (32, Kernel::AttentionD32),
+    (64, Kernel::AttentionD64),
+    (128, Kernel::AttentionD128),
+];
+
+/// Mirrors `AttnDims` in `prelude.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AttnDims {
+    rows: i32,
+    time: i32,
+    heads: i32,
+    head_dim: i32,
+    ring: i32,
+    window: i32,
+    rope_theta: f32,
+}
+
+impl CudaBackend {
+    pub(crate) fn op_attention(&self, a: AttentionArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "attention";
+        let g = a.geom;
+        let kernel = ATTN_KERNELS
+            .iter()
+            .find(|(dim, _)| *dim == g.head_dim)
+            .map(|&(_, k)| k);
+        let (Some(kernel), true) = (kernel, g.time > 0 && g.window + g.time - 1 <= g.ring) else {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "unsupported geometry {g:?}: time >= 1, head_dim one of 16, 32, 64, 128, \
+                     window + time - 1 <= ring"
+                ),
+            ));
+        };
+        let pairs = g.rows * g.heads;
+        let split = if pairs < self.sm_count * ATTN_SPLIT_BELOW_PER_SM {
+            ATTN_WARPS
+        } else {
+            1
+        };
+        let groups = ATTN_WARPS / split;
+        // Each group's rotated queries [time, head_dim], then with a split each warp's partial
+        // softmax (m, l and acc for ATTN_MAX_TIME queries), all f32.
+        let partials = if split > 1 {
+            ATTN_WARPS * ATTN_MAX_TIME * (g.head_dim + 2)
+        } else {
+            0
+        };
+        let smem = (groups * g.time * g.head_dim + partials) * std::mem::size_of::<f32>();
+        if smem > ATTN_MAX_SMEM {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "geometry {g:?} needs {smem} bytes of shared memory (at most {ATTN_MAX_SMEM}): \
+                     use fewer frames per step"
+                ),
+            ));
+        }
+        let d = AttnDims {
+            rows: i32_of(g.rows, OP)?,
+            time: i32_of(g.time, OP)?,
+            heads: i32_of(g.heads, OP)?,
+            head_dim: i32_of(g.head_dim, OP)?,
+            ring: i32_of(g.ring, OP)?,
+            window: i32_of(g.window, OP)?,
+            rope_theta: g.rope_theta,
+        };
+        let blocks =
+            u32::try_from(pairs.div_ceil(groups)).map_err(|_| cuda_error(OP, "too many blocks"))?;
+        let (qkv, kv, tokens) = (a.qkv.mem.ptr(), a.kv.mem.ptr(), a.tokens.mem.ptr());
+        let (slots, out) = (a.slots.mem.ptr(), a.out.mem.ptr());
+        let split = split as i32;
+        self.launch(
+            kernel,
+            Launch {
+                grid: blocks,
+                block: (ATTN_WARPS * 32) as u32,
+                smem: smem as u32,
+            },
+            &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d, &split],
+        )
+    }
+}
