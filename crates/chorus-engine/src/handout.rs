@@ -4,9 +4,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_core::{Error, FRAME_MS, FRAME_SAMPLES};
+use chorus_core::{Error, FRAME_MS};
 
 use crate::error::StreamError;
+use crate::pcm::{PcmFrame, PcmPool};
 use crate::sched::{FrameData, Shared};
 use crate::stream::Outbox;
 
@@ -29,26 +30,22 @@ pub(crate) struct Dropped {
     pub err: StreamError,
 }
 
-/// Hands row `i` of `pcm` to the stream of `picked[i]`, for every picked frame. One thread:
-/// spreading it over a pool measured slower on the H200 host (the wake-ups contend).
+/// Hands row `i` of the step's PCM to the stream of `picked[i]`, for every picked frame (each
+/// shares the step's block: no copy). One thread: spreading it over a pool measured slower on the
+/// H200 host (the wake-ups contend).
 pub(crate) fn deliver_all(
     shared: &Shared,
     picked: &[Picked],
-    pcm: &[f32],
+    pcm: &PcmPool,
     dropped: &mut Vec<Dropped>,
 ) {
     for (i, p) in picked.iter().enumerate() {
-        deliver(
-            shared,
-            p,
-            &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
-            dropped,
-        );
+        deliver(shared, p, pcm.frame(i), dropped);
     }
 }
 
 /// Hands decoded `samples` to the stream of `p`; a reader too far behind is cut off.
-pub(crate) fn deliver(shared: &Shared, p: &Picked, samples: &[f32], dropped: &mut Vec<Dropped>) {
+pub(crate) fn deliver(shared: &Shared, p: &Picked, samples: PcmFrame, dropped: &mut Vec<Dropped>) {
     let metrics = &shared.metrics;
     let latency = p.arrived.elapsed();
     metrics.frame_latency_seconds.observe(latency.as_secs_f64());
@@ -56,7 +53,7 @@ pub(crate) fn deliver(shared: &Shared, p: &Picked, samples: &[f32], dropped: &mu
         metrics.deadline_misses.fetch_add(1, Ordering::Relaxed);
     }
     metrics.frames_decoded.fetch_add(1, Ordering::Relaxed);
-    if !p.outbox.push_pcm(p.index, samples.to_vec()) {
+    if !p.outbox.push_pcm(p.index, samples) {
         dropped.push(Dropped {
             slot: p.slot,
             id: p.id,

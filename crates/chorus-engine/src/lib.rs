@@ -6,7 +6,8 @@
 //! bounded FIFO, so everything a stream asks for happens in the order it asked. Every step takes
 //! each stream with something pending, oldest-ready first and one frame per stream, up to the
 //! largest batch, so no stream can starve another. PCM goes back through a bounded per-stream
-//! outbox: a stream that sends too far ahead or never reads is cut off alone.
+//! outbox, each frame a row of its step's pooled block (no copy or allocation per frame): a stream
+//! that sends too far ahead or never reads is cut off alone.
 //!
 //! A slot is reset by the engine thread right before its new owner's first frame, so a slot
 //! released while a step is using it is never reset under that step.
@@ -20,6 +21,7 @@ mod error;
 pub mod fake;
 mod handout;
 mod metrics;
+mod pcm;
 mod pool;
 mod prometheus;
 mod sched;
@@ -29,6 +31,7 @@ mod worker;
 pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus, DEFAULT_DEVICE};
 pub use error::StreamError;
 pub use metrics::{ErrorCounts, Histogram, Metrics};
+pub use pcm::{PcmFrame, MAX_PCM_BLOCKS};
 pub use pool::{DeviceStatus, EnginePool, PoolMetrics, PoolStatus};
 pub use stream::{Stream, StreamEvent, StreamInput};
 

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 
 use crate::error::StreamError;
 use crate::metrics::ErrorCounts;
+use crate::pcm::PcmFrame;
 use crate::sched::{FrameData, Pending, Shared};
 
 /// What a stream feeds the decoder.
@@ -23,7 +24,7 @@ pub enum StreamInput {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
     /// Decoded PCM of frame `index` (counted from 0 since the stream opened, across resets).
-    Pcm { index: u64, samples: Vec<f32> },
+    Pcm { index: u64, samples: PcmFrame },
     /// The reset asked for took effect: frame `next_frame` is the first decoded from zero state.
     ResetDone { next_frame: u64 },
     /// Every submitted frame was delivered and the slot is free. Terminal.
@@ -64,7 +65,7 @@ impl Outbox {
     }
 
     /// Queues PCM; returns `false` (and queues nothing) when the reader is `limit` frames behind.
-    pub(crate) fn push_pcm(&self, index: u64, samples: Vec<f32>) -> bool {
+    pub(crate) fn push_pcm(&self, index: u64, samples: PcmFrame) -> bool {
         let mut st = self.lock();
         if st.terminal.is_some() {
             return true;

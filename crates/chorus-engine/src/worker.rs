@@ -13,10 +13,11 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_core::{Error, Frame, FrameDecoder, StepDone, FRAME_SAMPLES};
+use chorus_core::{Error, Frame, FrameDecoder, StepDone};
 
 use crate::error::StreamError;
 use crate::handout::{deliver, deliver_all, fail, leaves_state_unchanged, Dropped, Picked};
+use crate::pcm::{PcmFrame, PcmPool};
 use crate::sched::{Pending, Sched, Shared};
 use crate::stream::Outbox;
 
@@ -33,7 +34,7 @@ pub(crate) struct EngineLoop {
     shared: Arc<Shared>,
     decoder: Box<dyn FrameDecoder>,
     largest: usize,
-    pcm: Vec<f32>,
+    pcm: PcmPool,
     batch: Vec<Picked>,
     resets: Vec<ResetJob>,
     finishes: Vec<(Arc<Outbox>, u64)>,
@@ -60,7 +61,7 @@ impl EngineLoop {
             shared,
             decoder,
             largest,
-            pcm: vec![0.0; largest * FRAME_SAMPLES],
+            pcm: PcmPool::new(largest),
             batch: Vec::with_capacity(largest),
             resets: Vec::with_capacity(largest),
             finishes: Vec::with_capacity(largest),
@@ -208,7 +209,7 @@ impl EngineLoop {
         } = self;
         let metrics = &shared.metrics;
         let mut fault = None;
-        let result = decoder.finish_step(pcm);
+        let result = decoder.finish_step(pcm.writable(queued.len()));
         let handing = Instant::now();
         metrics
             .step_seconds
@@ -264,9 +265,10 @@ impl EngineLoop {
                 slot: p.slot,
                 input: p.data.as_input(),
             };
-            let row = &mut pcm[..FRAME_SAMPLES];
+            let row = pcm.writable(1);
             match decoder.step(std::slice::from_ref(&frame), row) {
-                Ok(()) => deliver(shared, p, row, dropped),
+                // A copy: one row must not hold a whole block (this path is rare).
+                Ok(()) => deliver(shared, p, PcmFrame::from_samples(row), dropped),
                 Err(e) => {
                     fail(p, &e, dropped);
                     if fault.is_none() && !leaves_state_unchanged(&e) {
@@ -408,7 +410,7 @@ impl EngineLoop {
                 input: p.data.as_input(),
             })
             .collect();
-        let result = decoder.step(&frames, &mut pcm[..n * FRAME_SAMPLES]);
+        let result = decoder.step(&frames, pcm.writable(n));
         let took = started.elapsed().as_secs_f64();
         metrics.step_seconds.observe(took);
         // A synchronous step's device time is its whole time.

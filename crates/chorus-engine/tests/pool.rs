@@ -54,8 +54,8 @@ async fn frame_matches(stream: &mut Stream, s: u64, t: u64) {
         StreamEvent::Pcm { index, samples } => {
             assert_eq!(index, t);
             assert_eq!(
-                samples,
-                want[t as usize * FRAME_SAMPLES..],
+                &samples[..],
+                &want[t as usize * FRAME_SAMPLES..],
                 "stream {s} frame {t}"
             );
         }

@@ -47,7 +47,7 @@ async fn collect_pcm(stream: &Stream, first: u64, n: u64) -> Vec<f32> {
             StreamEvent::Pcm { index, samples } => {
                 assert_eq!(index, first + i);
                 assert_eq!(samples.len(), FRAME_SAMPLES);
-                out.extend(samples);
+                out.extend_from_slice(&samples);
             }
             other => panic!("expected PCM {}, got {other:?}", first + i),
         }
@@ -201,6 +201,27 @@ async fn a_large_step_hands_every_stream_its_own_pcm_in_order() {
     }
     let largest = log.lock().unwrap().iter().map(Vec::len).max().unwrap_or(0);
     assert!(largest >= n, "no step held every stream (largest {largest})");
+}
+
+#[tokio::test]
+async fn frames_share_their_step_block_without_a_copy() {
+    let (engine, _log) = start(opts(4, 4), EngineConfig::default());
+    let mut streams: Vec<Stream> = (0..3)
+        .map(|_| engine.open(StreamInput::Codes { n_q: 2 }).unwrap())
+        .collect();
+    for (s, stream) in streams.iter_mut().enumerate() {
+        stream.submit_codes(&codes(s as u64, 0, 2)).unwrap();
+    }
+    for (s, stream) in streams.iter().enumerate() {
+        match next(stream).await {
+            StreamEvent::Pcm { index, samples } => {
+                assert_eq!(index, 0);
+                assert!(samples.is_shared(), "stream {s}: PCM was copied");
+                assert_eq!(&samples[..], &reference(&[codes(s as u64, 0, 2)])[..]);
+            }
+            other => panic!("stream {s}: expected PCM, got {other:?}"),
+        }
+    }
 }
 
 #[tokio::test]
