@@ -227,7 +227,8 @@ pub struct AttentionGeom {
 pub struct AttentionArgs<'a, B: Backend + ?Sized> {
     /// `[rows * time, 3 * heads * head_dim]`: q, then k, then v; heads contiguous within each.
     pub qkv: &'a B::Buf,
-    /// `[total_rows, ring, 2, heads * head_dim]`: k then v for each ring entry.
+    /// `[total_rows, heads, 2, ring, head_dim]`: per head its keys, then its values (each head's
+    /// window is two contiguous runs, read in long bursts).
     pub kv: &'a mut B::Buf,
     /// `[total_rows]` tokens seen by each slot before this step.
     pub tokens: &'a B::Ints,

@@ -126,15 +126,21 @@ fn write_ring(g: &AttentionGeom, qkv: &[f32], kv: &mut [f32], rope: &[f32], pos:
     for (tok, row) in qkv.chunks_exact(3 * hdim).enumerate() {
         let s = slots[tok / time] as usize;
         let p = tokens[s] as usize + tok % time;
-        let at = (s * g.ring + p % g.ring) * 2 * hdim;
-        let (k_dst, v_dst) = kv[at..at + 2 * hdim].split_at_mut(hdim);
         let tab = &rope[tok * hd..(tok + 1) * hd];
         for h in 0..g.heads {
+            let k_at = entry_at(g, s, h, 0, p % g.ring);
+            let v_at = entry_at(g, s, h, 1, p % g.ring);
             let k = &row[hdim + h * hd..hdim + (h + 1) * hd];
-            rotate(&mut k_dst[h * hd..(h + 1) * hd], k, tab, 1.0);
+            rotate(&mut kv[k_at..k_at + hd], k, tab, 1.0);
+            kv[v_at..v_at + hd].copy_from_slice(&row[2 * hdim + h * hd..2 * hdim + (h + 1) * hd]);
         }
-        v_dst.copy_from_slice(&row[2 * hdim..3 * hdim]);
     }
+}
+
+/// Offset in `kv` of ring entry `e` of slot `s`, head `h` (k: which = 0, v: which = 1): the
+/// layout is `[slots, heads, 2, ring, head_dim]`, so a head's keys (and its values) are contiguous.
+fn entry_at(g: &AttentionGeom, s: usize, h: usize, which: usize, e: usize) -> usize {
+    (((s * g.heads + h) * 2 + which) * g.ring + e) * g.head_dim
 }
 
 /// One (row, head) pair of a call.
@@ -145,7 +151,7 @@ struct Head<'a> {
     p0: usize,
     /// The row's `[time, 3 * heads * head_dim]` projections.
     qkv: &'a [f32],
-    /// The slot's `[ring, 2, heads * head_dim]` ring.
+    /// The slot's `[heads, 2, ring, head_dim]` ring.
     ring: &'a [f32],
     /// The row's `[time, head_dim]` cos/sin table.
     rope: &'a [f32],
@@ -188,7 +194,9 @@ fn scores_and_values(
 ) -> f32 {
     let g = a.g;
     let hd = qr.len();
-    let hdim = g.heads * hd;
+    // The head's keys, then its values, `[ring, head_dim]` each.
+    let keys = &a.ring[a.h * 2 * g.ring * hd..(a.h * 2 + 1) * g.ring * hd];
+    let values = &a.ring[(a.h * 2 + 1) * g.ring * hd..(a.h * 2 + 2) * g.ring * hd];
     // Ring entry of key i, without a division per key: the window wraps at most once.
     let start = first % g.ring;
     let entry = |i: usize| {
@@ -200,14 +208,14 @@ fn scores_and_values(
         }
     };
     for (i, sc) in scores.iter_mut().enumerate() {
-        let at = entry(i) * 2 * hdim + a.h * hd;
-        *sc = math::dot(qr, &a.ring[at..at + hd]);
+        let at = entry(i) * hd;
+        *sc = math::dot(qr, &keys[at..at + hd]);
     }
     let sum = math::softmax_unnormalized(scores);
     o.fill(0.0);
     for (i, &w) in scores.iter().enumerate() {
-        let at = entry(i) * 2 * hdim + hdim + a.h * hd;
-        math::axpy(o, w, &a.ring[at..at + hd]);
+        let at = entry(i) * hd;
+        math::axpy(o, w, &values[at..at + hd]);
     }
     sum
 }

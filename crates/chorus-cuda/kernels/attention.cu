@@ -5,7 +5,8 @@
 // (Milakov and Gimelshein 2018, "Online normalizer calculation for softmax"). Per chunk of 32 keys
 // each lane scores one key (its row is one contiguous read), the chunk's probabilities are
 // broadcast by shuffles, and each lane accumulates its own D / 32 output channels of the values
-// (each value row is one coalesced read by the warp): keys and values are read once. Large
+// (each value row is one coalesced read by the warp): keys and values are read once, and a head's
+// keys (and values) lie in one contiguous run of the ring (see `kv_row`). Large
 // batches run one warp per (row, head) (split = 1); small ones split the keys over the block's
 // warps and merge their partial softmaxes in shared memory (split = ATTN_WARPS).
 
@@ -14,10 +15,10 @@
 // Value rows loaded before any is used (loads in flight per lane).
 #define ATTN_V_UNROLL 16
 
-// Ring entry `pos` of a slot (k: which = 0, v: which = 1), head h.
-__device__ __forceinline__ const T* kv_row(const T* kv, long long ring_base, int pos, int which, const AttnDims& d, int h) {
-    int hd = d.heads * d.head_dim;
-    return kv + ((ring_base + pos % d.ring) * 2 + which) * hd + h * d.head_dim;
+// Ring entry `pos` of a slot's head h (k: which = 0, v: which = 1). The ring is
+// [slots, heads, 2, ring, head_dim]: a head's keys, and its values, are contiguous runs.
+__device__ __forceinline__ T* kv_row(T* kv, int slot, int h, int which, int pos, const AttnDims& d) {
+    return kv + ((((long long)slot * d.heads + h) * 2 + which) * d.ring + pos % d.ring) * d.head_dim;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -58,7 +59,7 @@ __device__ __forceinline__ void load_dpl(const T* p, float* v) {
 // RoPE on the step's q (into sq) and k, and k, v into ring entries p % ring, for one (row, head);
 // the `split` warps of its group share the items.
 __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv, float* sq, int r, int h, int p0,
-                                                long long ring_base, int gw, int split, const AttnDims& d) {
+                                                int slot, int gw, int split, const AttnDims& d) {
     int D = d.head_dim;
     int half_d = D / 2;
     int hd = d.heads * D;
@@ -80,11 +81,12 @@ __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv
         sq[t * D + i] = q1 * cs - q2 * sn;
         sq[t * D + i + half_d] = q2 * cs + q1 * sn;
         float k1 = ld(row + hd + i), k2 = ld(row + hd + i + half_d);
-        T* entry = kv + ((ring_base + p % d.ring) * 2) * hd + h * D;
-        st(entry + i, k1 * cs - k2 * sn);
-        st(entry + i + half_d, k2 * cs + k1 * sn);
-        st(entry + hd + i, ld(row + 2 * hd + i));
-        st(entry + hd + i + half_d, ld(row + 2 * hd + i + half_d));
+        T* k_entry = kv_row(kv, slot, h, 0, p, d);
+        T* v_entry = kv_row(kv, slot, h, 1, p, d);
+        st(k_entry + i, k1 * cs - k2 * sn);
+        st(k_entry + i + half_d, k2 * cs + k1 * sn);
+        st(v_entry + i, ld(row + 2 * hd + i));
+        st(v_entry + i + half_d, ld(row + 2 * hd + i + half_d));
     }
 }
 
@@ -110,8 +112,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
     int slot = slots[r];
     int p0 = tokens[slot];
     int hd = d.heads * D;
-    long long ring_base = (long long)slot * d.ring;
-    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, ring_base, gw, split, d);
+    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, d);
     // The ring entries and queries written by the group are visible to all its warps.
     __syncthreads();
 
@@ -136,7 +137,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
             // Scores of this lane's key (past the last key: -inf). All of its row loads first.
             int k = kc + lane;
             int kp = first + min(k, nk - 1);
-            const uint4* krow = reinterpret_cast<const uint4*>(kv_row(kv, ring_base, kp, 0, d, h));
+            const uint4* krow = reinterpret_cast<const uint4*>(kv_row(kv, slot, h, 0, kp, d));
             uint4 kraw[D / VEC];
 #pragma unroll
             for (int c = 0; c < D / VEC; ++c) kraw[c] = krow[c];
@@ -184,7 +185,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
 #pragma unroll
                 for (int u = 0; u < ATTN_V_UNROLL; ++u) {
                     int j = min(j0 + u, n_chunk - 1);
-                    if (has_c) load_dpl<DPL>(kv_row(kv, ring_base, first + kc + j, 1, d, h) + c_lane, v[u]);
+                    if (has_c) load_dpl<DPL>(kv_row(kv, slot, h, 1, first + kc + j, d) + c_lane, v[u]);
                 }
 #pragma unroll
                 for (int t = 0; t < ATTN_MAX_TIME; ++t) {
