@@ -32,6 +32,8 @@ else echo "MISSING $BIN/chorus"; fi
 section "(c') replay_bench: device time per step and per-op breakdown"
 if [ -x "$BIN"/replay_bench ]; then
   for p in bf16 f32; do "$BIN"/replay_bench "$p" 1,64,1024 100 2>&1 || status=1; done
+  # A/B: the convolutions without the tensor-core path (cuBLAS tap-split), same call.
+  "$BIN"/replay_bench bf16 1,64,1024 100 tap-split 2>&1 || status=1
 else echo "MISSING $BIN/replay_bench"; fi
 section "(e) encoder: chorus bench --encode, then transformers' encoder in the same call"
 if [ -x "$BIN"/chorus ]; then
