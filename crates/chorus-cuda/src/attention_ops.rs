@@ -47,30 +47,37 @@ impl CudaBackend {
             .iter()
             .find(|(dim, _)| *dim == g.head_dim)
             .map(|&(_, k)| k);
-        let (Some(kernel), true) = (kernel, g.time > 0 && g.window + g.time - 1 <= g.ring) else {
+        let geometry_ok =
+            g.time > 0 && g.window > 0 && g.window + g.time - 1 <= g.ring && g.heads > 0;
+        let (Some(kernel), true) = (kernel, geometry_ok) else {
             return Err(cuda_error(
                 OP,
                 format!(
-                    "unsupported geometry {g:?}: time >= 1, head_dim one of 16, 32, 64, 128, \
-                     window + time - 1 <= ring"
+                    "unsupported geometry {g:?}: time >= 1, window >= 1, head_dim one of 16, 32, \
+                     64, 128, window + time - 1 <= ring"
                 ),
             ));
         };
+        // Each group's rotated queries [time, head_dim], then with a split each warp's partial
+        // softmax (m, l and acc for ATTN_MAX_TIME queries), all f32.
+        let smem_of = |split: usize| {
+            let partials = if split > 1 {
+                ATTN_WARPS * ATTN_MAX_TIME * (g.head_dim + 2)
+            } else {
+                0
+            };
+            (ATTN_WARPS / split * g.time * g.head_dim + partials) * std::mem::size_of::<f32>()
+        };
         let pairs = g.rows * g.heads;
-        let split = if pairs < self.sm_count * ATTN_SPLIT_BELOW_PER_SM {
+        // Long steps (many frames at once) keep one group's queries per block whatever the batch.
+        let split = if pairs < self.sm_count * ATTN_SPLIT_BELOW_PER_SM || smem_of(1) > ATTN_MAX_SMEM
+        {
             ATTN_WARPS
         } else {
             1
         };
         let groups = ATTN_WARPS / split;
-        // Each group's rotated queries [time, head_dim], then with a split each warp's partial
-        // softmax (m, l and acc for ATTN_MAX_TIME queries), all f32.
-        let partials = if split > 1 {
-            ATTN_WARPS * ATTN_MAX_TIME * (g.head_dim + 2)
-        } else {
-            0
-        };
-        let smem = (groups * g.time * g.head_dim + partials) * std::mem::size_of::<f32>();
+        let smem = smem_of(split);
         if smem > ATTN_MAX_SMEM {
             return Err(cuda_error(
                 OP,

@@ -238,6 +238,26 @@ fn conv1d_tensor_cores_long_history() {
     );
 }
 
+#[test]
+fn conv1d_tensor_cores_blocks_walk_several_tiles() {
+    // More tiles than resident blocks: each block loads its next window while computing one.
+    check_conv_path(
+        "mma conv k3 64->32 t30000 elu",
+        ConvProblem::new(26, conv_geom(64, 32, 3, 1, 30_000, true), true, true),
+        true,
+    );
+}
+
+#[test]
+fn conv1d_tensor_cores_uneven_chunks_odd_outputs() {
+    // 48 channels are 6 vectors per row (no whole number per block width); 13 outputs are odd.
+    check_conv_path(
+        "mma conv k3 48->13 t2000",
+        ConvProblem::new(27, conv_geom(48, 13, 3, 1, 2000, false), true, true),
+        true,
+    );
+}
+
 /// Inputs of a streaming transposed convolution over two calls.
 struct ConvTrProblem {
     geom: ConvTr1dGeom,
@@ -521,6 +541,25 @@ fn attention_head_dims_128_and_16() {
             0,
         );
     }
+}
+
+/// A long step (60 tokens) at a large batch: one group's queries per block would not fit in
+/// shared memory, so each block takes one (row, head) with its keys split over its warps.
+#[test]
+fn attention_long_step_many_rows() {
+    let rows = 140;
+    let geom = AttentionGeom {
+        rows,
+        time: 60,
+        heads: 8,
+        head_dim: 64,
+        ring: 160,
+        window: 100,
+        rope_theta: 10_000.0,
+    };
+    let total = rows + 1;
+    let slots: Vec<i32> = (0..rows as i32).rev().collect();
+    check_attention("attention t60 140 rows", geom, &slots, total, 0);
 }
 
 #[test]

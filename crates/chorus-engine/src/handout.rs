@@ -39,6 +39,12 @@ pub(crate) fn deliver_all(
     pcm: &PcmPool,
     dropped: &mut Vec<Dropped>,
 ) {
+    if pcm.copying() {
+        shared
+            .metrics
+            .pcm_copied_frames
+            .fetch_add(picked.len() as u64, Ordering::Relaxed);
+    }
     for (i, p) in picked.iter().enumerate() {
         deliver(shared, p, pcm.frame(i), dropped);
     }

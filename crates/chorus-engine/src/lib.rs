@@ -31,7 +31,7 @@ mod worker;
 pub use engine::{DecoderInfo, Engine, EngineConfig, EngineStatus, DEFAULT_DEVICE};
 pub use error::StreamError;
 pub use metrics::{ErrorCounts, Histogram, Metrics};
-pub use pcm::{PcmFrame, MAX_PCM_BLOCKS};
+pub use pcm::{PcmFrame, MAX_PCM_BLOCKS, MAX_PCM_POOL_BYTES, MIN_PCM_BLOCKS};
 pub use pool::{DeviceStatus, EnginePool, PoolMetrics, PoolStatus};
 pub use stream::{Stream, StreamEvent, StreamInput};
 

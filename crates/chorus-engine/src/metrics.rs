@@ -106,6 +106,8 @@ pub struct Metrics {
     pub streams_opened: AtomicU64,
     /// Frames whose PCM was ready more than one frame period (80 ms) after the frame arrived.
     pub deadline_misses: AtomicU64,
+    /// Frames handed out as copies because readers still held every pooled PCM block.
+    pub pcm_copied_frames: AtomicU64,
     /// From a step's launch to its PCM being ready (queued behind the previous step included).
     pub step_seconds: Histogram,
     /// Device time of each step (CUDA events; the program's run time on the CPU). Its sum over
@@ -128,6 +130,7 @@ impl Default for Metrics {
             frames_decoded: AtomicU64::new(0),
             streams_opened: AtomicU64::new(0),
             deadline_misses: AtomicU64::new(0),
+            pcm_copied_frames: AtomicU64::new(0),
             step_seconds: Histogram::new(SECONDS_BOUNDS),
             device_seconds: Histogram::new(SECONDS_BOUNDS),
             host_seconds: Histogram::new(SECONDS_BOUNDS),

@@ -8,10 +8,15 @@ use std::sync::Arc;
 
 use chorus_core::FRAME_SAMPLES;
 
-/// Blocks the engine keeps at most. Readers normally release a step's frames within a step or
-/// two; when slow readers hold every block, a step's frames are copied out one by one instead
-/// (as large blocks pinned by a few lagging frames would hold far more memory than the frames).
-pub const MAX_PCM_BLOCKS: usize = 8;
+/// Host memory the engine's PCM blocks may take at most. Readers release a step's frames once
+/// their connection has sent them (a few steps later under load); when slow readers hold every
+/// block, a step's frames are copied out one by one instead (counted in
+/// `chorus_pcm_copied_frames_total`), as blocks pinned by a few lagging frames would otherwise
+/// hold far more memory than the frames.
+pub const MAX_PCM_POOL_BYTES: usize = 256 << 20;
+/// Blocks kept at least, and at most, whatever their size.
+pub const MIN_PCM_BLOCKS: usize = 4;
+pub const MAX_PCM_BLOCKS: usize = 64;
 
 /// One step's PCM, `[rows, FRAME_SAMPLES]`.
 struct Block {
@@ -71,6 +76,8 @@ impl fmt::Debug for PcmFrame {
 pub(crate) struct PcmPool {
     blocks: Vec<Arc<Block>>,
     rows: usize,
+    /// Blocks this pool may allocate (from [`MAX_PCM_POOL_BYTES`]).
+    cap: usize,
     /// The block the current step writes (an index into `blocks`), or `None` when every block is
     /// held and the step writes `spare`.
     current: Option<usize>,
@@ -80,23 +87,26 @@ pub(crate) struct PcmPool {
 
 impl PcmPool {
     pub(crate) fn new(rows: usize) -> Self {
+        let block_bytes = (rows * FRAME_SAMPLES * std::mem::size_of::<f32>()).max(1);
+        let cap = (MAX_PCM_POOL_BYTES / block_bytes).clamp(MIN_PCM_BLOCKS, MAX_PCM_BLOCKS);
         Self {
-            blocks: Vec::with_capacity(MAX_PCM_BLOCKS),
+            blocks: Vec::with_capacity(cap),
             rows,
+            cap,
             current: None,
             spare: vec![0.0; rows * FRAME_SAMPLES].into_boxed_slice(),
         }
     }
 
     /// The buffer the next step writes its `rows` rows into: a block no stream holds (a new one
-    /// while fewer than [`MAX_PCM_BLOCKS`] exist), else the spare buffer.
+    /// while the pool is below its cap), else the spare buffer.
     pub(crate) fn writable(&mut self, rows: usize) -> &mut [f32] {
         self.current = self
             .blocks
             .iter()
             .position(|b| Arc::strong_count(b) == 1)
             .or_else(|| {
-                (self.blocks.len() < MAX_PCM_BLOCKS).then(|| {
+                (self.blocks.len() < self.cap).then(|| {
                     self.blocks.push(Arc::new(Block {
                         samples: vec![0.0; self.rows * FRAME_SAMPLES].into_boxed_slice(),
                     }));
@@ -128,6 +138,11 @@ impl PcmPool {
                 PcmFrame::from_samples(&self.spare[row * FRAME_SAMPLES..(row + 1) * FRAME_SAMPLES])
             }
         }
+    }
+
+    /// Whether the last step's frames are copies (every block was held).
+    pub(crate) fn copying(&self) -> bool {
+        self.current.is_none()
     }
 
     /// Blocks allocated so far.
@@ -175,16 +190,26 @@ mod tests {
     }
 
     #[test]
+    fn the_cap_follows_the_block_size() {
+        assert_eq!(PcmPool::new(1).cap, MAX_PCM_BLOCKS);
+        // 1024 rows: 7.5 MiB blocks, 34 of them in 256 MiB.
+        assert_eq!(PcmPool::new(1024).cap, 34);
+        assert_eq!(PcmPool::new(1 << 16).cap, MIN_PCM_BLOCKS);
+    }
+
+    #[test]
     fn held_blocks_past_the_cap_fall_back_to_copies() {
         let mut pool = PcmPool::new(1);
+        let cap = pool.cap;
         let mut held = Vec::new();
-        for step in 0..MAX_PCM_BLOCKS + 3 {
+        for step in 0..cap + 3 {
             fill(&mut pool, 1, step as f32);
+            assert_eq!(pool.copying(), step >= cap);
             held.push(pool.frame(0));
         }
-        assert_eq!(pool.blocks(), MAX_PCM_BLOCKS);
-        assert!(held[..MAX_PCM_BLOCKS].iter().all(PcmFrame::is_shared));
-        assert!(!held[MAX_PCM_BLOCKS].is_shared());
+        assert_eq!(pool.blocks(), cap);
+        assert!(held[..cap].iter().all(PcmFrame::is_shared));
+        assert!(!held[cap].is_shared());
         // Every frame still reads what its own step wrote.
         for (step, f) in held.iter().enumerate() {
             assert_eq!(f[0], step as f32);

@@ -36,6 +36,11 @@ const COUNTERS: &[(&str, &str, CounterOf)] = &[
         "Frames whose PCM was ready more than 80 ms after the frame arrived.",
         |m| &m.deadline_misses,
     ),
+    (
+        "chorus_pcm_copied_frames_total",
+        "Frames handed to their stream as a copy because readers held every pooled PCM block.",
+        |m| &m.pcm_copied_frames,
+    ),
 ];
 
 /// Histogram families: name, help, the histogram.

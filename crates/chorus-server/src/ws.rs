@@ -260,6 +260,8 @@ impl Conn {
                         Err(e) => return Some(End::Error(e, Counted::No)),
                     },
                 };
+                // The frame shares its step's pooled block: let it go before a send that may wait.
+                drop(samples);
                 let send = self.socket.send(Message::Binary(bytes.into()));
                 match tokio::time::timeout(self.state.config.write_timeout, send).await {
                     Ok(Ok(())) => None,
