@@ -1,4 +1,5 @@
-"""Chorus from Python: exact, streaming Mimi decoding and the MiniMax Music 3 semantic stage.
+"""Chorus from Python: exact, streaming Mimi decoding, Mimi encoding, and the MiniMax Music 3
+semantic stage.
 
 The heavy lifting is the Rust runtime (``chorus._chorus``); this package adds numpy and torch in
 and out, streams, and the asyncio client of the server protocol (``chorus.client``).
@@ -7,6 +8,7 @@ and out, streams, and the asyncio client of the server protocol (``chorus.client
 from __future__ import annotations
 
 from ._chorus import FRAME_SAMPLES, SAMPLE_RATE, __version__, cuda_available
+from .encoder import MimiEncoder
 from .mimi import MimiDecoder, MimiStream, from_transformers
 from .music import MusicSemantic, SemanticSong
 
@@ -14,6 +16,7 @@ __all__ = [
     "FRAME_SAMPLES",
     "SAMPLE_RATE",
     "MimiDecoder",
+    "MimiEncoder",
     "MimiStream",
     "MusicSemantic",
     "SemanticSong",

@@ -72,6 +72,37 @@ class Decoder:
     @property
     def open_streams(self) -> int: ...
 
+class Encoder:
+    """The Mimi slot encoder on its own thread (whole signals)."""
+
+    def __init__(
+        self,
+        model: str = "kyutai/mimi",
+        device: str = "auto",
+        precision: Optional[str] = None,
+        max_streams: int = 16,
+        threads: Optional[int] = None,
+    ) -> None: ...
+    def encode(
+        self, audio: npt.NDArray[np.float32], n_q: int, latents: bool = False
+    ) -> Tuple[npt.NDArray[np.int64], Optional[npt.NDArray[np.float32]]]: ...
+    @property
+    def max_streams(self) -> int: ...
+    @property
+    def num_quantizers(self) -> int: ...
+    @property
+    def codebook_size(self) -> int: ...
+    @property
+    def latent_dim(self) -> int: ...
+    @property
+    def frame_samples(self) -> int: ...
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+
 class MusicStage:
     """The music semantic stage on its own thread."""
 

@@ -1,11 +1,13 @@
 //! The `chorus` Python package's extension module, `chorus._chorus`.
 //!
-//! It exposes two objects, each owning a device-side model on its own thread ([`actor`]): the
-//! Mimi slot decoder ([`mimi`]) and the music semantic stage ([`music`]). They take and give
-//! numpy arrays only; the Python layer (`chorus/*.py`) adds torch in and out, streams, and the
-//! friendly signatures. Every library error becomes a Python exception ([`errors`]).
+//! It exposes three objects, each owning a device-side model on its own thread ([`actor`]): the
+//! Mimi slot decoder ([`mimi`]) and encoder ([`encoder`]), and the music semantic stage
+//! ([`music`]). They take and give numpy arrays only; the Python layer (`chorus/*.py`) adds torch
+//! in and out, streams, and the friendly signatures. Every library error becomes a Python
+//! exception ([`errors`]).
 
 mod actor;
+mod encoder;
 mod errors;
 mod frames;
 mod mimi;
@@ -17,6 +19,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _chorus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mimi::PyDecoder>()?;
+    m.add_class::<encoder::PyEncoder>()?;
     m.add_class::<music::PyMusicStage>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FRAME_SAMPLES", chorus_core::FRAME_SAMPLES)?;

@@ -1,0 +1,100 @@
+"""Mimi encoding: 24 kHz audio to codes (and latents), many signals side by side."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _arrays
+from ._chorus import Encoder
+
+
+class MimiEncoder:
+    """Encodes 24 kHz mono float audio into Mimi codes, 1920 samples (80 ms) per frame.
+
+    ``model`` is ``"kyutai/mimi"`` (fetched into the Hugging Face cache), a local checkpoint in
+    either layout (it must hold the encoder side), or ``"random"`` (seeded random weights).
+    ``device`` is ``"auto"``, ``"cpu"`` or ``"cuda"``; ``precision`` ``"f32"`` or ``"bf16"``
+    (CUDA's default: codes may then differ from f32 at the finer levels, where the quantiser's
+    choices are near-ties). Signals of a batch are encoded side by side, up to ``max_streams`` at
+    a time. Encoding releases the GIL; bad input raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        model: str = "kyutai/mimi",
+        device: str = "auto",
+        precision: Optional[str] = None,
+        max_streams: int = 16,
+        threads: Optional[int] = None,
+    ) -> None:
+        if not isinstance(max_streams, int) or max_streams < 1:
+            raise ValueError(f"max_streams must be a positive integer, not {max_streams!r}")
+        self._core: Encoder = Encoder(model, device, precision, max_streams, threads)
+
+    @property
+    def max_streams(self) -> int:
+        """Signals encoded side by side at most (a larger batch runs in groups)."""
+        return self._core.max_streams
+
+    @property
+    def num_quantizers(self) -> int:
+        """Codebooks of the model: ``n_q`` may be 1 up to this."""
+        return self._core.num_quantizers
+
+    @property
+    def codebook_size(self) -> int:
+        """Every code lies in ``[0, codebook_size)``."""
+        return self._core.codebook_size
+
+    @property
+    def latent_dim(self) -> int:
+        """Length of one latent frame."""
+        return self._core.latent_dim
+
+    @property
+    def sample_rate(self) -> int:
+        """24000."""
+        return self._core.sample_rate
+
+    @property
+    def frame_samples(self) -> int:
+        """1920 samples (80 ms) per frame."""
+        return self._core.frame_samples
+
+    @property
+    def device(self) -> str:
+        """The backend and precision in words."""
+        return self._core.device
+
+    def __repr__(self) -> str:
+        return (
+            f"MimiEncoder(source={self._core.source!r}, device={self.device!r}, "
+            f"max_streams={self.max_streams})"
+        )
+
+    def encode(
+        self, audio: Any, n_q: int = 8, latents: bool = False
+    ) -> Union[Any, Tuple[Any, Any]]:
+        """Encodes audio ``[T]`` or ``[B, T]`` (24 kHz mono, float) into codes ``[n_q, F]`` or
+        ``[B, n_q, F]`` (int64), F = ceil(T / 1920); the last partial frame is padded with silence.
+
+        Each signal is encoded from a fresh stream, as ``chorus encode`` does; the codes are what
+        ``MimiDecoder.decode`` takes. With ``latents=True`` it returns ``(codes, latents)``, the
+        latents being the pre-quantisation vectors ``[F, latent_dim]`` or ``[B, F, latent_dim]``.
+        numpy in, numpy out; torch in, torch out (on the input's device).
+        """
+        arr, restore = _arrays.as_latents(audio, "audio")
+        if arr.ndim not in (1, 2):
+            raise ValueError(f"audio: expected [T] or [B, T] samples, found shape {arr.shape}")
+        batched = arr.ndim == 2
+        if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
+            raise ValueError(f"n_q must be an integer, not {n_q!r}")
+        codes, lat = self._core.encode(arr if batched else arr[None, :], int(n_q), bool(latents))
+        if not batched:
+            codes = codes[0]
+            lat = None if lat is None else lat[0]
+        if latents:
+            return restore(codes), restore(lat)
+        return restore(codes)

@@ -1,0 +1,288 @@
+//! `chorus._chorus.Encoder`: the Mimi slot encoder behind an owner thread, for whole signals.
+//!
+//! A call encodes `[B, T]` audio as B streams side by side (one frame of each per step, from the
+//! zero state), the last partial frame padded with silence as `chorus encode` does. Input is
+//! checked on the calling thread; long signals go in chunks so Ctrl-C is seen between them.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use chorus_core::{
+    AudioFrame, Buckets, Error, FrameEncoder, Precision, Result, DEFAULT_BUCKETS, FRAME_SAMPLES,
+};
+use chorus_mimi::checkpoint::load_model;
+use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use crate::actor::Actor;
+use crate::errors::IntoPy;
+use crate::mimi::SAMPLE_RATE;
+
+/// Frames encoded per job: Ctrl-C is checked between jobs.
+const ENCODE_CHUNK_FRAMES: usize = 64;
+/// The CUDA device an encoder opens on when CUDA is chosen.
+const CUDA_DEVICE: usize = 0;
+
+type Enc = Box<dyn FrameEncoder + Send>;
+
+/// The Mimi slot encoder.
+#[pyclass(module = "chorus._chorus", name = "Encoder", frozen)]
+pub struct PyEncoder {
+    actor: Actor<Enc>,
+    /// Rows encoded side by side at most.
+    width: usize,
+    max_slots: usize,
+    max_codebooks: usize,
+    codebook_size: usize,
+    latent_dim: usize,
+    describe: String,
+    source: String,
+}
+
+/// One job: frames `frames` of rows `rows` of the audio, on slots `0..rows.len()`.
+struct EncodeJob {
+    audio: Arc<Vec<f32>>,
+    samples: usize,
+    rows: Range<usize>,
+    frames: Range<usize>,
+    n_q: usize,
+    latents: bool,
+}
+
+/// Codes `[rows, frames, n_q]` and, when asked, latents `[rows, frames, latent_dim]`.
+struct EncodedChunk {
+    codes: Vec<u32>,
+    latents: Vec<f32>,
+}
+
+impl EncodeJob {
+    fn run(&self, enc: &mut dyn FrameEncoder) -> Result<EncodedChunk> {
+        let (rows, frames) = (self.rows.len(), self.frames.len());
+        let (width, dim) = (enc.max_codebooks(), enc.latent_dim());
+        // Each row's frame, the last one padded with silence.
+        let mut pcm = vec![0f32; rows * FRAME_SAMPLES];
+        let mut step_codes = vec![0u32; rows * width];
+        let mut step_latents = vec![0f32; rows * dim];
+        let mut out = EncodedChunk {
+            codes: vec![0; rows * frames * self.n_q],
+            latents: vec![0.0; if self.latents { rows * frames * dim } else { 0 }],
+        };
+        for (k, t) in self.frames.clone().enumerate() {
+            let start = t * FRAME_SAMPLES;
+            let end = self.samples.min(start + FRAME_SAMPLES);
+            for (i, r) in self.rows.clone().enumerate() {
+                let src = &self.audio[r * self.samples + start..r * self.samples + end];
+                let dst = &mut pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
+                dst[..src.len()].copy_from_slice(src);
+                dst[src.len()..].fill(0.0);
+            }
+            let batch: Vec<AudioFrame<'_>> = (0..rows)
+                .map(|i| AudioFrame {
+                    slot: i,
+                    pcm: &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
+                    n_q: self.n_q,
+                })
+                .collect();
+            let lat = self.latents.then_some(&mut step_latents[..]);
+            enc.step(&batch, &mut step_codes, lat)?;
+            for i in 0..rows {
+                let at = (i * frames + k) * self.n_q;
+                out.codes[at..at + self.n_q]
+                    .copy_from_slice(&step_codes[i * width..i * width + self.n_q]);
+                if self.latents {
+                    let at = (i * frames + k) * dim;
+                    out.latents[at..at + dim]
+                        .copy_from_slice(&step_latents[i * dim..(i + 1) * dim]);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl PyEncoder {
+    /// Loads `model` (`kyutai/mimi`, a path, or `random`) and builds the encoder on `device`.
+    #[new]
+    #[pyo3(signature = (model="kyutai/mimi", device="auto", precision=None, max_streams=16, threads=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        device: &str,
+        precision: Option<&str>,
+        max_streams: usize,
+        threads: Option<usize>,
+    ) -> PyResult<Self> {
+        let spec = EncoderSpec {
+            device: DeviceKind::parse(device).py_err()?,
+            precision: precision.map(Precision::parse).transpose().py_err()?,
+            max_slots: max_streams,
+            buckets: Buckets::new(DEFAULT_BUCKETS)
+                .and_then(|b| b.capped(max_streams.max(1)))
+                .py_err()?,
+            threads,
+            cuda_device: CUDA_DEVICE,
+        };
+        let name = model.to_owned();
+        let (actor, info, source) = py
+            .detach(move || -> Result<_> {
+                let loaded = load_model(&name)?;
+                let source = loaded.source.clone();
+                let actor =
+                    Actor::spawn("chorus-mimi-encoder", move || open_encoder(&loaded, &spec))?;
+                let info = actor.call(|e: &mut Enc| {
+                    (
+                        e.max_slots(),
+                        e.largest_batch(),
+                        e.max_codebooks(),
+                        e.codebook_size(),
+                        e.latent_dim(),
+                        e.describe(),
+                    )
+                })?;
+                Ok((actor, info, source))
+            })
+            .py_err()?;
+        let (max_slots, largest_batch, max_codebooks, codebook_size, latent_dim, describe) = info;
+        Ok(Self {
+            actor,
+            width: max_slots.min(largest_batch).max(1),
+            max_slots,
+            max_codebooks,
+            codebook_size,
+            latent_dim,
+            describe,
+            source,
+        })
+    }
+
+    /// Encodes float32 audio `[B, T]` (24 kHz mono) into codes `[B, n_q, F]` (int64, F = T / 1920
+    /// rounded up) and, when `latents`, the pre-quantisation latents `[B, F, latent_dim]`.
+    #[pyo3(signature = (audio, n_q, latents=false))]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        audio: PyReadonlyArray2<'py, f32>,
+        n_q: usize,
+        latents: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+        const OP: &str = "Encoder.encode";
+        if n_q == 0 || n_q > self.max_codebooks {
+            return Err(Error::input(
+                OP,
+                format!("n_q {n_q} is outside 1..={}", self.max_codebooks),
+            ))
+            .py_err();
+        }
+        let (streams, samples) = (audio.shape()[0], audio.shape()[1]);
+        let data: Vec<f32> = audio.as_array().iter().copied().collect();
+        if let Some(at) = data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "audio row {} sample {} is {} (audio must be finite)",
+                    at / samples.max(1),
+                    at % samples.max(1),
+                    data[at]
+                ),
+            ))
+            .py_err();
+        }
+        let frames = samples.div_ceil(FRAME_SAMPLES);
+        let dim = self.latent_dim;
+        let mut codes = vec![0i64; streams * n_q * frames];
+        let mut lat = vec![0f32; if latents { streams * frames * dim } else { 0 }];
+        let audio = Arc::new(data);
+        for first in (0..streams).step_by(self.width) {
+            let rows = first..streams.min(first + self.width);
+            let reset = rows.len();
+            self.call(py, move |e| (0..reset).try_for_each(|s| e.reset(s)))?
+                .py_err()?;
+            for t0 in (0..frames).step_by(ENCODE_CHUNK_FRAMES) {
+                let t1 = frames.min(t0 + ENCODE_CHUNK_FRAMES);
+                let job = EncodeJob {
+                    audio: audio.clone(),
+                    samples,
+                    rows: rows.clone(),
+                    frames: t0..t1,
+                    n_q,
+                    latents,
+                };
+                let chunk = self.call(py, move |e| job.run(e.as_mut()))?.py_err()?;
+                let k = t1 - t0;
+                for (i, r) in rows.clone().enumerate() {
+                    for t in 0..k {
+                        for q in 0..n_q {
+                            codes[(r * n_q + q) * frames + t0 + t] =
+                                i64::from(chunk.codes[(i * k + t) * n_q + q]);
+                        }
+                    }
+                    if latents {
+                        let src = &chunk.latents[i * k * dim..(i + 1) * k * dim];
+                        let at = (r * frames + t0) * dim;
+                        lat[at..at + k * dim].copy_from_slice(src);
+                    }
+                }
+                py.check_signals()?;
+            }
+        }
+        let codes = PyArray1::from_vec(py, codes)
+            .reshape([streams, n_q, frames])?
+            .into_any();
+        let lat = if latents {
+            Some(
+                PyArray1::from_vec(py, lat)
+                    .reshape([streams, frames, dim])?
+                    .into_any(),
+            )
+        } else {
+            None
+        };
+        Ok((codes, lat))
+    }
+
+    #[getter]
+    fn max_streams(&self) -> usize {
+        self.max_slots
+    }
+    #[getter]
+    fn num_quantizers(&self) -> usize {
+        self.max_codebooks
+    }
+    #[getter]
+    fn codebook_size(&self) -> usize {
+        self.codebook_size
+    }
+    #[getter]
+    fn latent_dim(&self) -> usize {
+        self.latent_dim
+    }
+    #[getter]
+    fn frame_samples(&self) -> usize {
+        FRAME_SAMPLES
+    }
+    #[getter]
+    fn sample_rate(&self) -> usize {
+        SAMPLE_RATE
+    }
+    #[getter]
+    fn device(&self) -> &str {
+        &self.describe
+    }
+    #[getter]
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl PyEncoder {
+    /// Runs `f` on the encoder thread with the GIL released.
+    fn call<R: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Enc) -> R + Send + 'static,
+    ) -> PyResult<R> {
+        py.detach(|| self.actor.call(f)).py_err()
+    }
+}

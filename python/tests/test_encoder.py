@@ -1,0 +1,97 @@
+"""Mimi encoding from Python: transformers' codes, the CLI's codes, batches, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+from conftest import FIXTURES, run_cli
+
+ENC_FIXTURES = FIXTURES / "encoder"
+#: Frames of the fixture used (the streaming state is exact from the first frame).
+FRAMES = 40
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    """The real Mimi architecture with the seeded random weights the fixtures were made with."""
+    return chorus.MimiEncoder("random", device="cpu", max_streams=4)
+
+
+def speech(frames: int = FRAMES) -> np.ndarray:
+    return np.load(ENC_FIXTURES / "enc_hf_speech.audio.npy")[: frames * 1920]
+
+
+def test_encode_gives_transformers_codes_at_every_level(encoder):
+    want = np.load(ENC_FIXTURES / "enc_hf_speech.codes.npy")[:, :FRAMES]
+    want_latent = np.load(ENC_FIXTURES / "enc_hf_speech.latent.npy")[:FRAMES]
+    codes, latents = encoder.encode(speech(), n_q=32, latents=True)
+    assert codes.dtype == np.int64 and codes.shape == (32, FRAMES)
+    np.testing.assert_array_equal(codes, want)
+    assert latents.dtype == np.float32 and latents.shape == (FRAMES, encoder.latent_dim)
+    rel = np.linalg.norm(latents - want_latent) / np.linalg.norm(want_latent)
+    assert rel <= 1e-4
+
+
+def test_encode_matches_the_cli_and_decodes(encoder, tmp_path):
+    import wave
+
+    # A 16-bit WAV the CLI reads; the same samples, as floats, go to Python.
+    rng = np.random.default_rng(11)
+    pcm16 = (rng.standard_normal(1920 * 5 + 700) * 3000).astype(np.int16)
+    with wave.open(str(tmp_path / "in.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes(pcm16.tobytes())
+    run_cli("encode", "--model", "random", "--device", "cpu", "--n-q", "8",
+            "--audio", str(tmp_path / "in.wav"), "--out", str(tmp_path / "codes.npy"))
+    cli = np.load(tmp_path / "codes.npy")
+    ours = encoder.encode(pcm16.astype(np.float32) / 32768.0, n_q=8)
+    # Six frames: the last one holds 700 samples and is padded with silence.
+    assert ours.shape == cli.shape == (8, 6)
+    np.testing.assert_array_equal(ours, cli)
+    pcm = chorus.MimiDecoder("random", device="cpu", max_streams=1).decode(ours)
+    assert pcm.shape == (1, 6 * 1920)
+
+
+def test_a_batch_equals_each_signal_alone(encoder):
+    # Five signals on four streams: two groups, each from the zero state.
+    rng = np.random.default_rng(3)
+    audio = (rng.standard_normal((5, 1920 * 3 + 11)) * 0.1).astype(np.float32)
+    batch = encoder.encode(audio, n_q=4)
+    assert batch.shape == (5, 4, 4)
+    for b in range(5):
+        np.testing.assert_array_equal(batch[b], encoder.encode(audio[b], n_q=4))
+    assert (batch >= 0).all() and (batch < encoder.codebook_size).all()
+
+
+def test_torch_in_torch_out(encoder):
+    audio = torch.from_numpy(speech(3))
+    codes = encoder.encode(audio, n_q=8)
+    assert isinstance(codes, torch.Tensor) and codes.dtype == torch.int64
+    np.testing.assert_array_equal(codes.numpy(), encoder.encode(speech(3), n_q=8))
+
+
+@pytest.mark.parametrize(
+    "audio, n_q, message",
+    [
+        (np.zeros(1920, np.float32), 0, "n_q 0"),
+        (np.zeros(1920, np.float32), 33, "n_q 33"),
+        (np.array([0.0, np.nan, 0.0], np.float32), 8, "sample 1"),
+        (np.zeros((2, 2, 1920), np.float32), 8, "shape"),
+        (np.zeros(1920, np.int16), 8, "float"),
+    ],
+)
+def test_bad_input_is_refused_by_name(encoder, audio, n_q, message):
+    with pytest.raises(ValueError, match=message):
+        encoder.encode(audio, n_q=n_q)
+    # The encoder goes on working.
+    assert encoder.encode(speech(1), n_q=2).shape == (2, 1)
+
+
+def test_a_missing_checkpoint_is_refused(tmp_path):
+    with pytest.raises((ValueError, OSError)):
+        chorus.MimiEncoder(str(tmp_path / "missing.safetensors"), device="cpu")
