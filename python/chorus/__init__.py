@@ -8,7 +8,7 @@ and out, streams, and the asyncio client of the server protocol (``chorus.client
 from __future__ import annotations
 
 from ._chorus import FRAME_SAMPLES, SAMPLE_RATE, __version__, cuda_available
-from .encoder import MimiEncoder
+from .encoder import MimiEncoder, MimiEncoderStream
 from .mimi import MimiDecoder, MimiStream, from_transformers
 from .music import MusicSemantic, SemanticSong
 
@@ -17,6 +17,7 @@ __all__ = [
     "SAMPLE_RATE",
     "MimiDecoder",
     "MimiEncoder",
+    "MimiEncoderStream",
     "MimiStream",
     "MusicSemantic",
     "SemanticSong",

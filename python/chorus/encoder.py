@@ -68,6 +68,18 @@ class MimiEncoder:
         """The backend and precision in words."""
         return self._core.device
 
+    @property
+    def open_streams(self) -> int:
+        """Streams open now."""
+        return self._core.open_streams
+
+    def stream(self, n_q: int = 8) -> "MimiEncoderStream":
+        """Opens a stream quantising to ``n_q`` codebooks, in the zero state (it holds a slot)."""
+        if not isinstance(n_q, int) or not 1 <= n_q <= self.num_quantizers:
+            raise ValueError(f"n_q = {n_q!r}: the model takes 1..={self.num_quantizers} codebooks")
+        slot, generation = self._core.open_slot()
+        return MimiEncoderStream(self, slot, generation, n_q)
+
     def __repr__(self) -> str:
         return (
             f"MimiEncoder(source={self._core.source!r}, device={self.device!r}, "
@@ -98,3 +110,90 @@ class MimiEncoder:
         if latents:
             return restore(codes), restore(lat)
         return restore(codes)
+
+
+class MimiEncoderStream:
+    """One stream's encoding state on a :class:`MimiEncoder` (a slot).
+
+    ``encode`` takes audio in chunks of any length and returns the codes of every frame the chunk
+    completes (``[n_q, k]``, k possibly 0); the samples past the last whole frame wait for the next
+    chunk. ``flush`` encodes what waits, padded with silence. Encoding a signal in chunks and
+    flushing gives the codes of ``MimiEncoder.encode`` on the whole signal. Use it as a context
+    manager, or call :meth:`close`.
+    """
+
+    def __init__(self, encoder: MimiEncoder, slot: int, generation: int, n_q: int) -> None:
+        self._encoder = encoder
+        self.slot = slot
+        self._generation = generation
+        self.n_q = n_q
+        self._pending = np.zeros(0, np.float32)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._closed
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples received that do not complete a frame yet."""
+        return int(self._pending.size)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ValueError(f"encoder stream {self.slot} is closed")
+
+    def _run(self, samples: np.ndarray, latents: bool, restore: Any) -> Any:
+        codes, lat = self._encoder._core.stream_encode(
+            self.slot, self._generation, samples, self.n_q, latents
+        )
+        if latents:
+            return restore(codes), restore(lat)
+        return restore(codes)
+
+    def encode(self, audio: Any, latents: bool = False) -> Any:
+        """Encodes the frames ``audio`` (``[T]``, 24 kHz, float) completes: codes ``[n_q, k]``
+        (with ``latents=True``, also the latents ``[k, latent_dim]``). A refused chunk (not
+        finite, wrong shape) leaves the stream as it was.
+        """
+        self._check()
+        arr, restore = _arrays.as_latents(audio, "audio")
+        if arr.ndim != 1:
+            raise ValueError(f"audio: a stream takes [T] samples, found shape {arr.shape}")
+        if not np.isfinite(arr).all():
+            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ValueError(f"audio sample {bad} is {arr[bad]} (audio must be finite)")
+        joined = np.concatenate([self._pending, arr])
+        whole = joined.size - joined.size % self._encoder.frame_samples
+        out = self._run(np.ascontiguousarray(joined[:whole]), latents, restore)
+        self._pending = joined[whole:].copy()
+        return out
+
+    def flush(self, latents: bool = False) -> Any:
+        """Encodes the samples waiting (if any) as one frame padded with silence: codes ``[n_q, 0]``
+        or ``[n_q, 1]``. The stream then continues from that frame's state."""
+        self._check()
+        frame = self._encoder.frame_samples
+        padded = np.zeros(frame if self._pending.size else 0, np.float32)
+        padded[: self._pending.size] = self._pending
+        self._pending = np.zeros(0, np.float32)
+        return self._run(padded, latents, lambda x: x)
+
+    def reset(self) -> None:
+        """Back to the zero state; samples waiting are dropped."""
+        self._check()
+        self._encoder._core.reset(self.slot, self._generation)
+        self._pending = np.zeros(0, np.float32)
+
+    def close(self) -> None:
+        """Releases the slot; later calls raise ``ValueError``."""
+        if not self._closed:
+            self._closed = True
+            self._encoder._core.close_slot(self.slot, self._generation)
+
+    def __enter__(self) -> "MimiEncoderStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,8 +1,10 @@
-//! `chorus._chorus.Encoder`: the Mimi slot encoder behind an owner thread, for whole signals.
+//! `chorus._chorus.Encoder`: the Mimi slot encoder behind an owner thread.
 //!
-//! A call encodes `[B, T]` audio as B streams side by side (one frame of each per step, from the
-//! zero state), the last partial frame padded with silence as `chorus encode` does. Input is
-//! checked on the calling thread; long signals go in chunks so Ctrl-C is seen between them.
+//! Whole signals: a call encodes `[B, T]` audio as B streams side by side (one frame of each per
+//! step, from the zero state, on slots leased for the call), the last partial frame padded with
+//! silence as `chorus encode` does; long signals go in chunks so Ctrl-C is seen between them.
+//! Streams: a stream holds a slot and encodes whole frames as they come. Input is checked on the
+//! calling thread; slot ownership again on the encoder thread, in order with other jobs.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -12,12 +14,13 @@ use chorus_core::{
 };
 use chorus_mimi::checkpoint::load_model;
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::actor::Actor;
 use crate::errors::IntoPy;
 use crate::mimi::SAMPLE_RATE;
+use crate::slots::SlotTable;
 
 /// Frames encoded per job: Ctrl-C is checked between jobs.
 const ENCODE_CHUNK_FRAMES: usize = 64;
@@ -30,6 +33,7 @@ type Enc = Box<dyn FrameEncoder + Send>;
 #[pyclass(module = "chorus._chorus", name = "Encoder", frozen)]
 pub struct PyEncoder {
     actor: Actor<Enc>,
+    slots: Arc<SlotTable>,
     /// Rows encoded side by side at most.
     width: usize,
     max_slots: usize,
@@ -40,11 +44,12 @@ pub struct PyEncoder {
     source: String,
 }
 
-/// One job: frames `frames` of rows `rows` of the audio, on slots `0..rows.len()`.
+/// One job: frames `frames` of rows `rows` of the audio, row `rows.start + i` on `slots[i]`.
 struct EncodeJob {
     audio: Arc<Vec<f32>>,
     samples: usize,
     rows: Range<usize>,
+    slots: Vec<usize>,
     frames: Range<usize>,
     n_q: usize,
     latents: bool,
@@ -79,7 +84,7 @@ impl EncodeJob {
             }
             let batch: Vec<AudioFrame<'_>> = (0..rows)
                 .map(|i| AudioFrame {
-                    slot: i,
+                    slot: self.slots[i],
                     pcm: &pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES],
                     n_q: self.n_q,
                 })
@@ -147,6 +152,7 @@ impl PyEncoder {
         let (max_slots, largest_batch, max_codebooks, codebook_size, latent_dim, describe) = info;
         Ok(Self {
             actor,
+            slots: Arc::new(SlotTable::new(max_slots, "Encoder.slots")),
             width: max_slots.min(largest_batch).max(1),
             max_slots,
             max_codebooks,
@@ -168,36 +174,25 @@ impl PyEncoder {
         latents: bool,
     ) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
         const OP: &str = "Encoder.encode";
-        if n_q == 0 || n_q > self.max_codebooks {
-            return Err(Error::input(
-                OP,
-                format!("n_q {n_q} is outside 1..={}", self.max_codebooks),
-            ))
-            .py_err();
-        }
+        self.check_n_q(OP, n_q)?;
         let (streams, samples) = (audio.shape()[0], audio.shape()[1]);
         let data: Vec<f32> = audio.as_array().iter().copied().collect();
-        if let Some(at) = data.iter().position(|v| !v.is_finite()) {
-            return Err(Error::input(
-                OP,
-                format!(
-                    "audio row {} sample {} is {} (audio must be finite)",
-                    at / samples.max(1),
-                    at % samples.max(1),
-                    data[at]
-                ),
-            ))
-            .py_err();
-        }
+        check_finite(OP, &data, samples)?;
         let frames = samples.div_ceil(FRAME_SAMPLES);
         let dim = self.latent_dim;
         let mut codes = vec![0i64; streams * n_q * frames];
         let mut lat = vec![0f32; if latents { streams * frames * dim } else { 0 }];
         let audio = Arc::new(data);
-        for first in (0..streams).step_by(self.width) {
-            let rows = first..streams.min(first + self.width);
-            let reset = rows.len();
-            self.call(py, move |e| (0..reset).try_for_each(|s| e.reset(s)))?
+        let table = self.slots.clone();
+        let lease = py
+            .detach(|| table.lease(streams.min(self.width)))
+            .py_err()?;
+        let width = lease.slots.len();
+        for first in (0..streams).step_by(width) {
+            let rows = first..streams.min(first + width);
+            let slots = lease.slots[..rows.len()].to_vec();
+            let reset = slots.clone();
+            self.call(py, move |e| reset.iter().try_for_each(|&s| e.reset(s)))?
                 .py_err()?;
             for t0 in (0..frames).step_by(ENCODE_CHUNK_FRAMES) {
                 let t1 = frames.min(t0 + ENCODE_CHUNK_FRAMES);
@@ -205,6 +200,7 @@ impl PyEncoder {
                     audio: audio.clone(),
                     samples,
                     rows: rows.clone(),
+                    slots: slots.clone(),
                     frames: t0..t1,
                     n_q,
                     latents,
@@ -227,6 +223,7 @@ impl PyEncoder {
                 py.check_signals()?;
             }
         }
+        drop(lease);
         let codes = PyArray1::from_vec(py, codes)
             .reshape([streams, n_q, frames])?
             .into_any();
@@ -242,9 +239,111 @@ impl PyEncoder {
         Ok((codes, lat))
     }
 
+    /// Takes a free slot for a new stream, reset to the zero state: `(slot, generation)`.
+    fn open_slot(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        let table = self.slots.clone();
+        let (slot, generation) = py.detach(|| table.open()).py_err()?;
+        if let Err(e) = self
+            .call(py, move |e| e.reset(slot))
+            .and_then(|r| r.py_err())
+        {
+            self.slots.close(slot, generation).py_err()?;
+            return Err(e);
+        }
+        Ok((slot, generation))
+    }
+
+    /// Returns a stream's slot to the pool.
+    fn close_slot(&self, slot: usize, generation: u64) -> PyResult<()> {
+        self.slots.close(slot, generation).py_err()
+    }
+
+    /// Returns an open stream to the zero state.
+    fn reset(&self, py: Python<'_>, slot: usize, generation: u64) -> PyResult<()> {
+        let table = self.slots.clone();
+        self.call(py, move |e| {
+            table.check(slot, generation)?;
+            e.reset(slot)
+        })?
+        .py_err()
+    }
+
+    /// The next whole frames of one stream: float32 `[k * 1920]` samples in, codes `[n_q, k]`
+    /// (int64) and, when `latents`, latents `[k, latent_dim]` out.
+    #[pyo3(signature = (slot, generation, pcm, n_q, latents=false))]
+    fn stream_encode<'py>(
+        &self,
+        py: Python<'py>,
+        slot: usize,
+        generation: u64,
+        pcm: PyReadonlyArray1<'py, f32>,
+        n_q: usize,
+        latents: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+        const OP: &str = "Encoder.stream_encode";
+        self.slots.check(slot, generation).py_err()?;
+        self.check_n_q(OP, n_q)?;
+        let data: Vec<f32> = pcm.as_array().iter().copied().collect();
+        if !data.len().is_multiple_of(FRAME_SAMPLES) {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "{} samples are not whole frames of {FRAME_SAMPLES}",
+                    data.len()
+                ),
+            ))
+            .py_err();
+        }
+        check_finite(OP, &data, data.len())?;
+        let frames = data.len() / FRAME_SAMPLES;
+        let dim = self.latent_dim;
+        let job = EncodeJob {
+            audio: Arc::new(data),
+            samples: frames * FRAME_SAMPLES,
+            rows: 0..1,
+            slots: vec![slot],
+            frames: 0..frames,
+            n_q,
+            latents,
+        };
+        let table = self.slots.clone();
+        let chunk = self
+            .call(py, move |e| {
+                // Checked again in order with other jobs: a stream closed meanwhile is refused.
+                table.check(slot, generation)?;
+                job.run(e.as_mut())
+            })?
+            .py_err()?;
+        // [frames, n_q] -> [n_q, frames].
+        let mut codes = vec![0i64; n_q * frames];
+        for t in 0..frames {
+            for q in 0..n_q {
+                codes[q * frames + t] = i64::from(chunk.codes[t * n_q + q]);
+            }
+        }
+        let codes = PyArray1::from_vec(py, codes)
+            .reshape([n_q, frames])?
+            .into_any();
+        let lat = if latents {
+            Some(
+                PyArray1::from_vec(py, chunk.latents)
+                    .reshape([frames, dim])?
+                    .into_any(),
+            )
+        } else {
+            None
+        };
+        Ok((codes, lat))
+    }
+
     #[getter]
     fn max_streams(&self) -> usize {
         self.max_slots
+    }
+    /// Streams open now.
+    #[getter]
+    fn open_streams(&self) -> usize {
+        self.slots.streams()
     }
     #[getter]
     fn num_quantizers(&self) -> usize {
@@ -276,7 +375,35 @@ impl PyEncoder {
     }
 }
 
+/// Refuses non-finite audio, naming the row (of `row_len` samples) and sample.
+fn check_finite(op: &'static str, data: &[f32], row_len: usize) -> PyResult<()> {
+    match data.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(at) => Err(Error::input(
+            op,
+            format!(
+                "audio row {} sample {} is {} (audio must be finite)",
+                at / row_len.max(1),
+                at % row_len.max(1),
+                data[at]
+            ),
+        ))
+        .py_err(),
+    }
+}
+
 impl PyEncoder {
+    fn check_n_q(&self, op: &'static str, n_q: usize) -> PyResult<()> {
+        if n_q == 0 || n_q > self.max_codebooks {
+            return Err(Error::input(
+                op,
+                format!("n_q {n_q} is outside 1..={}", self.max_codebooks),
+            ))
+            .py_err();
+        }
+        Ok(())
+    }
+
     /// Runs `f` on the encoder thread with the GIL released.
     fn call<R: Send + 'static>(
         &self,

@@ -106,7 +106,7 @@ impl PyDecoder {
         let (max_slots, largest_batch, codebook_size, max_codebooks, latent_dim, describe) = info;
         Ok(Self {
             actor,
-            slots: Arc::new(SlotTable::new(max_slots)),
+            slots: Arc::new(SlotTable::new(max_slots, "Decoder.slots")),
             info: Info {
                 max_slots,
                 largest_batch,

@@ -1,5 +1,5 @@
-//! Who holds each slot of a decoder: nobody, a stream (with the generation it was opened with), or
-//! a running whole-sequence decode.
+//! Who holds each slot of a decoder (or encoder): nobody, a stream (with the generation it was
+//! opened with), or a running whole-sequence call.
 //!
 //! A stream's calls carry its generation and are checked on the decoder thread, in order with
 //! the resets of newly opened streams, so a stream closed under a running call can never touch the
@@ -9,8 +9,6 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use chorus_core::{Error, Result};
-
-const OP: &str = "Decoder.slots";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Holder {
@@ -24,10 +22,12 @@ struct Table {
     next_generation: u64,
 }
 
-/// The slot table of one decoder.
+/// The slot table of one decoder or encoder.
 pub struct SlotTable {
     table: Mutex<Table>,
     freed: Condvar,
+    /// Named in errors (`Decoder.slots`, `Encoder.slots`).
+    op: &'static str,
 }
 
 /// Slots leased by a whole-sequence decode, returned however it ends.
@@ -48,8 +48,9 @@ impl Drop for Lease<'_> {
 }
 
 impl SlotTable {
-    pub fn new(slots: usize) -> Self {
+    pub fn new(slots: usize, op: &'static str) -> Self {
         Self {
+            op,
             table: Mutex::new(Table {
                 holders: vec![Holder::Free; slots],
                 next_generation: 1,
@@ -75,7 +76,7 @@ impl SlotTable {
                 return Ok(got);
             }
             if !t.holders.contains(&Holder::Decode) {
-                return Err(Error::input(OP, full(t.holders.len())));
+                return Err(Error::input(self.op, full(t.holders.len())));
             }
             t = self.freed.wait(t).unwrap_or_else(|p| p.into_inner());
         }
@@ -125,7 +126,7 @@ impl SlotTable {
         match self.lock().holders.get(slot) {
             Some(Holder::Stream(g)) if *g == generation => Ok(()),
             _ => Err(Error::input(
-                OP,
+                self.op,
                 format!("stream in slot {slot} is closed (or not a stream of this decoder)"),
             )),
         }

@@ -95,3 +95,51 @@ def test_bad_input_is_refused_by_name(encoder, audio, n_q, message):
 def test_a_missing_checkpoint_is_refused(tmp_path):
     with pytest.raises((ValueError, OSError)):
         chorus.MimiEncoder(str(tmp_path / "missing.safetensors"), device="cpu")
+
+
+def test_a_stream_in_chunks_equals_the_whole_encode(encoder):
+    audio = speech(6)[: 6 * 1920 - 500]  # five whole frames and a partial one
+    whole, whole_lat = encoder.encode(audio, n_q=8, latents=True)
+    parts, lats = [], []
+    with encoder.stream(n_q=8) as s:
+        for chunk in np.split(audio, [1, 700, 5000, 5001, 9000]):
+            codes, lat = s.encode(chunk, latents=True)
+            assert codes.shape[0] == 8 and lat.shape == (codes.shape[1], encoder.latent_dim)
+            parts.append(codes)
+            lats.append(lat)
+        assert s.pending_samples == 1920 - 500
+        tail, tail_lat = s.flush(latents=True)
+        assert tail.shape == (8, 1) and s.pending_samples == 0
+        assert s.flush().shape == (8, 0)
+    np.testing.assert_array_equal(np.concatenate(parts + [tail], axis=1), whole)
+    np.testing.assert_array_equal(np.concatenate(lats + [tail_lat]), whole_lat)
+    assert s.closed
+
+
+def test_streams_are_independent_of_whole_encodes_and_each_other(encoder):
+    a, b = speech(4), speech(4)[::-1].copy()
+    with encoder.stream(n_q=4) as sa, encoder.stream(n_q=4) as sb:
+        first = sa.encode(a[:3840])
+        # A whole-signal encode and another stream run between the stream's chunks.
+        encoder.encode(b, n_q=4)
+        sb.encode(b)
+        rest = sa.encode(a[3840:])
+        assert encoder.open_streams == 2
+    np.testing.assert_array_equal(np.concatenate([first, rest], axis=1), encoder.encode(a, n_q=4))
+    assert encoder.open_streams == 0
+
+
+def test_reset_and_closed_streams(encoder):
+    a = speech(2)
+    with encoder.stream(n_q=2) as s:
+        s.encode(speech(3))
+        s.encode(np.zeros(100, np.float32))
+        s.reset()
+        assert s.pending_samples == 0
+        np.testing.assert_array_equal(s.encode(a), encoder.encode(a, n_q=2))
+        with pytest.raises(ValueError, match="sample 2"):
+            s.encode(np.array([0.0, 0.0, np.inf], np.float32))
+    with pytest.raises(ValueError, match="closed"):
+        s.encode(a)
+    with pytest.raises(ValueError, match="n_q"):
+        encoder.stream(n_q=0)
