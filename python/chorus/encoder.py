@@ -8,9 +8,10 @@ import numpy as np
 
 from . import _arrays
 from ._chorus import Encoder
+from .mimi import _check_streams, _MimiFacts
 
 
-class MimiEncoder:
+class MimiEncoder(_MimiFacts):
     """Encodes 24 kHz mono float audio into Mimi codes, 1920 samples (80 ms) per frame.
 
     ``model`` is ``"kyutai/mimi"`` (fetched into the Hugging Face cache), a local checkpoint in
@@ -29,49 +30,8 @@ class MimiEncoder:
         max_streams: int = 16,
         threads: Optional[int] = None,
     ) -> None:
-        if not isinstance(max_streams, int) or max_streams < 1:
-            raise ValueError(f"max_streams must be a positive integer, not {max_streams!r}")
+        _check_streams(max_streams)
         self._core: Encoder = Encoder(model, device, precision, max_streams, threads)
-
-    @property
-    def max_streams(self) -> int:
-        """Signals encoded side by side at most (a larger batch runs in groups)."""
-        return self._core.max_streams
-
-    @property
-    def num_quantizers(self) -> int:
-        """Codebooks of the model: ``n_q`` may be 1 up to this."""
-        return self._core.num_quantizers
-
-    @property
-    def codebook_size(self) -> int:
-        """Every code lies in ``[0, codebook_size)``."""
-        return self._core.codebook_size
-
-    @property
-    def latent_dim(self) -> int:
-        """Length of one latent frame."""
-        return self._core.latent_dim
-
-    @property
-    def sample_rate(self) -> int:
-        """24000."""
-        return self._core.sample_rate
-
-    @property
-    def frame_samples(self) -> int:
-        """1920 samples (80 ms) per frame."""
-        return self._core.frame_samples
-
-    @property
-    def device(self) -> str:
-        """The backend and precision in words."""
-        return self._core.device
-
-    @property
-    def open_streams(self) -> int:
-        """Streams open now."""
-        return self._core.open_streams
 
     def stream(self, n_q: int = 8) -> "MimiEncoderStream":
         """Opens a stream quantising to ``n_q`` codebooks, in the zero state (it holds a slot)."""

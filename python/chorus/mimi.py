@@ -14,46 +14,14 @@ from ._chorus import Decoder
 _ENCODER_PREFIXES = ("encoder.", "encoder_transformer.", "downsample.")
 
 
-class MimiDecoder:
-    """Decodes Mimi codes (or latents) to 24 kHz float32 PCM, 1920 samples per 80 ms frame.
+class _MimiFacts:
+    """What the decoder and the encoder tell of their model and device (read from ``_core``)."""
 
-    One decoder holds ``max_streams`` independent streaming states (slots) on ``device``
-    (``"auto"``, ``"cpu"`` or ``"cuda"``); ``precision`` is ``"f32"`` or ``"bf16"`` (CUDA's
-    default). ``model`` is ``"kyutai/mimi"`` (fetched into the Hugging Face cache), a local
-    ``.safetensors`` file or folder in either checkpoint layout, or ``"random"`` (seeded random
-    weights: the output is noise). Decoding releases the GIL; bad input raises ``ValueError``.
-    """
+    _core: Any
 
-    def __init__(
-        self,
-        model: str = "kyutai/mimi",
-        device: str = "auto",
-        precision: Optional[str] = None,
-        max_streams: int = 64,
-        threads: Optional[int] = None,
-    ) -> None:
-        _check_streams(max_streams)
-        self._init(Decoder(model, device, precision, max_streams, threads))
-
-    def _init(self, core: Decoder) -> None:
-        self._live: Optional[Decoder] = core
-
-    @property
-    def _core(self) -> Decoder:
-        if self._live is None:
-            raise ValueError("the decoder is closed")
-        return self._live
-
-    @classmethod
-    def _wrap(cls, core: Decoder) -> "MimiDecoder":
-        dec = cls.__new__(cls)
-        dec._init(core)
-        return dec
-
-    # Facts about the model and device.
     @property
     def max_streams(self) -> int:
-        """Streams that can be open at once."""
+        """Slots held at once: open streams, and signals run side by side by one call."""
         return self._core.max_streams
 
     @property
@@ -91,6 +59,44 @@ class MimiDecoder:
         """Streams open now."""
         return self._core.open_streams
 
+
+class MimiDecoder(_MimiFacts):
+    """Decodes Mimi codes (or latents) to 24 kHz float32 PCM, 1920 samples per 80 ms frame.
+
+    One decoder holds ``max_streams`` independent streaming states (slots) on ``device``
+    (``"auto"``, ``"cpu"`` or ``"cuda"``); ``precision`` is ``"f32"`` or ``"bf16"`` (CUDA's
+    default). ``model`` is ``"kyutai/mimi"`` (fetched into the Hugging Face cache), a local
+    ``.safetensors`` file or folder in either checkpoint layout, or ``"random"`` (seeded random
+    weights: the output is noise). Decoding releases the GIL; bad input raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        model: str = "kyutai/mimi",
+        device: str = "auto",
+        precision: Optional[str] = None,
+        max_streams: int = 64,
+        threads: Optional[int] = None,
+    ) -> None:
+        _check_streams(max_streams)
+        self._init(Decoder(model, device, precision, max_streams, threads))
+
+    def _init(self, core: Decoder) -> None:
+        self._live: Optional[Decoder] = core
+
+    @property
+    def _core(self) -> Decoder:
+        if self._live is None:
+            raise ValueError("the decoder is closed")
+        return self._live
+
+    @classmethod
+    def _wrap(cls, core: Decoder) -> "MimiDecoder":
+        dec = cls.__new__(cls)
+        dec._init(core)
+        return dec
+
+    # Facts about the model and device.
     def __repr__(self) -> str:
         return (
             f"MimiDecoder(source={self._core.source!r}, device={self.device!r}, "

@@ -231,16 +231,10 @@ impl PyDecoder {
 
     /// Takes a free slot for a new stream, reset to the zero state: `(slot, generation)`.
     fn open_slot(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
-        let table = self.slots.clone();
-        let (slot, generation) = py.detach(|| table.open()).py_err()?;
-        if let Err(e) = self
-            .call(py, move |d| d.reset(slot))
-            .and_then(|r| r.py_err())
-        {
-            self.slots.close(slot, generation).py_err()?;
-            return Err(e);
-        }
-        Ok((slot, generation))
+        self.slots.open_reset(py, |slot| {
+            self.call(py, move |d| d.reset(slot))
+                .and_then(|r| r.py_err())
+        })
     }
 
     /// Returns a stream's slot to the pool.

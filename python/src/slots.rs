@@ -9,6 +9,9 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use chorus_core::{Error, Result};
+use pyo3::{PyResult, Python};
+
+use crate::errors::IntoPy;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Holder {
@@ -94,6 +97,21 @@ impl SlotTable {
             },
             |n| format!("all {n} streams are open; close one or raise max_streams"),
         )
+    }
+
+    /// Takes a free slot for a new stream (waiting without the GIL) and readies it with `reset`,
+    /// which runs on the model's thread; a slot whose reset fails goes back to the pool.
+    pub fn open_reset(
+        &self,
+        py: Python<'_>,
+        reset: impl FnOnce(usize) -> PyResult<()>,
+    ) -> PyResult<(usize, u64)> {
+        let (slot, generation) = py.detach(|| self.open()).py_err()?;
+        if let Err(e) = reset(slot) {
+            self.close(slot, generation).py_err()?;
+            return Err(e);
+        }
+        Ok((slot, generation))
     }
 
     /// Leases up to `want` free slots (at least one) for a whole-sequence decode.
