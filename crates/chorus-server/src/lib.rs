@@ -21,3 +21,4 @@ mod ws;
 
 pub use limits::raise_open_file_limit;
 pub use server::{Server, ServerConfig, Services};
+pub use ws::WS_READ_BUFFER_BYTES;

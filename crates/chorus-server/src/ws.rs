@@ -19,11 +19,18 @@ use crate::server::AppState;
 /// the error before the socket goes (closing with unread input would reset the connection).
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
+/// Bytes a connection reads from its socket at once. tungstenite zeroes this much of its input
+/// buffer before every read, even one that finds nothing (tungstenite `FrameCodec::read_in`): its
+/// 128 KiB default made that zeroing the server's largest cost. Client messages are small (a
+/// frame of codes, or one frame of audio at most 7,684 bytes), and a larger one takes a few reads.
+pub const WS_READ_BUFFER_BYTES: usize = 8 << 10;
+
 pub(crate) async fn upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> Response {
-    ws.on_upgrade(move |socket| async move {
-        let _guard = state.connections.enter();
-        Conn { socket, state }.run().await;
-    })
+    ws.read_buffer_size(WS_READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| async move {
+            let _guard = state.connections.enter();
+            Conn { socket, state }.run().await;
+        })
 }
 
 /// An open stream as the connection sees it.

@@ -191,6 +191,8 @@ async fn encode_streams_in_every_format_equal_an_offline_encode() {
             .unwrap();
     }
     let f32_bytes: Vec<u8> = b.iter().flat_map(|s| s.to_le_bytes()).collect();
+    // One message the server reads in several pieces.
+    assert!(f32_bytes.len() > 4 * chorus_server::WS_READ_BUFFER_BYTES);
     ws_b.send(Message::Binary(f32_bytes.into())).await.unwrap();
     send_text(&mut ws_a, r#"{"type":"close"}"#).await;
     send_text(&mut ws_b, r#"{"type":"close"}"#).await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
+use chorus_engine::fake::{FakeDecoder, FakeOptions};
 use chorus_engine::{
     DecoderFactory, EngineConfig, EnginePool, DEFAULT_DEVICE, DEFAULT_MAX_PENDING_FRAMES,
     DEFAULT_MAX_UNDELIVERED_FRAMES,
@@ -39,7 +40,9 @@ const DEFAULT_MUSIC_CONTEXT: usize = 2048;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Model: `kyutai/mimi`, a local checkpoint path, or `random`.
+    /// Model: `kyutai/mimi`, a local checkpoint path, `random`, or `fake` (a deterministic
+    /// stand-in with no weights and next to no decode work: the server's own host cost, and
+    /// protocol demos).
     #[arg(long, default_value = "kyutai/mimi")]
     pub model: String,
     /// Device to decode on (one engine); see `--devices` for several GPUs.
@@ -102,10 +105,16 @@ pub struct ServeArgs {
     /// Device of the music stage (CUDA: bf16 unless `--precision f32`, one graph per frame).
     #[arg(long, value_enum, default_value = "cpu")]
     pub music_device: DeviceKind,
+    /// Milliseconds each step of `--model fake` takes (a stand-in for the device's step time,
+    /// so that batches grow under load as they do on a GPU).
+    #[arg(long, default_value_t = 0.0)]
+    pub fake_step_ms: f64,
 }
 
 /// File descriptors a server needs besides one per stream.
 const SPARE_FDS: u64 = 256;
+/// `--model` naming the stand-in decoder.
+pub const FAKE_MODEL: &str = "fake";
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let ordinals = cuda_devices(&args)?;
@@ -120,6 +129,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
     };
+    if args.model == FAKE_MODEL {
+        return serve_fake(&args, ordinals, buckets);
+    }
+    if args.fake_step_ms != 0.0 {
+        bail!("--fake-step-ms is for `--model fake` only");
+    }
     // Loaded from disk once; each device uploads its own copy from it.
     let model = Arc::new(crate::load(&args.model)?);
     let spec = DecoderSpec {
@@ -146,6 +161,41 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .collect()
         }
     };
+    let encode = start_encoder(&args, &model, first_device)?;
+    run_server(&args, factories, encode)
+}
+
+/// `chorus serve --model fake`: one stand-in engine per device entry, pipelined as the CUDA
+/// decoder is; no encoder (it has no weights to encode with).
+fn serve_fake(args: &ServeArgs, ordinals: Option<Vec<usize>>, buckets: Buckets) -> Result<()> {
+    eprintln!("warning: `--model fake` decodes nothing: its output is a hash of the codes");
+    let step_delay = Duration::try_from_secs_f64(args.fake_step_ms / 1e3)
+        .with_context(|| format!("--fake-step-ms {}", args.fake_step_ms))?;
+    let opts = FakeOptions {
+        step_delay,
+        max_slots: args.max_streams,
+        largest_batch: buckets.largest().min(args.max_streams),
+        pipelined: true,
+        ..FakeOptions::default()
+    };
+    let devices = ordinals.unwrap_or_else(|| vec![DEFAULT_DEVICE]);
+    let factories = devices
+        .into_iter()
+        .map(|d| {
+            let opts = opts.clone();
+            let f: DecoderFactory = Box::new(move || Ok(Box::new(FakeDecoder::new(opts)) as _));
+            (d, f)
+        })
+        .collect();
+    run_server(args, factories, None)
+}
+
+/// Starts the engines and the music stage, then serves until SIGTERM or Ctrl-C and drains.
+fn run_server(
+    args: &ServeArgs,
+    factories: Vec<(usize, DecoderFactory)>,
+    encode: Option<Arc<EncodeEngine>>,
+) -> Result<()> {
     let engine_config = EngineConfig {
         max_pending_frames: args.max_pending_frames,
         max_undelivered_frames: args.max_undelivered_frames,
@@ -160,8 +210,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             e.info().largest_batch
         );
     }
-    let music = start_music(&args)?.map(Arc::new);
-    let encode = start_encoder(&args, &model, first_device)?;
+    let music = start_music(args)?.map(Arc::new);
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;

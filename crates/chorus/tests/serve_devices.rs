@@ -1,8 +1,9 @@
-//! `chorus serve` devices: `--devices` lists refused with the bad entry named, and a one-device
-//! server (a pool of one) reporting its device in `/healthz` and `/metrics`.
+//! `chorus serve` devices: `--devices` lists refused with the bad entry named, a one-device
+//! server (a pool of one) reporting its device in `/healthz` and `/metrics`, and the stand-in
+//! `--model fake` serving real-time streams that `chorus loadgen` checks frame by frame.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use chorus_server::loadgen::http_request;
@@ -56,24 +57,27 @@ fn help_says_max_streams_is_per_device() {
     assert!(help.contains("per device"), "{help}");
 }
 
-#[test]
-fn a_one_device_server_reports_device_0() {
+/// A running `chorus serve` and its address; killed (SIGTERM, then waited for) when dropped.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `chorus serve ARGS --port 0` and waits for the address it prints.
+fn serve(args: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_chorus"))
-        .args([
-            "serve",
-            "--model",
-            "random",
-            "--device",
-            "cpu",
-            "--max-streams",
-            "2",
-            "--buckets",
-            "1,2",
-            "--threads",
-            "1",
-            "--port",
-            "0",
-        ])
+        .arg("serve")
+        .args(args)
+        .args(["--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -90,6 +94,24 @@ fn a_one_device_server_reports_device_0() {
         assert!(started.elapsed() < START_WAIT, "server did not start");
     }
     let addr = addr.expect("the server printed its address");
+    Served { child, addr }
+}
+
+#[test]
+fn a_one_device_server_reports_device_0() {
+    let served = serve(&[
+        "--model",
+        "random",
+        "--device",
+        "cpu",
+        "--max-streams",
+        "2",
+        "--buckets",
+        "1,2",
+        "--threads",
+        "1",
+    ]);
+    let addr = served.addr.clone();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (health, metrics) = rt.block_on(async {
         let (status, health) = http_request(&addr, "GET", "/healthz", vec![])
@@ -101,10 +123,7 @@ fn a_one_device_server_reports_device_0() {
             .unwrap();
         (health, String::from_utf8(metrics).unwrap())
     });
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    drop(served);
     let health: serde_json::Value = serde_json::from_slice(&health).unwrap();
     assert_eq!(health["status"], "ok");
     assert_eq!(health["max_streams"], 2);
@@ -122,5 +141,58 @@ fn a_one_device_server_reports_device_0() {
             .lines()
             .any(|l| l == "chorus_free_slots{device=\"0\"} 2"),
         "{metrics}"
+    );
+}
+
+#[test]
+fn a_fake_model_server_serves_loadgen_streams_exactly() {
+    let served = serve(&[
+        "--model",
+        "fake",
+        "--fake-step-ms",
+        "2",
+        "--max-streams",
+        "16",
+    ]);
+    let url = format!("ws://{}", served.addr);
+    let o = chorus(&[
+        "loadgen",
+        "--url",
+        &url,
+        "--streams",
+        "12",
+        "--duration",
+        "1.6",
+        "--strict",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "loadgen failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // 1.6 s of real time is 20 frames per stream, every one checked against a whole-file decode.
+    assert_eq!(report["streams_completed"], 12, "{report}");
+    assert_eq!(report["frames_received"], 12 * 20, "{report}");
+    assert_eq!(report["verify"]["frames_checked"], 12 * 20, "{report}");
+    assert_eq!(report["verify"]["bit_exact"], true, "{report}");
+    assert_eq!(report["server"]["decoder"], "fake", "{report}");
+    drop(served);
+    // The step time belongs to the stand-in alone.
+    let o = chorus(&[
+        "serve",
+        "--model",
+        "random",
+        "--fake-step-ms",
+        "1",
+        "--port",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--fake-step-ms is for `--model fake` only"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
 }

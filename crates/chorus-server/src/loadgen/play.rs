@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 use chorus_core::{FRAME_MS, FRAME_SAMPLES};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{Notify, Semaphore};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{frame_hash, LoadInput, LoadgenConfig, Rate, Rng, LOADGEN_OPUS_BITRATE};
-use crate::protocol::{decode_pcm, encode_codes, PcmFormat, ServerMessage, PROTOCOL_VERSION};
+use crate::protocol::{
+    decode_pcm, encode_codes, PcmFormat, ServerMessage, PCM_HEADER_BYTES, PROTOCOL_VERSION,
+};
 
 /// What one stream's sender puts on the wire each frame.
 struct Source {
@@ -72,6 +75,10 @@ impl Source {
     }
 }
 
+/// Bytes a client connection reads at once: two f32 PCM frames. tungstenite zeroes this much
+/// before every read (see `crate::ws::WS_READ_BUFFER_BYTES`), so its 128 KiB default cost more
+/// than the rest of the client.
+const CLIENT_READ_BUFFER_BYTES: usize = 16 << 10;
 /// How long a stream waits for its next message before it gives up.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a waiting sender re-checks its window (in case a wake-up was missed).
@@ -115,9 +122,11 @@ type Ws =
 /// size, or the error code to report.
 async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize), String> {
     let url = format!("ws://{addr}/v1/stream");
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .map_err(|_| "connect".to_string())?;
+    let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER_BYTES);
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
+            .await
+            .map_err(|_| "connect".to_string())?;
     let input = match cfg.input {
         LoadInput::Codes => "codes",
         LoadInput::Pcm => "pcm",
@@ -247,7 +256,8 @@ pub(crate) async fn play(
                 let now = Instant::now();
                 r.bytes_received += b.len() as u64;
                 let expected = r.hashes.len();
-                let Some((index, hash, samples)) = read_frame(cfg, &b) else {
+                let keep = s < cfg.keep_pcm_streams;
+                let Some((index, hash)) = read_frame(cfg, &b, keep.then_some(&mut r.pcm)) else {
                     r.errors.push("bad_frame".into());
                     break;
                 };
@@ -261,9 +271,6 @@ pub(crate) async fn play(
                         .push(now.duration_since(sent).as_secs_f64() * 1e3);
                 }
                 r.hashes.push(hash);
-                if s < cfg.keep_pcm_streams {
-                    r.pcm.extend_from_slice(&samples);
-                }
                 progress.received.fetch_add(1, Ordering::Release);
                 progress.wake.notify_one();
             }
@@ -305,17 +312,35 @@ pub(crate) async fn play(
     r
 }
 
-/// A received frame: its index, a hash of its content, and its f32 samples when it has them.
-fn read_frame(cfg: &LoadgenConfig, b: &[u8]) -> Option<(u32, u64, Vec<f32>)> {
+/// A received frame's index and a hash of its content; its f32 samples are appended to `keep`
+/// when given. Only f32 PCM of code streams has an exact reference, so only that is hashed; the
+/// bytes are hashed as they came, without decoding them.
+fn read_frame(cfg: &LoadgenConfig, b: &[u8], keep: Option<&mut Vec<f32>>) -> Option<(u32, u64)> {
     let index = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
     match (cfg.input, cfg.pcm) {
-        (LoadInput::Codes, PcmFormat::F32 | PcmFormat::S16) => {
+        (LoadInput::Codes, PcmFormat::F32) => {
+            let body = &b[PCM_HEADER_BYTES..];
+            if body.len() != FRAME_SAMPLES * std::mem::size_of::<f32>() {
+                return None;
+            }
+            if let Some(keep) = keep {
+                keep.extend(
+                    body.chunks_exact(4)
+                        .map(|s| f32::from_le_bytes([s[0], s[1], s[2], s[3]])),
+                );
+            }
+            Some((index, frame_hash(body)))
+        }
+        (LoadInput::Codes, PcmFormat::S16) => {
             let pcm = decode_pcm(b, cfg.pcm)?;
-            Some((pcm.index, frame_hash(&pcm.samples), pcm.samples))
+            if let Some(keep) = keep {
+                keep.extend_from_slice(&pcm.samples);
+            }
+            Some((pcm.index, 0))
         }
         // An Opus packet is not decoded here: its size is what is measured.
-        (LoadInput::Codes, PcmFormat::Opus) => (b.len() > 4).then_some((index, 0, Vec::new())),
-        (LoadInput::Pcm, _) => (b.len() >= 4 + 2 * cfg.n_q).then_some((index, 0, Vec::new())),
+        (LoadInput::Codes, PcmFormat::Opus) => (b.len() > 4).then_some((index, 0)),
+        (LoadInput::Pcm, _) => (b.len() >= 4 + 2 * cfg.n_q).then_some((index, 0)),
     }
 }
 

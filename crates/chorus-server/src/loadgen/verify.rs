@@ -87,7 +87,7 @@ pub(crate) async fn verify(
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         v.streams_checked += 1;
-        let frames = samples.chunks(chorus_core::FRAME_SAMPLES);
+        let frames = pcm.chunks(chorus_core::FRAME_SAMPLES * std::mem::size_of::<f32>());
         let mut checked = 0u64;
         for (got, offline) in r.hashes.iter().zip(frames) {
             checked += 1;
