@@ -13,9 +13,16 @@
 # percentiles the worst process's, the server's counters from the first process's scrapes, and
 # `loadgen_processes` added. The server then listens on 0.0.0.0 (HOST overrides).
 #
+# DEVICES `each:0,1,...` starts one server process per listed GPU instead (`--devices N`, ports
+# PORT, PORT+1, ...), and every load generator spreads its streams over all of them (`--url a,b`):
+# the deployment of docs/DEPLOY.md on one host, and the way past a per-process open-file limit
+# (each stream holds a socket in the server).
+#
 # Usage: scripts/device/capacity_multi.sh DEVICES MAX_STREAMS "N1 N2 ..." [SECONDS] [VERIFY_STREAMS]
 #   e.g. scripts/device/capacity_multi.sh all 12288 "8000 12000 16000 20000" 15 32
-# CHORUS (default target/release/chorus) names the binary; PORT (default 8091) the port;
+#        scripts/device/capacity_multi.sh each:0,1 13312 "22800 24000" 15 32
+# CHORUS (default target/release/chorus) names the binary; MODEL (default random) the model (`fake`
+# with SERVE_ARGS="--fake-step-ms 4" measures the host side alone); PORT (default 8091) the port;
 # SERVE_ARGS extra `chorus serve` flags (e.g. "--buckets 1,2,4,..."). SERVER_CPUS and
 # LOADGEN_CPUS (taskset lists such as 0-15 and 16-31) keep the server and the load generators on
 # separate cores of the machine. After each report a line gives the server process's CPU use, in
@@ -30,9 +37,15 @@ per=${PER_LOADGEN:-8000}
 server_on=() loadgen_on=()
 [[ -n ${SERVER_CPUS:-} ]] && server_on=(taskset -c "$SERVER_CPUS")
 [[ -n ${LOADGEN_CPUS:-} ]] && loadgen_on=(taskset -c "$LOADGEN_CPUS")
+# One server per entry of `wheres` (its placement flags), on ports PORT, PORT+1, ...
+wheres=()
 case $devices in
-  auto | cpu | cuda) where=(--device "$devices") ;;
-  *) where=(--devices "$devices") ;;
+  auto | cpu | cuda) wheres=("--device $devices") ;;
+  each:*)
+    IFS=, read -ra ords <<<"${devices#each:}"
+    for d in "${ords[@]}"; do wheres+=("--devices $d"); done
+    ;;
+  *) wheres=("--devices $devices") ;;
 esac
 # Several load generators need several loopback addresses, so the server listens on all of them.
 largest=0
@@ -47,18 +60,31 @@ if [[ $hard != unlimited ]] && ((hard < need)); then
   ulimit -Hn "$need" 2>/dev/null || echo "# warning: open-file limit $hard is below $need" >&2
 fi
 log=${SERVE_LOG:-/tmp/chorus-serve.log}
-# shellcheck disable=SC2086 # SERVE_ARGS is a list of flags.
-${server_on[@]+"${server_on[@]}"} "$bin" serve --model random "${where[@]}" \
-  --max-streams "$max_streams" --host "$host" --port "$port" ${SERVE_ARGS:-} >"$log" 2>&1 &
-server=$!
-work=$(mktemp -d)
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
-# Ready before the first count, so that no load phase's server CPU holds the start.
-for ((t = 0; t < 600; t++)); do
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-  kill -0 "$server" 2>/dev/null || { echo "# the server exited:"; cat "$log"; exit 1; }
-  sleep 1
+servers=() ports=()
+for ((k = 0; k < ${#wheres[@]}; k++)); do
+  p=$((port + k))
+  # shellcheck disable=SC2086 # SERVE_ARGS and the placement flags are lists of flags.
+  ${server_on[@]+"${server_on[@]}"} "$bin" serve --model "${MODEL:-random}" ${wheres[k]} \
+    --max-streams "$max_streams" --host "$host" --port "$p" ${SERVE_ARGS:-} >"$log.$k" 2>&1 &
+  servers+=($!) ports+=("$p")
 done
+work=$(mktemp -d)
+trap 'kill -TERM "${servers[@]}" 2>/dev/null; wait "${servers[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# Ready before the first count, so that no load phase's server CPU holds the start.
+for ((k = 0; k < ${#servers[@]}; k++)); do
+  for ((t = 0; t < 600; t++)); do
+    curl -sf "http://127.0.0.1:${ports[k]}/healthz" >/dev/null 2>&1 && break
+    kill -0 "${servers[k]}" 2>/dev/null || { echo "# a server exited:"; cat "$log.$k"; exit 1; }
+    sleep 1
+  done
+done
+
+# The load generator's --url towards every server through loopback address `ip`.
+urls() {
+  local ip=$1 out=() p
+  for p in "${ports[@]}"; do out+=("ws://$ip:$p"); done
+  (IFS=,; echo "${out[*]}")
+}
 
 # Sums the reports named as arguments into one JSON report on stdout.
 merge() {
@@ -92,16 +118,21 @@ print(json.dumps(out, indent=2))
 PY
 }
 
-# CPU seconds (user + system) the server has used so far.
+# CPU seconds (user + system) the servers have used so far.
 server_cpu() {
-  awk -v tck="$(getconf CLK_TCK)" '{ print ($14 + $15) / tck }' "/proc/$server/stat" 2>/dev/null || echo 0
+  local pid sum=0 c
+  for pid in "${servers[@]}"; do
+    c=$(awk -v tck="$(getconf CLK_TCK)" '{ print ($14 + $15) / tck }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    sum=$(awk -v a="$sum" -v b="$c" 'BEGIN { print a + b }')
+  done
+  echo "$sum"
 }
 
 # Plays `n` streams and prints the report.
 play() {
   local n=$1 procs=$2
   if ((procs == 1)); then
-    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "ws://127.0.0.1:$port" --streams "$n" \
+    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "$(urls 127.0.0.1)" --streams "$n" \
       --duration "$duration" --rate realtime --n-q 8 --verify-streams "$verify" \
       --wait-ready 600 --json
     return
@@ -110,7 +141,7 @@ play() {
   for ((i = 0; i < procs; i++)); do
     share=$(((n + procs - 1 - i) / procs))
     checks=$(((verify + procs - 1 - i) / procs))
-    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "ws://127.0.0.$((i + 1)):$port" \
+    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "$(urls "127.0.0.$((i + 1))")" \
       --streams "$share" --duration "$duration" --rate realtime --n-q 8 --seed "$i" \
       --verify-streams "$checks" --wait-ready 600 --json \
       >"$work/report-$i.json" 2>"$work/report-$i.err" &

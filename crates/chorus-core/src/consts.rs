@@ -15,7 +15,12 @@ pub const NO_CODE: i32 = -1;
 /// a frame writes, so that writing a frame never overwrites a key its own queries still need.
 pub const KV_RING: usize = 256;
 /// Default batch buckets: a step of B streams is padded with the dummy row to the next bucket.
-pub const DEFAULT_BUCKETS: &[usize] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+/// Above 256 they step by 128 rows, not by doubling: a loaded server's batches sit there, and
+/// padding 385 rows to 512 cost a quarter of the GPU (H200, 12,000 streams: p99 28.0 ms with
+/// powers of two, 17.5 ms with these; docs/PERFORMANCE.md).
+pub const DEFAULT_BUCKETS: &[usize] = &[
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024,
+];
 /// Frames per slot of one whole-sequence decode step: time runs in parallel inside the step (one
 /// graph per bucket decodes 16 frames = 1.28 s of each sequence), instead of one step per frame.
 pub const WHOLE_SEQUENCE_CHUNK: usize = 16;

@@ -115,9 +115,19 @@ pub struct ServeArgs {
 const SPARE_FDS: u64 = 256;
 /// `--model` naming the stand-in decoder.
 pub const FAKE_MODEL: &str = "fake";
+/// Devices `--devices` may name with `--model fake` (one stand-in engine each).
+const FAKE_DEVICES: usize = 8;
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let ordinals = cuda_devices(&args)?;
+    let ordinals = if args.model == FAKE_MODEL {
+        // The stand-in needs no GPU: `--devices` then names stand-in devices.
+        args.devices
+            .as_ref()
+            .map(|l| l.resolve(FAKE_DEVICES))
+            .transpose()?
+    } else {
+        cuda_devices(&args)?
+    };
     // The encoder runs on the first device the server decodes on.
     let first_device = ordinals
         .as_ref()
