@@ -367,19 +367,13 @@ pub trait Backend {
     fn layer_norm(&self, args: LayerNormArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`LinearArgs`].
     fn linear(&self, args: LinearArgs<'_, Self>) -> Result<()>;
+    /// Program op: `out[n, m] += x[n, k] . w[m, k]^T`, a residual update in the product itself
+    /// (a layer scale is folded into `w`'s rows at load time).
+    fn linear_acc(&self, args: LinearArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`AttentionArgs`].
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()>;
     /// Program op: exact (erf) GELU in place over `len` elements.
     fn gelu(&self, x: &mut Self::Buf, len: usize) -> Result<()>;
-    /// Program op: `acc[i, c] += scale[c] * x[i, c]` for `n` rows of `dim` (layer scale + residual).
-    fn scale_add(
-        &self,
-        acc: &mut Self::Buf,
-        x: &Self::Buf,
-        scale: &Self::Buf,
-        n: usize,
-        dim: usize,
-    ) -> Result<()>;
     /// Program op: `tokens[slots[r]] += count` for each of the `rows` entries, then
     /// `tokens[dummy] = 0` so that padding never accumulates a position.
     fn advance_tokens(

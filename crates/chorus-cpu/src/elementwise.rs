@@ -83,29 +83,6 @@ pub(crate) fn gelu(be: &CpuBackend, x: &mut CpuBuf, len: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn scale_add(
-    acc: &mut CpuBuf,
-    x: &CpuBuf,
-    scale: &CpuBuf,
-    n: usize,
-    dim: usize,
-) -> Result<()> {
-    const OP: &str = "scale_add";
-    check::at_least(OP, "acc", acc.len(), n * dim)?;
-    check::at_least(OP, "x", x.len(), n * dim)?;
-    check::at_least(OP, "scale", scale.len(), dim)?;
-    let scale = &scale.0[..dim];
-    for (a, xr) in acc.0[..n * dim]
-        .chunks_exact_mut(dim)
-        .zip(x.0[..n * dim].chunks_exact(dim))
-    {
-        for i in 0..dim {
-            a[i] += scale[i] * xr[i];
-        }
-    }
-    Ok(())
-}
-
 pub(crate) fn advance_tokens(
     tokens: &mut CpuInts,
     slots: &CpuInts,

@@ -96,12 +96,12 @@ impl CpuBackend {
     }
 }
 
-fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>) -> Result<()> {
-    const OP: &str = "linear";
+fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>, accumulate: bool) -> Result<()> {
+    let op = if accumulate { "linear_acc" } else { "linear" };
     let (n, k, m) = (a.n, a.k, a.m);
-    check::at_least(OP, "x", a.x.len(), n * k)?;
-    check::at_least(OP, "w", a.w.len(), m * k)?;
-    check::at_least(OP, "out", a.out.len(), n * m)?;
+    check::at_least(op, "x", a.x.len(), n * k)?;
+    check::at_least(op, "w", a.w.len(), m * k)?;
+    check::at_least(op, "out", a.out.len(), n * m)?;
     let p = rowdot::RowDot {
         n,
         m,
@@ -109,7 +109,7 @@ fn linear(be: &CpuBackend, a: LinearArgs<'_, CpuBackend>) -> Result<()> {
         x: &a.x.0[..n * k],
         x_rs: k,
         w: &a.w.0[..m * k],
-        accumulate: false,
+        accumulate,
         threads: be.threads,
     };
     be.install(|| p.run(&mut a.out.0[..n * m]));
@@ -238,7 +238,11 @@ impl Backend for CpuBackend {
     }
 
     fn linear(&self, args: LinearArgs<'_, Self>) -> Result<()> {
-        linear(self, args)
+        linear(self, args, false)
+    }
+
+    fn linear_acc(&self, args: LinearArgs<'_, Self>) -> Result<()> {
+        linear(self, args, true)
     }
 
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {
@@ -247,17 +251,6 @@ impl Backend for CpuBackend {
 
     fn gelu(&self, x: &mut CpuBuf, len: usize) -> Result<()> {
         elementwise::gelu(self, x, len)
-    }
-
-    fn scale_add(
-        &self,
-        acc: &mut CpuBuf,
-        x: &CpuBuf,
-        scale: &CpuBuf,
-        n: usize,
-        dim: usize,
-    ) -> Result<()> {
-        elementwise::scale_add(acc, x, scale, n, dim)
     }
 
     fn advance_tokens(

@@ -1,4 +1,4 @@
-//! linear, layer_norm, gelu, scale_add, embed_codes, advance_tokens, staging and fills.
+//! linear, linear_acc, layer_norm, gelu, embed_codes, advance_tokens, staging and fills.
 
 mod common;
 
@@ -96,25 +96,40 @@ fn gelu_matches_erf_reference_and_leaves_the_rest() {
 }
 
 #[test]
-fn scale_add_matches_reference() {
+fn linear_acc_adds_the_product_to_out() {
     let be = backend();
     let mut rng = Rng::new(24);
-    let (n, dim) = (5, 12);
-    let (acc, x, scale) = (
-        rng.vec(n * dim, 1.0),
-        rng.vec(n * dim, 1.0),
-        rng.vec(dim, 0.2),
-    );
-    let want: Vec<f64> = (0..n * dim)
-        .map(|i| acc[i] as f64 + scale[i % dim] as f64 * x[i] as f64)
-        .collect();
-    let mut accb = be.upload(&acc, BufRole::Activation).unwrap();
-    let (xb, sb) = (
-        be.upload(&x, BufRole::Activation).unwrap(),
-        be.upload(&scale, BufRole::Weight).unwrap(),
-    );
-    be.scale_add(&mut accb, &xb, &sb, n, dim).unwrap();
-    assert_close("scale_add", &be.download(&accb).unwrap(), &want);
+    for &(n, k, m) in &[(2usize, 512usize, 512usize), (5, 96, 12), (3, 7, 5)] {
+        let (acc, x, w) = (
+            rng.vec(n * m, 1.0),
+            rng.vec(n * k, 1.0),
+            rng.vec(m * k, 0.1),
+        );
+        let want: Vec<f64> = (0..n * m)
+            .map(|e| {
+                let (i, j) = (e / m, e % m);
+                acc[e] as f64
+                    + (0..k)
+                        .map(|kk| x[i * k + kk] as f64 * w[j * k + kk] as f64)
+                        .sum::<f64>()
+            })
+            .collect();
+        let mut out = be.upload(&acc, BufRole::Activation).unwrap();
+        let (xb, wb) = (
+            be.upload(&x, BufRole::Activation).unwrap(),
+            be.upload(&w, BufRole::Weight).unwrap(),
+        );
+        be.linear_acc(LinearArgs {
+            x: &xb,
+            w: &wb,
+            out: &mut out,
+            n,
+            k,
+            m,
+        })
+        .unwrap();
+        assert_close("linear_acc", &be.download(&out).unwrap(), &want);
+    }
 }
 
 #[test]

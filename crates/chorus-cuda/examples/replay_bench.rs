@@ -2,9 +2,10 @@
 //! architecture, 8 codebooks): the median of CUDA-event-timed graph replays per bucket, then a
 //! per-op breakdown from one eager profiled run.
 //!
-//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [mma|tap-split|im2col]`
-//! (convolutions: tensor cores where they apply, the default, else the tap-split or im2col
-//! cuBLAS paths).
+//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [mma|tap-split|im2col]
+//! [gemv_min_k]` (convolutions: tensor cores where they apply, the default, else the tap-split or
+//! im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
+//! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`).
 
 use chorus_core::{Backend, Buckets, Precision};
 use chorus_cuda::{CudaBackend, CudaOptions};
@@ -27,6 +28,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!("unknown convolution path `{conv_path}` (mma, tap-split or im2col)").into(),
         );
     }
+    let gemv_min_k: usize = args
+        .get(5)
+        .map_or(Ok(chorus_cuda::GEMV_MIN_K), |s| s.parse())?;
     let tap_split = conv_path != "im2col";
     let cfg = MimiConfig {
         num_quantizers: CODEBOOKS,
@@ -37,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         precision,
         conv_tap_split: tap_split,
         conv_mma: conv_path == "mma",
+        gemv_min_k,
         ..Default::default()
     })?;
     let opts = DecoderOptions {
@@ -48,10 +53,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
     dec.warmup()?;
     println!(
-        "replay_bench: {} ({}, {}), setup + capture {:.1} s",
+        "replay_bench: {} ({}, {}, gemv_min_k {}), setup + capture {:.1} s",
         dec.backend().device_description(),
         precision.name(),
         conv_path,
+        gemv_min_k,
         t0.elapsed().as_secs_f64()
     );
     // Fill every slot's KV ring past the window first: timing empty rings would measure attention

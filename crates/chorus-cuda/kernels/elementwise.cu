@@ -31,15 +31,6 @@ extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, lon
     }
 }
 
-// acc[i, c] += scale[c] * x[i, c].
-extern "C" __global__ void scale_add(T* acc, const T* __restrict__ x, const T* __restrict__ scale, int n, int dim) {
-    pdl_enter();
-    GRID_LOOP(i, (long long)n * dim) {
-        int c = (int)(i % (unsigned)dim);
-        st(acc + i, ld(acc + i) + ld(scale + c) * ld(x + i));
-    }
-}
-
 // out[i, o] += bias[o] + residual[i, o] (either may be null), C channels per thread.
 template <int C>
 __device__ __forceinline__ void bias_residual_body(T* out, const T* bias, const T* residual, long long n, int c_out) {

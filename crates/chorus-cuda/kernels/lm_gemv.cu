@@ -17,7 +17,7 @@ __device__ __forceinline__ uint4 ld_stream(const T* p) {
 
 template <int N>
 __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
-                                          int n, int k, int m) {
+                                          int n, int k, int m, int acc_out) {
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int warps = (gridDim.x * blockDim.x) >> 5;
@@ -69,20 +69,22 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
             float v = 0.f;
 #pragma unroll
             for (int r = 0; r < N; ++r) v = (r == lane) ? acc[r] : v;
-            st(out + (size_t)lane * m + j, v);
+            T* o = out + (size_t)lane * m + j;
+            st(o, acc_out ? ld(o) + v : v);
         }
     }
 }
 
 // `tile` is the row capacity of the instantiation (2, 4, 8 or 16), >= n; k is a multiple of VEC.
+// `acc_out` non-zero adds the product to `out` (a residual update) instead of overwriting it.
 extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int n, int k,
-                                   int m, int tile) {
+                                   int m, int tile, int acc_out) {
     prefetch_first_row(w, (size_t)k * sizeof(T), m);
     pdl_enter();
     switch (tile) {
-        case 2: gemv_body<2>(x, w, out, n, k, m); break;
-        case 4: gemv_body<4>(x, w, out, n, k, m); break;
-        case 8: gemv_body<8>(x, w, out, n, k, m); break;
-        default: gemv_body<16>(x, w, out, n, k, m); break;
+        case 2: gemv_body<2>(x, w, out, n, k, m, acc_out); break;
+        case 4: gemv_body<4>(x, w, out, n, k, m, acc_out); break;
+        case 8: gemv_body<8>(x, w, out, n, k, m, acc_out); break;
+        default: gemv_body<16>(x, w, out, n, k, m, acc_out); break;
     }
 }

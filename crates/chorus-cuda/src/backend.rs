@@ -46,6 +46,9 @@ pub struct CudaOptions {
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
     pub programmatic_launch: bool,
+    /// Products of at most two rows with rows of at least this many columns take the GEMV
+    /// kernel (weight bandwidth bound); shorter ones take cuBLAS. For A/B measurements.
+    pub gemv_min_k: usize,
 }
 
 impl Default for CudaOptions {
@@ -59,6 +62,7 @@ impl Default for CudaOptions {
             conv_tap_split: true,
             conv_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
+            gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
         }
     }
 }
@@ -142,6 +146,8 @@ pub struct CudaBackend {
     pub(crate) sm_count: usize,
     pub(crate) tap_split: bool,
     pub(crate) conv_mma: bool,
+    /// See [`CudaOptions::gemv_min_k`].
+    pub(crate) gemv_min_k: usize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -230,6 +236,7 @@ impl CudaBackend {
             sm_count: sms.max(1) as usize,
             tap_split: options.conv_tap_split,
             conv_mma,
+            gemv_min_k: options.gemv_min_k,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),

@@ -62,7 +62,6 @@ kernel_table! {
     CastTToF32 => "cast_t_to_f32",
     Gelu => "gelu",
     Elu => "elu",
-    ScaleAdd => "scale_add",
     BiasResidual => "bias_residual",
     AdvanceTokens => "advance_tokens",
     EmbedCodes => "embed_codes",

@@ -29,6 +29,7 @@ pub use backend::{
     DEFAULT_WARMUP_RUNS,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
+pub use lm::gemv::GEMV_MIN_K;
 pub use lm::{CudaPinnedFloats, CudaPinnedInts, CudaQWeight};
 pub use loader::{cuda_available, nvrtc_available};
 pub use profile::OpTime;

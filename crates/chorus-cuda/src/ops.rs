@@ -329,26 +329,12 @@ impl Backend for CudaBackend {
 
     fn linear(&self, a: LinearArgs<'_, Self>) -> Result<()> {
         let _timer = self.op_timer("linear");
-        need("linear", "x", a.x.len, a.n * a.k)?;
-        need("linear", "w", a.w.len, a.m * a.k)?;
-        need("linear", "out", a.out.len, a.n * a.m)?;
-        if self.gemv_fits(&a) {
-            return self.gemv(a);
-        }
-        self.blas.gemm(Gemm {
-            trans_a: true,
-            trans_b: false,
-            m: a.m,
-            n: a.n,
-            k: a.k,
-            a: a.w.mem.ptr(),
-            lda: a.k,
-            b: a.x.mem.ptr(),
-            ldb: a.k,
-            c: a.out.mem.ptr(),
-            ldc: a.m,
-            beta: 0.0,
-        })
+        self.op_linear(a, false)
+    }
+
+    fn linear_acc(&self, a: LinearArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("linear_acc");
+        self.op_linear(a, true)
     }
 
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {
@@ -360,24 +346,6 @@ impl Backend for CudaBackend {
         let _timer = self.op_timer("gelu");
         let (p, n) = (x.mem.ptr(), len as i64);
         self.launch(Kernel::Gelu, self.grid_for(len)?, &mut kargs![&p, &n])
-    }
-
-    fn scale_add(
-        &self,
-        acc: &mut CudaBuf,
-        x: &CudaBuf,
-        scale: &CudaBuf,
-        n: usize,
-        dim: usize,
-    ) -> Result<()> {
-        let _timer = self.op_timer("scale_add");
-        let (a, xp, s) = (acc.mem.ptr(), x.mem.ptr(), scale.mem.ptr());
-        let (n32, d32) = (n as i32, dim as i32);
-        self.launch(
-            Kernel::ScaleAdd,
-            self.grid_for(n * dim)?,
-            &mut kargs![&a, &xp, &s, &n32, &d32],
-        )
     }
 
     fn advance_tokens(
@@ -423,5 +391,33 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.capture(key, program)
+    }
+}
+
+impl CudaBackend {
+    /// `linear` and `linear_acc`: the GEMV kernel for few rows, else cuBLAS (`beta` 1 to
+    /// accumulate into `out`).
+    fn op_linear(&self, a: LinearArgs<'_, Self>, accumulate: bool) -> Result<()> {
+        let op = if accumulate { "linear_acc" } else { "linear" };
+        need(op, "x", a.x.len, a.n * a.k)?;
+        need(op, "w", a.w.len, a.m * a.k)?;
+        need(op, "out", a.out.len, a.n * a.m)?;
+        if self.gemv_fits(&a) {
+            return self.gemv(a, accumulate);
+        }
+        self.blas.gemm(Gemm {
+            trans_a: true,
+            trans_b: false,
+            m: a.m,
+            n: a.n,
+            k: a.k,
+            a: a.w.mem.ptr(),
+            lda: a.k,
+            b: a.x.mem.ptr(),
+            ldb: a.k,
+            c: a.out.mem.ptr(),
+            ldc: a.m,
+            beta: if accumulate { 1.0 } else { 0.0 },
+        })
     }
 }

@@ -7,21 +7,41 @@ use chorus_core::{Backend, BufRole, LinearArgs, Precision};
 use common::*;
 
 /// Runs `out = x w^T` inside a captured program on `be` and returns `out`.
-fn product<B: Backend>(be: &B, x: &[f32], w: &[f32], (n, k, m): (usize, usize, usize)) -> Vec<f32> {
+fn product<B: Backend>(be: &B, x: &[f32], w: &[f32], shape: (usize, usize, usize)) -> Vec<f32> {
+    let m = shape.2;
+    product_onto(be, &vec![0.0; shape.0 * m], x, w, shape, false)
+}
+
+/// Runs `out = x w^T` (or `out = acc + x w^T` with `accumulate`, through `linear_acc`) inside a
+/// captured program replayed twice over fresh inputs, and returns `out`.
+fn product_onto<B: Backend>(
+    be: &B,
+    acc: &[f32],
+    x: &[f32],
+    w: &[f32],
+    (n, k, m): (usize, usize, usize),
+    accumulate: bool,
+) -> Vec<f32> {
     let xb = be.upload(x, BufRole::Activation).unwrap();
     let wb = be.upload(w, BufRole::Weight).unwrap();
-    let mut out = be.zeros(n * m, BufRole::Activation).unwrap();
-    be.run(n * 1_000_003 + m, &mut |b: &B| {
-        b.linear(LinearArgs {
+    let mut out = be.upload(acc, BufRole::Activation).unwrap();
+    let key = n * 1_000_003 + m * 2 + usize::from(accumulate);
+    let mut program = |b: &B| {
+        let args = LinearArgs {
             x: &xb,
             w: &wb,
             out: &mut out,
             n,
             k,
             m,
-        })
-    })
-    .unwrap();
+        };
+        if accumulate {
+            b.linear_acc(args)
+        } else {
+            b.linear(args)
+        }
+    };
+    be.run(key, &mut program).unwrap();
     be.download(&out).unwrap()
 }
 
@@ -45,6 +65,48 @@ fn gemv_and_cublas_products_match_the_cpu() {
             let want = product(&cpu, &x, &w, (n, k, m));
             let got = product(&cuda, &x, &w, (n, k, m));
             assert_parity(&format!("linear n={n} k={k} m={m}"), precision, &got, &want);
+        }
+    }
+}
+
+/// `linear_acc` on the GEMV kernel (at most two rows, long enough rows) and on cuBLAS (`beta` 1),
+/// each against the CPU; the codec's short products run both ways (the GEMV threshold lowered).
+#[test]
+fn accumulating_products_match_the_cpu() {
+    let cpu = cpu();
+    for precision in PRECISIONS {
+        for gemv_min_k in [chorus_cuda::GEMV_MIN_K, 512] {
+            if !chorus_cuda::cuda_available() {
+                eprintln!("skipped: no CUDA device on this machine");
+                return;
+            }
+            let cuda = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
+                precision,
+                gemv_min_k,
+                ..Default::default()
+            })
+            .unwrap();
+            for (n, k, m) in [
+                (2, 4096, 1030),
+                (2, 512, 512),
+                (1, 2048, 512),
+                (6, 2048, 512),
+            ] {
+                let mut r = Rng::new((n * k + m) as u64);
+                let acc = r.vec(n * m, 1.0);
+                let x = r.vec(n * k, 1.0);
+                let w = r.vec(m * k, (3.0 / k as f32).sqrt());
+                let want = product_onto(&cpu, &acc, &x, &w, (n, k, m), true);
+                let got = product_onto(&cuda, &acc, &x, &w, (n, k, m), true);
+                let name = format!("linear_acc n={n} k={k} m={m} gemv_min_k={gemv_min_k}");
+                assert_parity(&name, precision, &got, &want);
+                // The product is really added: without `acc` the result differs.
+                let plain = product(&cpu, &x, &w, (n, k, m));
+                assert!(
+                    plain.iter().zip(&want).any(|(a, b)| (a - b).abs() > 0.1),
+                    "{name}"
+                );
+            }
         }
     }
 }

@@ -581,7 +581,8 @@ fn attention_many_rows_small_ring() {
     check_attention("attention 300 rows", geom, &slots, total, 2);
 }
 
-/// LayerNorm, linear, GELU and scale-add chained in one program (a transformer MLP half).
+/// LayerNorm, linear, GELU and an accumulating linear chained in one program (a transformer MLP
+/// half with its layer scale folded into `fc2`).
 fn run_dense<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
     let (n, dim, inter) = (6, 64, 96);
     let mut r = Rng::new(seed);
@@ -590,7 +591,6 @@ fn run_dense<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
     let beta = be.upload(&r.vec(dim, 0.5), BufRole::Weight)?;
     let fc1 = be.upload(&r.vec(inter * dim, 0.2), BufRole::Weight)?;
     let fc2 = be.upload(&r.vec(dim * inter, 0.2), BufRole::Weight)?;
-    let scale = be.upload(&r.vec(dim, 1.0), BufRole::Weight)?;
     let mut norm = be.zeros(n * dim, BufRole::Activation)?;
     let mut mid = be.zeros(n * inter, BufRole::Activation)?;
     let mut proj = be.zeros(n * dim, BufRole::Activation)?;
@@ -621,7 +621,14 @@ fn run_dense<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
             k: inter,
             m: dim,
         })?;
-        b.scale_add(&mut h, &proj, &scale, n, dim)
+        b.linear_acc(LinearArgs {
+            x: &mid,
+            w: &fc2,
+            out: &mut h,
+            n,
+            k: inter,
+            m: dim,
+        })
     })?;
     Ok(vec![
         be.download(&norm)?,
@@ -632,12 +639,12 @@ fn run_dense<B: Backend>(be: &B, seed: u64) -> Result<Vec<Vec<f32>>> {
 }
 
 #[test]
-fn layer_norm_linear_gelu_scale_add() {
+fn layer_norm_linear_gelu_linear_acc() {
     let want = run_dense(&cpu(), 31).expect("cpu dense");
     for precision in PRECISIONS {
         let Some(be) = cuda(precision) else { return };
         let got = run_dense(&be, 31).expect("cuda dense");
-        for (i, name) in ["layer_norm", "linear+gelu", "linear", "scale_add"]
+        for (i, name) in ["layer_norm", "linear+gelu", "linear", "linear_acc"]
             .iter()
             .enumerate()
         {

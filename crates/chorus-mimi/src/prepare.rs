@@ -2,7 +2,8 @@
 //!
 //! Done once per decoder, never in a step: codebooks are folded through their output projection
 //! into one `[n_q, cardinality, hidden]` table, q/k/v are fused into one `[3*hidden, hidden]`
-//! matrix, and convolution kernels are made channels-last.
+//! matrix, each layer scale is folded into the rows of the projection it scales (so the residual
+//! update is one accumulating product), and convolution kernels are made channels-last.
 
 use crate::weights::{
     ConvTrWeights, ConvWeights, MimiWeights, RvqWeights, TransformerLayerWeights,
@@ -40,13 +41,13 @@ pub struct PreparedLayer<B: Backend> {
     pub norm1_b: B::Buf,
     /// `[3*hidden, hidden]`: q, k, v rows.
     pub qkv: B::Buf,
+    /// `o_proj` with `self_attn_layer_scale` folded into its rows.
     pub o: B::Buf,
-    pub scale1: B::Buf,
     pub norm2_w: B::Buf,
     pub norm2_b: B::Buf,
     pub fc1: B::Buf,
+    /// `fc2` with `mlp_layer_scale` folded into its rows.
     pub fc2: B::Buf,
-    pub scale2: B::Buf,
 }
 
 /// One SEANet stage: transposed conv then residual blocks `(conv k, conv 1)`.
@@ -116,14 +117,38 @@ pub(crate) fn prepare_layer<B: Backend>(
         norm1_w: up(be, &l.input_layernorm_weight)?,
         norm1_b: up(be, &l.input_layernorm_bias)?,
         qkv: be.upload(&qkv, BufRole::Weight)?,
-        o: up(be, &l.o_proj)?,
-        scale1: up(be, &l.self_attn_layer_scale)?,
+        o: be.upload(
+            &scale_rows(&l.o_proj, &l.self_attn_layer_scale, "o_proj")?,
+            BufRole::Weight,
+        )?,
         norm2_w: up(be, &l.post_attention_layernorm_weight)?,
         norm2_b: up(be, &l.post_attention_layernorm_bias)?,
         fc1: up(be, &l.fc1)?,
-        fc2: up(be, &l.fc2)?,
-        scale2: up(be, &l.mlp_layer_scale)?,
+        fc2: be.upload(
+            &scale_rows(&l.fc2, &l.mlp_layer_scale, "fc2")?,
+            BufRole::Weight,
+        )?,
     })
+}
+
+/// `w[j, :] * scale[j]`: `x + scale * (h . w^T)` (transformers' `MimiLayerScale`, `modeling_mimi.py`)
+/// as one product `x + h . (scale w)^T`.
+fn scale_rows(w: &HostTensor, scale: &HostTensor, name: &str) -> Result<Vec<f32>> {
+    let rows = scale.data.len();
+    if w.shape.len() != 2 || w.shape[0] != rows {
+        return Err(Error::Shape {
+            op: OP,
+            name: format!("{name} (scaled by its layer scale of {rows})"),
+            expected: vec![rows, w.shape.get(1).copied().unwrap_or(0)],
+            found: w.shape.clone(),
+        });
+    }
+    let cols = w.shape[1];
+    Ok(w.data
+        .chunks_exact(cols)
+        .zip(&scale.data)
+        .flat_map(|(row, &s)| row.iter().map(move |&v| v * s))
+        .collect())
 }
 
 fn up<B: Backend>(be: &B, t: &HostTensor) -> Result<B::Buf> {

@@ -15,7 +15,6 @@ pub struct LayerActs<B: Backend> {
     pub norm: B::Buf,
     pub qkv: B::Buf,
     pub attn: B::Buf,
-    pub proj: B::Buf,
     pub mlp: B::Buf,
 }
 
@@ -29,7 +28,6 @@ impl<B: Backend> LayerActs<B> {
             norm: a(hid)?,
             qkv: a(3 * hid)?,
             attn: a(hid)?,
-            proj: a(hid)?,
             mlp: a(cfg.intermediate_size)?,
         })
     }
@@ -72,7 +70,6 @@ pub(crate) fn run_layers<B: Backend>(
         norm,
         qkv,
         attn,
-        proj,
         mlp,
     } = b;
     for (l, kv) in layers.iter().zip(kv.iter_mut()) {
@@ -101,15 +98,15 @@ pub(crate) fn run_layers<B: Backend>(
             out: attn,
             geom,
         })?;
-        be.linear(LinearArgs {
+        // The layer scale is in `o`'s rows: the residual update is the product itself.
+        be.linear_acc(LinearArgs {
             x: attn,
             w: &l.o,
-            out: proj,
+            out: h,
             n,
             k: hid,
             m: hid,
         })?;
-        be.scale_add(h, proj, &l.scale1, n, hid)?;
         be.layer_norm(LayerNormArgs {
             x: h,
             gamma: &l.norm2_w,
@@ -129,15 +126,14 @@ pub(crate) fn run_layers<B: Backend>(
             m: inter,
         })?;
         be.gelu(mlp, n * inter)?;
-        be.linear(LinearArgs {
+        be.linear_acc(LinearArgs {
             x: mlp,
             w: &l.fc2,
-            out: proj,
+            out: h,
             n,
             k: inter,
             m: hid,
         })?;
-        be.scale_add(h, proj, &l.scale2, n, hid)?;
     }
     Ok(())
 }

@@ -10,9 +10,10 @@ use crate::kernels::{kargs, Kernel, Launch};
 /// Most activation rows the GEMV kernel takes (one song: measured on the H200, it streams bf16
 /// weights at 3.6 TB/s for 2 rows, 2.9 at 4, 2.1 at 8, while cuBLAS reaches 3.5 TB/s from 32 rows).
 pub(crate) const GEMV_MAX_ROWS: usize = 2;
-/// Shortest rows the GEMV kernel takes: the LM's products (k >= 4096, where the weights dwarf
-/// the launch); the codec's small products keep the cuBLAS path they were measured with.
-pub(crate) const GEMV_MIN_K: usize = 4096;
+/// Shortest rows the GEMV kernel takes by default ([`crate::CudaOptions::gemv_min_k`]): the LM's
+/// products (k >= 4096, where the weights dwarf the launch); the codec's small products keep the
+/// cuBLAS path they were measured with.
+pub const GEMV_MIN_K: usize = 4096;
 /// Warps per block of the GEMV kernel.
 const GEMV_WARPS: u32 = 8;
 /// Bytes of one vector access.
@@ -23,13 +24,14 @@ impl CudaBackend {
     pub(crate) fn gemv_fits(&self, a: &LinearArgs<'_, Self>) -> bool {
         a.n >= 1
             && a.n <= GEMV_MAX_ROWS
-            && a.k >= GEMV_MIN_K
+            && a.k >= self.gemv_min_k
             && a.k.is_multiple_of(VEC_BYTES / self.esize())
             && a.m <= i32::MAX as usize
     }
 
-    /// `out[n, m] = x[n, k] . w[m, k]^T` with the GEMV kernel (the caller checked [`Self::gemv_fits`]).
-    pub(crate) fn gemv(&self, a: LinearArgs<'_, Self>) -> Result<()> {
+    /// `out[n, m] = x[n, k] . w[m, k]^T` with the GEMV kernel (the caller checked
+    /// [`Self::gemv_fits`]), or `out += ...` with `accumulate`.
+    pub(crate) fn gemv(&self, a: LinearArgs<'_, Self>, accumulate: bool) -> Result<()> {
         let tile: i32 = match a.n {
             0..=2 => 2,
             3..=4 => 4,
@@ -38,6 +40,7 @@ impl CudaBackend {
         };
         let (x, w, out) = (a.x.mem.ptr(), a.w.mem.ptr(), a.out.mem.ptr());
         let (n, k, m) = (a.n as i32, a.k as i32, a.m as i32);
+        let acc = i32::from(accumulate);
         let cfg = Launch {
             grid: (a.m as u32).div_ceil(GEMV_WARPS),
             block: 32 * GEMV_WARPS,
@@ -46,7 +49,7 @@ impl CudaBackend {
         self.launch(
             Kernel::LmGemv,
             cfg,
-            &mut kargs![&x, &w, &out, &n, &k, &m, &tile],
+            &mut kargs![&x, &w, &out, &n, &k, &m, &tile, &acc],
         )
     }
 }
