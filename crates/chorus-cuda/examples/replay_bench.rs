@@ -3,10 +3,9 @@
 //! per-op breakdown from one eager profiled run.
 //!
 //! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [mma|tap-split|im2col]
-//! [gemv_min_k] [pipe|plain]` (convolutions: tensor cores where they apply, the default, else the tap-split or
+//! [gemv_min_k]` (convolutions: tensor cores where they apply, the default, else the tap-split or
 //! im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
-//! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`; attention at large batches: the pipelined
-//! kernel, the default, or the plain one).
+//! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`).
 
 use chorus_core::{Backend, Buckets, Precision};
 use chorus_cuda::{CudaBackend, CudaOptions};
@@ -32,10 +31,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gemv_min_k: usize = args
         .get(5)
         .map_or(Ok(chorus_cuda::GEMV_MIN_K), |s| s.parse())?;
-    let attention = args.get(6).map_or("pipe", String::as_str);
-    if !["pipe", "plain"].contains(&attention) {
-        return Err(format!("unknown attention path `{attention}` (pipe or plain)").into());
-    }
     let tap_split = conv_path != "im2col";
     let cfg = MimiConfig {
         num_quantizers: CODEBOOKS,
@@ -47,7 +42,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         conv_tap_split: tap_split,
         conv_mma: conv_path == "mma",
         gemv_min_k,
-        attention_pipe: attention == "pipe",
         ..Default::default()
     })?;
     let opts = DecoderOptions {
@@ -59,12 +53,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts)?;
     dec.warmup()?;
     println!(
-        "replay_bench: {} ({}, {}, gemv_min_k {}, attention {}), setup + capture {:.1} s",
+        "replay_bench: {} ({}, {}, gemv_min_k {}), setup + capture {:.1} s",
         dec.backend().device_description(),
         precision.name(),
         conv_path,
         gemv_min_k,
-        attention,
         t0.elapsed().as_secs_f64()
     );
     // Fill every slot's KV ring past the window first: timing empty rings would measure attention

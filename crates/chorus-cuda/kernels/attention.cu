@@ -33,31 +33,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// One chunk's step of the online softmax for the tile's queries (positions p_first + t): this lane's
-// key at position kp (when `valid`) scored s[t]; rescales what was accumulated by exp(m_old -
-// m_new) and leaves the key's probabilities in pr.
-template <int DPL>
-__device__ __forceinline__ void online_softmax(const float* s, float* pr, float* m, float* l,
-                                               float (*acc)[DPL], bool valid, int kp, int p_first, int nt,
-                                               float scale, int window) {
-#pragma unroll
-    for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-        pr[t] = 0.f;
-        if (t >= nt) continue;
-        int p = p_first + t;
-        bool visible = valid && kp <= p && kp > p - window;
-        float sc = visible ? s[t] * scale : NEG_INF;
-        float m_new = fmaxf(m[t], warp_max(sc));
-        if (m_new == NEG_INF) continue;  // no visible key yet (warp-uniform)
-        float alpha = __expf(m[t] - m_new);
-        pr[t] = visible ? __expf(sc - m_new) : 0.f;
-        l[t] = l[t] * alpha + pr[t];
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[t][i] *= alpha;
-        m[t] = m_new;
-    }
-}
-
 // DPL consecutive values of a row as f32.
 template <int DPL>
 __device__ __forceinline__ void load_dpl(const T* p, float* v) {
@@ -185,8 +160,24 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
                     }
                 }
             }
+            // Online softmax: rescale what was accumulated by exp(m_old - m_new).
             float pr[ATTN_MAX_TIME];
-            online_softmax<DPL>(s, pr, m, l, acc, k < nk, kp, p0 + t0, nt, scale, d.window);
+#pragma unroll
+            for (int t = 0; t < ATTN_MAX_TIME; ++t) {
+                pr[t] = 0.f;
+                if (t >= nt) continue;
+                int p = p0 + t0 + t;
+                bool visible = k < nk && kp <= p && kp > p - d.window;
+                float sc = visible ? s[t] * scale : NEG_INF;
+                float m_new = fmaxf(m[t], warp_max(sc));
+                if (m_new == NEG_INF) continue;  // no visible key yet (warp-uniform)
+                float alpha = __expf(m[t] - m_new);
+                pr[t] = visible ? __expf(sc - m_new) : 0.f;
+                l[t] = l[t] * alpha + pr[t];
+#pragma unroll
+                for (int i = 0; i < DPL; ++i) acc[t][i] *= alpha;
+                m[t] = m_new;
+            }
             // Values: the chunk's keys one after another, each row read by the whole warp.
             int n_chunk = min(32, nk - kc);
             for (int j0 = 0; j0 < n_chunk; j0 += ATTN_V_UNROLL) {
@@ -255,145 +246,6 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
         // The next tile reuses the partials.
         __syncthreads();
     }
-}
-
-// The large-batch path for 128-byte K/V rows (head_dim 64 in bf16): one warp per (row, head), as
-// split = 1 above, but each chunk's 32 key rows and 32 value rows are copied into shared memory
-// with cp.async while the warp scores and sums the previous chunk. The plain path's loads are in
-// flight only during its load phases (ncu, batch 1024: 95 registers, 31% occupancy, the KV read
-// at 2.1 TB/s); here they stay in flight all the time, without registers to hold them. Key rows
-// are stored with their 16-byte pieces XOR-swizzled by row, so that the lanes reading one piece of
-// 8 different rows hit different banks.
-#define ATTN_PIPE_WARPS 2
-#define ATTN_CHUNK 32
-
-// cp.async is sm_80+, and the kernel is launched in bf16 only (the helpers come with conv_mma.cu's).
-#if MMA_ENABLED
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-
-template <int D>
-__device__ __forceinline__ void attention_pipe_body(const T* __restrict__ qkv, T* kv, const int* __restrict__ tokens,
-                                                    const int* __restrict__ slots, T* __restrict__ out,
-                                                    const AttnDims& d) {
-    constexpr int CPR = D / VEC;  // 16-byte pieces per K or V row
-    constexpr int DPL = D / 32;   // output channels per lane
-    constexpr int STAGE = 2 * ATTN_CHUNK * CPR;  // one chunk's K then V rows, in uint4
-    extern __shared__ uint4 pipe_smem[];
-    int warp = threadIdx.x >> 5;
-    int lane = threadIdx.x & 31;
-    int pair = blockIdx.x * ATTN_PIPE_WARPS + warp;
-    bool active = pair < d.rows * d.heads;
-    int r = active ? pair / d.heads : 0;
-    int h = active ? pair % d.heads : 0;
-    uint4* stages = pipe_smem + warp * 2 * STAGE;
-    float* sq = reinterpret_cast<float*>(pipe_smem + ATTN_PIPE_WARPS * 2 * STAGE) + warp * d.time * D;
-    int slot = slots[r];
-    int p0 = tokens[slot];
-    int hd = d.heads * D;
-    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, 0, 1, d);
-    // The warp's ring writes (read back below through L2 by cp.async) and queries are in place.
-    __threadfence_block();
-    __syncwarp();
-    float scale = rsqrtf((float)D);
-    int c_lane = lane * DPL;
-    for (int t0 = 0; t0 < d.time; t0 += ATTN_MAX_TIME) {
-        int nt = min(ATTN_MAX_TIME, d.time - t0);
-        int last = p0 + t0 + nt - 1;
-        int first = max(p0 + t0 - d.window + 1, 0);
-        int nk = active ? last - first + 1 : 0;
-        int chunks = (nk + ATTN_CHUNK - 1) / ATTN_CHUNK;
-        float m[ATTN_MAX_TIME], l[ATTN_MAX_TIME], acc[ATTN_MAX_TIME][DPL];
-#pragma unroll
-        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-            m[t] = NEG_INF;
-            l[t] = 0.f;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[t][i] = 0.f;
-        }
-        // Chunk c's rows (past the last key: the last key again) into stage c % 2.
-        auto issue = [&](int c) {
-            uint4* sk = stages + (c & 1) * STAGE;
-            uint4* sv = sk + ATTN_CHUNK * CPR;
-            for (int idx = lane; idx < ATTN_CHUNK * CPR; idx += 32) {
-                int row = idx / CPR;
-                int piece = idx % CPR;
-                int kp = first + min(c * ATTN_CHUNK + row, nk - 1);
-                cp_async16(sk + row * CPR + (piece ^ (row % CPR)),
-                           reinterpret_cast<const uint4*>(kv_row(kv, slot, h, 0, kp, d)) + piece);
-                cp_async16(sv + row * CPR + piece, reinterpret_cast<const uint4*>(kv_row(kv, slot, h, 1, kp, d)) + piece);
-            }
-            cp_async_commit();
-        };
-        if (chunks > 0) issue(0);
-        for (int c = 0; c < chunks; ++c) {
-            if (c + 1 < chunks) {
-                issue(c + 1);
-                cp_async_wait_one();
-            } else {
-                cp_async_wait_all();
-            }
-            __syncwarp();
-            const uint4* sk = stages + (c & 1) * STAGE;
-            const T* sv = reinterpret_cast<const T*>(sk + ATTN_CHUNK * CPR);
-            int k = c * ATTN_CHUNK + lane;
-            int kp = first + min(k, nk - 1);
-            float s[ATTN_MAX_TIME];
-#pragma unroll
-            for (int t = 0; t < ATTN_MAX_TIME; ++t) s[t] = 0.f;
-#pragma unroll
-            for (int pc = 0; pc < CPR; ++pc) {
-                float kf[VEC];
-                unpack(sk[lane * CPR + (pc ^ (lane % CPR))], kf);
-#pragma unroll
-                for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                    if (t < nt) {
-                        const float4* q = reinterpret_cast<const float4*>(sq + (t0 + t) * D + pc * VEC);
-#pragma unroll
-                        for (int e = 0; e < VEC / 4; ++e) {
-                            float4 qv = q[e];
-                            s[t] += qv.x * kf[4 * e] + qv.y * kf[4 * e + 1] + qv.z * kf[4 * e + 2] + qv.w * kf[4 * e + 3];
-                        }
-                    }
-                }
-            }
-            float pr[ATTN_MAX_TIME];
-            online_softmax<DPL>(s, pr, m, l, acc, k < nk, kp, p0 + t0, nt, scale, d.window);
-            int n_chunk = min(ATTN_CHUNK, nk - c * ATTN_CHUNK);
-#pragma unroll 8
-            for (int j = 0; j < n_chunk; ++j) {
-                float v[DPL];
-                load_dpl<DPL>(sv + j * D + c_lane, v);
-#pragma unroll
-                for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-                    if (t >= nt) continue;  // warp-uniform
-                    float pj = __shfl_sync(0xffffffffu, pr[t], j);
-#pragma unroll
-                    for (int i = 0; i < DPL; ++i) acc[t][i] += pj * v[i];
-                }
-            }
-            // Stage c % 2 is refilled by the next iteration's issue.
-            __syncwarp();
-        }
-#pragma unroll
-        for (int t = 0; t < ATTN_MAX_TIME; ++t) {
-            l[t] = warp_sum(l[t]);
-            if (t >= nt || !active) continue;
-            T* o = out + ((long long)r * d.time + t0 + t) * hd + h * D + c_lane;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) st(o + i, acc[t][i] / l[t]);
-        }
-    }
-}
-
-#endif
-
-extern "C" __global__ void __launch_bounds__(ATTN_PIPE_WARPS * 32) attention_pipe_d64(
-    const T* __restrict__ qkv, T* kv, const int* __restrict__ tokens, const int* __restrict__ slots,
-    T* __restrict__ out, AttnDims d) {
-    pdl_enter();
-#if MMA_ENABLED
-    attention_pipe_body<64>(qkv, kv, tokens, slots, out, d);
-#endif
 }
 
 // One entry per head dimension; `split` is 1 or ATTN_WARPS (chosen by the host).

@@ -1,7 +1,5 @@
-//! Host side of the streaming attention kernels (`kernels/attention.cu`): geometry checks and the
-//! launch (one warp per row and head, or a block per row and head when that leaves the GPU idle;
-//! at large batches with 128-byte K/V rows, the pipelined kernel that stages keys and values in
-//! shared memory).
+//! Host side of the streaming attention kernel (`kernels/attention.cu`): geometry checks and the
+//! launch (one warp per row and head, or a block per row and head when that leaves the GPU idle).
 
 use chorus_core::{AttentionArgs, Result};
 
@@ -20,13 +18,6 @@ const ATTN_MAX_TIME: usize = 4;
 const ATTN_SPLIT_BELOW_PER_SM: usize = 8;
 /// Shared memory a block may take without opting in.
 const ATTN_MAX_SMEM: usize = 48 * 1024;
-/// Warps per block of the pipelined kernel (`ATTN_PIPE_WARPS`), each with two stages of one
-/// chunk's key and value rows (`ATTN_CHUNK` of each) in shared memory.
-const ATTN_PIPE_WARPS: usize = 2;
-const ATTN_CHUNK: usize = 32;
-/// Bytes of a K or V row the pipelined kernel is built for (its swizzle spans 8 pieces of 16).
-const ATTN_PIPE_ROW_BYTES: usize = 128;
-const ATTN_PIPE_HEAD_DIM: usize = 64;
 /// The head dimensions compiled (one kernel each).
 const ATTN_KERNELS: [(usize, Kernel); 4] = [
     (16, Kernel::AttentionD16),
@@ -85,18 +76,6 @@ impl CudaBackend {
         } else {
             1
         };
-        // The pipelined kernel: staging rows plus each warp's rotated queries.
-        let pipe_smem = ATTN_PIPE_WARPS
-            * (2 * 2 * ATTN_CHUNK * ATTN_PIPE_ROW_BYTES
-                + g.time * g.head_dim * std::mem::size_of::<f32>());
-        if split == 1
-            && self.attention_pipe
-            && g.head_dim == ATTN_PIPE_HEAD_DIM
-            && g.head_dim * self.esize() == ATTN_PIPE_ROW_BYTES
-            && pipe_smem <= ATTN_MAX_SMEM
-        {
-            return self.attention_pipe(a, pipe_smem);
-        }
         let groups = ATTN_WARPS / split;
         let smem = smem_of(split);
         if smem > ATTN_MAX_SMEM {
@@ -108,7 +87,15 @@ impl CudaBackend {
                 ),
             ));
         }
-        let d = attn_dims(&a)?;
+        let d = AttnDims {
+            rows: i32_of(g.rows, OP)?,
+            time: i32_of(g.time, OP)?,
+            heads: i32_of(g.heads, OP)?,
+            head_dim: i32_of(g.head_dim, OP)?,
+            ring: i32_of(g.ring, OP)?,
+            window: i32_of(g.window, OP)?,
+            rope_theta: g.rope_theta,
+        };
         let blocks =
             u32::try_from(pairs.div_ceil(groups)).map_err(|_| cuda_error(OP, "too many blocks"))?;
         let (qkv, kv, tokens) = (a.qkv.mem.ptr(), a.kv.mem.ptr(), a.tokens.mem.ptr());
@@ -124,41 +111,4 @@ impl CudaBackend {
             &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d, &split],
         )
     }
-}
-
-impl CudaBackend {
-    /// The pipelined large-batch kernel (the caller checked its shape and shared memory).
-    fn attention_pipe(&self, a: AttentionArgs<'_, Self>, smem: usize) -> Result<()> {
-        const OP: &str = "attention";
-        let d = attn_dims(&a)?;
-        let pairs = a.geom.rows * a.geom.heads;
-        let blocks = u32::try_from(pairs.div_ceil(ATTN_PIPE_WARPS))
-            .map_err(|_| cuda_error(OP, "too many blocks"))?;
-        let (qkv, kv, tokens) = (a.qkv.mem.ptr(), a.kv.mem.ptr(), a.tokens.mem.ptr());
-        let (slots, out) = (a.slots.mem.ptr(), a.out.mem.ptr());
-        self.launch(
-            Kernel::AttentionPipeD64,
-            Launch {
-                grid: blocks,
-                block: (ATTN_PIPE_WARPS * 32) as u32,
-                smem: smem as u32,
-            },
-            &mut kargs![&qkv, &kv, &tokens, &slots, &out, &d],
-        )
-    }
-}
-
-/// The kernels' view of the geometry.
-fn attn_dims(a: &AttentionArgs<'_, CudaBackend>) -> Result<AttnDims> {
-    const OP: &str = "attention";
-    let g = a.geom;
-    Ok(AttnDims {
-        rows: i32_of(g.rows, OP)?,
-        time: i32_of(g.time, OP)?,
-        heads: i32_of(g.heads, OP)?,
-        head_dim: i32_of(g.head_dim, OP)?,
-        ring: i32_of(g.ring, OP)?,
-        window: i32_of(g.window, OP)?,
-        rope_theta: g.rope_theta,
-    })
 }

@@ -49,10 +49,6 @@ pub struct CudaOptions {
     /// Products of at most two rows with rows of at least this many columns take the GEMV
     /// kernel (weight bandwidth bound); shorter ones take cuBLAS. For A/B measurements.
     pub gemv_min_k: usize,
-    /// Large-batch attention over 128-byte K/V rows (head_dim 64 in bf16) copies each chunk of
-    /// keys and values into shared memory while the previous one computes (`attention_pipe_d64`);
-    /// off, it takes the plain kernel. For A/B measurements.
-    pub attention_pipe: bool,
 }
 
 impl Default for CudaOptions {
@@ -67,7 +63,6 @@ impl Default for CudaOptions {
             conv_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
-            attention_pipe: true,
         }
     }
 }
@@ -153,8 +148,6 @@ pub struct CudaBackend {
     pub(crate) conv_mma: bool,
     /// See [`CudaOptions::gemv_min_k`].
     pub(crate) gemv_min_k: usize,
-    /// See [`CudaOptions::attention_pipe`].
-    pub(crate) attention_pipe: bool,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -244,7 +237,6 @@ impl CudaBackend {
             tap_split: options.conv_tap_split,
             conv_mma,
             gemv_min_k: options.gemv_min_k,
-            attention_pipe: options.attention_pipe && arch.0 >= MMA_MIN_MAJOR,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),

@@ -74,7 +74,6 @@ kernel_table! {
     AttentionD32 => "attention_d32",
     AttentionD64 => "attention_d64",
     AttentionD128 => "attention_d128",
-    AttentionPipeD64 => "attention_pipe_d64",
     ConvConcat => "conv_concat",
     ConvShiftAdd => "conv_shift_add",
     // Tensor-core convolution (kernels/conv_mma.cu).
