@@ -193,6 +193,19 @@ pub struct LayerNormArgs<'a, B: Backend + ?Sized> {
     pub eps: f32,
 }
 
+/// A pre-norm product, `out[n, m] = act(LayerNorm(x)[n, k] @ w[m, k]^T)` with `act` GELU or none:
+/// a transformer's norm-then-projection. `norm.out` receives the normalised rows where a backend
+/// computes them apart; a backend fusing the norm into the product may leave it untouched.
+pub struct NormLinearArgs<'a, B: Backend + ?Sized> {
+    /// `norm.dim` is the product's `k`.
+    pub norm: LayerNormArgs<'a, B>,
+    pub w: &'a B::Buf,
+    pub out: &'a mut B::Buf,
+    pub m: usize,
+    /// Exact (erf) GELU on the product.
+    pub gelu: bool,
+}
+
 /// `out[n, m] = x[n, k] @ w[m, k]^T` (PyTorch `nn.Linear` layout, no bias).
 pub struct LinearArgs<'a, B: Backend + ?Sized> {
     pub x: &'a B::Buf,
@@ -367,6 +380,8 @@ pub trait Backend {
     fn layer_norm(&self, args: LayerNormArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`LinearArgs`].
     fn linear(&self, args: LinearArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`NormLinearArgs`].
+    fn layer_norm_linear(&self, args: NormLinearArgs<'_, Self>) -> Result<()>;
     /// Program op: `out[n, m] += x[n, k] . w[m, k]^T`, a residual update in the product itself
     /// (a layer scale is folded into `w`'s rows at load time).
     fn linear_acc(&self, args: LinearArgs<'_, Self>) -> Result<()>;

@@ -45,7 +45,8 @@ pub use lm::{CpuPinnedFloats, CpuPinnedInts, CpuQWeight};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,
-    LinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims, StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims,
+    StagingView,
 };
 
 /// The CPU backend.
@@ -243,6 +244,49 @@ impl Backend for CpuBackend {
 
     fn linear_acc(&self, args: LinearArgs<'_, Self>) -> Result<()> {
         linear(self, args, true)
+    }
+
+    fn layer_norm_linear(&self, a: NormLinearArgs<'_, Self>) -> Result<()> {
+        // The norm, the product and the activation apart (the CUDA backend fuses them for few rows).
+        let NormLinearArgs {
+            norm,
+            w,
+            out,
+            m,
+            gelu,
+        } = a;
+        let LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: normed,
+            n,
+            dim,
+            eps,
+        } = norm;
+        let norm = LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: &mut *normed,
+            n,
+            dim,
+            eps,
+        };
+        elementwise::layer_norm(self, norm)?;
+        let product = LinearArgs {
+            x: normed,
+            w,
+            out: &mut *out,
+            n,
+            k: dim,
+            m,
+        };
+        linear(self, product, false)?;
+        if gelu {
+            elementwise::gelu(self, out, n * m)?;
+        }
+        Ok(())
     }
 
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {

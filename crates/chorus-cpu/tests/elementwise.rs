@@ -1,8 +1,11 @@
-//! linear, linear_acc, layer_norm, gelu, embed_codes, advance_tokens, staging and fills.
+//! linear, linear_acc, layer_norm, layer_norm_linear, gelu, embed_codes, advance_tokens, staging
+//! and fills.
 
 mod common;
 
-use chorus_core::{Backend, BufRole, EmbedArgs, LayerNormArgs, LinearArgs, StagingDims, NO_CODE};
+use chorus_core::{
+    Backend, BufRole, EmbedArgs, LayerNormArgs, LinearArgs, NormLinearArgs, StagingDims, NO_CODE,
+};
 use common::*;
 
 #[test]
@@ -129,6 +132,68 @@ fn linear_acc_adds_the_product_to_out() {
         })
         .unwrap();
         assert_close("linear_acc", &be.download(&out).unwrap(), &want);
+    }
+}
+
+#[test]
+fn layer_norm_linear_is_the_norm_then_the_product_then_gelu() {
+    let be = backend();
+    let mut rng = Rng::new(26);
+    let (n, k, m) = (3, 40, 7);
+    let x: Vec<f32> = rng.vec(n * k, 2.0).iter().map(|v| v + 1.5).collect();
+    let (gamma, beta, w) = (rng.vec(k, 1.0), rng.vec(k, 0.5), rng.vec(m * k, 0.3));
+    // f64 reference: two-pass mean and biased variance, eps 1e-5.
+    let normed: Vec<f64> = x
+        .chunks(k)
+        .flat_map(|row| {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / k as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / k as f64;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            let (gamma, beta) = (&gamma, &beta);
+            (0..k)
+                .map(move |c| (row[c] as f64 - mean) * inv * gamma[c] as f64 + beta[c] as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for gelu in [false, true] {
+        let want: Vec<f64> = (0..n * m)
+            .map(|e| {
+                let (i, j) = (e / m, e % m);
+                let y: f64 = (0..k)
+                    .map(|c| normed[i * k + c] * w[j * k + c] as f64)
+                    .sum();
+                if gelu {
+                    0.5 * y * (1.0 + libm::erf(y / std::f64::consts::SQRT_2))
+                } else {
+                    y
+                }
+            })
+            .collect();
+        let (xb, gb, bb, wb) = (
+            be.upload(&x, BufRole::Activation).unwrap(),
+            be.upload(&gamma, BufRole::Weight).unwrap(),
+            be.upload(&beta, BufRole::Weight).unwrap(),
+            be.upload(&w, BufRole::Weight).unwrap(),
+        );
+        let mut norm = be.zeros(n * k, BufRole::Activation).unwrap();
+        let mut out = be.zeros(n * m, BufRole::Activation).unwrap();
+        be.layer_norm_linear(NormLinearArgs {
+            norm: LayerNormArgs {
+                x: &xb,
+                gamma: &gb,
+                beta: &bb,
+                out: &mut norm,
+                n,
+                dim: k,
+                eps: 1e-5,
+            },
+            w: &wb,
+            out: &mut out,
+            m,
+            gelu,
+        })
+        .unwrap();
+        assert_close("layer_norm_linear", &be.download(&out).unwrap(), &want);
     }
 }
 

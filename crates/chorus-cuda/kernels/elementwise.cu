@@ -10,13 +10,13 @@ extern "C" __global__ void cast_t_to_f32(const T* __restrict__ src, float* __res
     GRID_LOOP(i, n) { dst[i] = ld(src + i); }
 }
 
-// Exact GELU, x * Phi(x), in place.
+// Exact GELU, x * Phi(x).
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
+
+// Exact GELU in place.
 extern "C" __global__ void gelu(T* x, long long n) {
     pdl_enter();
-    GRID_LOOP(i, n) {
-        float v = ld(x + i);
-        st(x + i, 0.5f * v * (1.f + erff(v * 0.70710678118654752f)));
-    }
+    GRID_LOOP(i, n) { st(x + i, gelu_f(ld(x + i))); }
 }
 
 // ELU (alpha 1) of `n` elements; n is a multiple of VEC when `vec` is set.

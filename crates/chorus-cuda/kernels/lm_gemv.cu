@@ -15,9 +15,25 @@ __device__ __forceinline__ uint4 ld_stream(const T* p) {
     return v;
 }
 
-template <int N>
-__device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
-                                          int n, int k, int m, int acc_out) {
+// VEC consecutive activations as f32: from the activations (T) or from shared memory (f32).
+__device__ __forceinline__ void load_xv(const float* p, float* f) {
+#pragma unroll
+    for (int e = 0; e < VEC; e += 4) {
+        float4 v = *reinterpret_cast<const float4*>(p + e);
+        f[e] = v.x;
+        f[e + 1] = v.y;
+        f[e + 2] = v.z;
+        f[e + 3] = v.w;
+    }
+}
+#if CHORUS_BF16
+__device__ __forceinline__ void load_xv(const bf16* p, float* f) { unpack(*reinterpret_cast<const uint4*>(p), f); }
+#endif
+
+// `acc_out` adds the product to `out` (a residual update); `gelu` applies exact GELU to it.
+template <int N, typename X>
+__device__ __forceinline__ void gemv_body(const X* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
+                                          int n, int k, int m, int acc_out, int gelu) {
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int warps = (gridDim.x * blockDim.x) >> 5;
@@ -40,7 +56,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
                 for (int r = 0; r < N; ++r) {
                     if (r < n) {
                         float xf[VEC];
-                        unpack(*reinterpret_cast<const uint4*>(x + (size_t)r * k + kk + u * step), xf);
+                        load_xv(x + (size_t)r * k + kk + u * step, xf);
 #pragma unroll
                         for (int e = 0; e < VEC; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
                     }
@@ -54,7 +70,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
             for (int r = 0; r < N; ++r) {
                 if (r < n) {
                     float xf[VEC];
-                    unpack(*reinterpret_cast<const uint4*>(x + (size_t)r * k + kk), xf);
+                    load_xv(x + (size_t)r * k + kk, xf);
 #pragma unroll
                     for (int e = 0; e < VEC; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
                 }
@@ -70,7 +86,8 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
 #pragma unroll
             for (int r = 0; r < N; ++r) v = (r == lane) ? acc[r] : v;
             T* o = out + (size_t)lane * m + j;
-            st(o, acc_out ? ld(o) + v : v);
+            float y = acc_out ? ld(o) + v : v;
+            st(o, gelu ? gelu_f(y) : y);
         }
     }
 }
@@ -82,9 +99,52 @@ extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict_
     prefetch_first_row(w, (size_t)k * sizeof(T), m);
     pdl_enter();
     switch (tile) {
-        case 2: gemv_body<2>(x, w, out, n, k, m, acc_out); break;
-        case 4: gemv_body<4>(x, w, out, n, k, m, acc_out); break;
-        case 8: gemv_body<8>(x, w, out, n, k, m, acc_out); break;
-        default: gemv_body<16>(x, w, out, n, k, m, acc_out); break;
+        case 2: gemv_body<2, T>(x, w, out, n, k, m, acc_out, 0); break;
+        case 4: gemv_body<4, T>(x, w, out, n, k, m, acc_out, 0); break;
+        case 8: gemv_body<8, T>(x, w, out, n, k, m, acc_out, 0); break;
+        default: gemv_body<16, T>(x, w, out, n, k, m, acc_out, 0); break;
     }
+}
+
+// Rows the fused norm + GEMV kernel takes (the plain kernel's smallest tile).
+#define GEMV_NORM_ROWS 2
+
+// out = act(LayerNorm(x) . w^T) for at most GEMV_NORM_ROWS rows (a transformer's pre-norm
+// projections at batch 1): each block first normalises the rows into shared memory in f32 (two-pass
+// statistics, as layer_norm), then its warps stream their weight rows against them, so the norm
+// costs no launch of its own. Shared memory: n * k floats.
+extern "C" __global__ void gemv_norm(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                                     float eps, const T* __restrict__ w, T* __restrict__ out, int n, int k, int m,
+                                     int gelu) {
+    prefetch_first_row(w, (size_t)k * sizeof(T), m);
+    pdl_enter();
+    extern __shared__ float4 gemv_norm_smem[];
+    float* xs = reinterpret_cast<float*>(gemv_norm_smem);
+    __shared__ float stats[2 * GEMV_NORM_ROWS];
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp < n) {
+        const T* xr = x + (size_t)warp * k;
+        float sum = 0.f;
+        for (int c = lane; c < k; c += 32) sum += ld(xr + c);
+        float mean = warp_sum(sum) / k;
+        float var = 0.f;
+        for (int c = lane; c < k; c += 32) {
+            float d = ld(xr + c) - mean;
+            var += d * d;
+        }
+        var = warp_sum(var);
+        if (lane == 0) {
+            stats[2 * warp] = mean;
+            stats[2 * warp + 1] = rsqrtf(var / k + eps);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n * k; i += blockDim.x) {
+        int r = i / k;
+        int c = i - r * k;
+        xs[i] = (ld(x + i) - stats[2 * r]) * stats[2 * r + 1] * ld(gamma + c) + ld(beta + c);
+    }
+    __syncthreads();
+    gemv_body<GEMV_NORM_ROWS, float>(xs, w, out, n, k, m, 0, gelu);
 }

@@ -3,7 +3,8 @@
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, LayerNormArgs,
-    LinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims, StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims,
+    StagingView,
 };
 use half::bf16;
 
@@ -308,23 +309,7 @@ impl Backend for CudaBackend {
 
     fn layer_norm(&self, a: LayerNormArgs<'_, Self>) -> Result<()> {
         let _timer = self.op_timer("layer_norm");
-        let (x, g, b, out) = (
-            a.x.mem.ptr(),
-            a.gamma.mem.ptr(),
-            a.beta.mem.ptr(),
-            a.out.mem.ptr(),
-        );
-        let (n, dim, eps) = (a.n as i32, a.dim as i32, a.eps);
-        let cfg = Launch {
-            grid: a.n.div_ceil(LN_WARPS) as u32,
-            block: (LN_WARPS * 32) as u32,
-            smem: 0,
-        };
-        self.launch(
-            Kernel::LayerNorm,
-            cfg,
-            &mut kargs![&x, &g, &b, &out, &n, &dim, &eps],
-        )
+        self.op_layer_norm(a)
     }
 
     fn linear(&self, a: LinearArgs<'_, Self>) -> Result<()> {
@@ -342,10 +327,62 @@ impl Backend for CudaBackend {
         self.op_attention(args)
     }
 
+    fn layer_norm_linear(&self, a: NormLinearArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("layer_norm_linear");
+        let (n, k, m) = (a.norm.n, a.norm.dim, a.m);
+        need("layer_norm_linear", "x", a.norm.x.len, n * k)?;
+        need("layer_norm_linear", "gamma", a.norm.gamma.len, k)?;
+        need("layer_norm_linear", "beta", a.norm.beta.len, k)?;
+        need("layer_norm_linear", "norm", a.norm.out.len, n * k)?;
+        need("layer_norm_linear", "w", a.w.len, m * k)?;
+        need("layer_norm_linear", "out", a.out.len, n * m)?;
+        if self.gemv_norm_fits(n, k, m) {
+            return self.gemv_norm(a);
+        }
+        let NormLinearArgs {
+            norm,
+            w,
+            out,
+            m,
+            gelu,
+        } = a;
+        let LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: normed,
+            n,
+            dim,
+            eps,
+        } = norm;
+        let norm = LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: &mut *normed,
+            n,
+            dim,
+            eps,
+        };
+        self.op_layer_norm(norm)?;
+        let product = LinearArgs {
+            x: normed,
+            w,
+            out: &mut *out,
+            n,
+            k: dim,
+            m,
+        };
+        self.op_linear(product, false)?;
+        if gelu {
+            self.op_gelu(out, n * m)?;
+        }
+        Ok(())
+    }
+
     fn gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
         let _timer = self.op_timer("gelu");
-        let (p, n) = (x.mem.ptr(), len as i64);
-        self.launch(Kernel::Gelu, self.grid_for(len)?, &mut kargs![&p, &n])
+        self.op_gelu(x, len)
     }
 
     fn advance_tokens(
@@ -419,5 +456,30 @@ impl CudaBackend {
             ldc: a.m,
             beta: if accumulate { 1.0 } else { 0.0 },
         })
+    }
+
+    fn op_layer_norm(&self, a: LayerNormArgs<'_, Self>) -> Result<()> {
+        let (x, g, b, out) = (
+            a.x.mem.ptr(),
+            a.gamma.mem.ptr(),
+            a.beta.mem.ptr(),
+            a.out.mem.ptr(),
+        );
+        let (n, dim, eps) = (a.n as i32, a.dim as i32, a.eps);
+        let cfg = Launch {
+            grid: a.n.div_ceil(LN_WARPS) as u32,
+            block: (LN_WARPS * 32) as u32,
+            smem: 0,
+        };
+        self.launch(
+            Kernel::LayerNorm,
+            cfg,
+            &mut kargs![&x, &g, &b, &out, &n, &dim, &eps],
+        )
+    }
+
+    fn op_gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
+        let (p, n) = (x.mem.ptr(), len as i64);
+        self.launch(Kernel::Gelu, self.grid_for(len)?, &mut kargs![&p, &n])
     }
 }

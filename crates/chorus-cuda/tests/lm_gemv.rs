@@ -1,9 +1,10 @@
-//! The skinny-product path of `linear` (the GEMV kernel for at most 16 rows, cuBLAS above) against
-//! the CPU backend, and the bandwidth it streams weights at on the LM's real shapes.
+//! The skinny-product paths of `linear`, `linear_acc` and `layer_norm_linear` (the GEMV kernels for
+//! few rows, cuBLAS above) against the CPU backend, and the bandwidth the GEMV kernel streams
+//! weights at on the LM's real shapes.
 
 mod common;
 
-use chorus_core::{Backend, BufRole, LinearArgs, Precision};
+use chorus_core::{Backend, BufRole, LayerNormArgs, LinearArgs, NormLinearArgs, Precision};
 use common::*;
 
 /// Runs `out = x w^T` inside a captured program on `be` and returns `out`.
@@ -69,23 +70,34 @@ fn gemv_and_cublas_products_match_the_cpu() {
     }
 }
 
+/// Row lengths from which the GEMV kernels take a product in the two A/B settings: the default
+/// (the codec's short products too) and the LM's products only (short ones on cuBLAS).
+const GEMV_MIN_KS: [usize; 2] = [chorus_cuda::GEMV_MIN_K, 4096];
+
+/// A CUDA backend taking the GEMV kernels from `gemv_min_k`, or `None` without a device.
+fn cuda_with(precision: Precision, gemv_min_k: usize) -> Option<chorus_cuda::CudaBackend> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    let opts = chorus_cuda::CudaOptions {
+        precision,
+        gemv_min_k,
+        ..Default::default()
+    };
+    Some(chorus_cuda::CudaBackend::new(opts).unwrap())
+}
+
 /// `linear_acc` on the GEMV kernel (at most two rows, long enough rows) and on cuBLAS (`beta` 1),
-/// each against the CPU; the codec's short products run both ways (the GEMV threshold lowered).
+/// each against the CPU; the codec's short products run both ways.
 #[test]
 fn accumulating_products_match_the_cpu() {
     let cpu = cpu();
     for precision in PRECISIONS {
-        for gemv_min_k in [chorus_cuda::GEMV_MIN_K, 512] {
-            if !chorus_cuda::cuda_available() {
-                eprintln!("skipped: no CUDA device on this machine");
+        for gemv_min_k in GEMV_MIN_KS {
+            let Some(cuda) = cuda_with(precision, gemv_min_k) else {
                 return;
-            }
-            let cuda = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
-                precision,
-                gemv_min_k,
-                ..Default::default()
-            })
-            .unwrap();
+            };
             for (n, k, m) in [
                 (2, 4096, 1030),
                 (2, 512, 512),
@@ -106,6 +118,76 @@ fn accumulating_products_match_the_cpu() {
                     plain.iter().zip(&want).any(|(a, b)| (a - b).abs() > 0.1),
                     "{name}"
                 );
+            }
+        }
+    }
+}
+
+/// `out = act(LayerNorm(x) w^T)` through `layer_norm_linear`, inside a captured program.
+fn norm_product<B: Backend>(
+    be: &B,
+    x: &[f32],
+    w: &[f32],
+    (n, k, m): (usize, usize, usize),
+    gelu: bool,
+) -> Vec<f32> {
+    let mut r = Rng::new(7);
+    let gamma = be.upload(&r.vec(k, 1.0), BufRole::Weight).unwrap();
+    let beta = be.upload(&r.vec(k, 0.5), BufRole::Weight).unwrap();
+    let xb = be.upload(x, BufRole::Activation).unwrap();
+    let wb = be.upload(w, BufRole::Weight).unwrap();
+    let mut norm = be.zeros(n * k, BufRole::Activation).unwrap();
+    let mut out = be.zeros(n * m, BufRole::Activation).unwrap();
+    let key = 7_000_000 + n * 100_003 + m * 2 + usize::from(gelu);
+    be.run(key, &mut |b: &B| {
+        b.layer_norm_linear(NormLinearArgs {
+            norm: LayerNormArgs {
+                x: &xb,
+                gamma: &gamma,
+                beta: &beta,
+                out: &mut norm,
+                n,
+                dim: k,
+                eps: 1e-5,
+            },
+            w: &wb,
+            out: &mut out,
+            m,
+            gelu,
+        })
+    })
+    .unwrap();
+    be.download(&out).unwrap()
+}
+
+/// The pre-norm product fused into one GEMV kernel (at most two rows, `k` from the threshold up
+/// to 4096) and apart (norm kernel, product, GELU kernel), against the CPU.
+#[test]
+fn norm_products_match_the_cpu() {
+    let cpu = cpu();
+    for precision in PRECISIONS {
+        for gemv_min_k in GEMV_MIN_KS {
+            let Some(cuda) = cuda_with(precision, gemv_min_k) else {
+                return;
+            };
+            for (n, k, m, gelu) in [
+                (1, 512, 1536, false),
+                (2, 512, 2048, true),
+                (2, 2048, 520, false),
+                (2, 8192, 64, true),
+                (6, 512, 96, true),
+                (2, 64, 40, false),
+            ] {
+                let mut r = Rng::new((n * k + m) as u64);
+                // Rows far from zero mean and unit variance, so that a missing norm shows.
+                let x: Vec<f32> = r.vec(n * k, 3.0).iter().map(|v| v + 2.0).collect();
+                let w = r.vec(m * k, (3.0 / k as f32).sqrt());
+                let want = norm_product(&cpu, &x, &w, (n, k, m), gelu);
+                let got = norm_product(&cuda, &x, &w, (n, k, m), gelu);
+                let name = format!(
+                    "layer_norm_linear n={n} k={k} m={m} gelu={gelu} gemv_min_k={gemv_min_k}"
+                );
+                assert_parity(&name, precision, &got, &want);
             }
         }
     }

@@ -5,7 +5,8 @@ use crate::prepare::PreparedLayer;
 use crate::state::StateBuf;
 use crate::MimiConfig;
 use chorus_core::{
-    AttentionArgs, AttentionGeom, Backend, BufRole, LayerNormArgs, LinearArgs, Result,
+    AttentionArgs, AttentionGeom, Backend, BufRole, LayerNormArgs, LinearArgs, NormLinearArgs,
+    Result,
 };
 
 /// The activations the layers read and write, each `[tokens, ...]`.
@@ -73,22 +74,20 @@ pub(crate) fn run_layers<B: Backend>(
         mlp,
     } = b;
     for (l, kv) in layers.iter().zip(kv.iter_mut()) {
-        be.layer_norm(LayerNormArgs {
-            x: h,
-            gamma: &l.norm1_w,
-            beta: &l.norm1_b,
-            out: norm,
-            n,
-            dim: hid,
-            eps,
-        })?;
-        be.linear(LinearArgs {
-            x: norm,
+        be.layer_norm_linear(NormLinearArgs {
+            norm: LayerNormArgs {
+                x: h,
+                gamma: &l.norm1_w,
+                beta: &l.norm1_b,
+                out: norm,
+                n,
+                dim: hid,
+                eps,
+            },
             w: &l.qkv,
             out: qkv,
-            n,
-            k: hid,
             m: 3 * hid,
+            gelu: false,
         })?;
         be.attention(AttentionArgs {
             qkv,
@@ -107,25 +106,22 @@ pub(crate) fn run_layers<B: Backend>(
             k: hid,
             m: hid,
         })?;
-        be.layer_norm(LayerNormArgs {
-            x: h,
-            gamma: &l.norm2_w,
-            beta: &l.norm2_b,
-            out: norm,
-            n,
-            dim: hid,
-            eps,
-        })?;
         let inter = cfg.intermediate_size;
-        be.linear(LinearArgs {
-            x: norm,
+        be.layer_norm_linear(NormLinearArgs {
+            norm: LayerNormArgs {
+                x: h,
+                gamma: &l.norm2_w,
+                beta: &l.norm2_b,
+                out: norm,
+                n,
+                dim: hid,
+                eps,
+            },
             w: &l.fc1,
             out: mlp,
-            n,
-            k: hid,
             m: inter,
+            gelu: true,
         })?;
-        be.gelu(mlp, n * inter)?;
         be.linear_acc(LinearArgs {
             x: mlp,
             w: &l.fc2,
