@@ -115,6 +115,8 @@ pub struct ServeArgs {
 const SPARE_FDS: u64 = 256;
 /// `--model` naming the stand-in decoder.
 pub const FAKE_MODEL: &str = "fake";
+/// Connection threads a server keeps however few cores it has.
+const MIN_CONNECTION_WORKERS: usize = 2;
 /// Devices `--devices` may name with `--model fake` (one stand-in engine each).
 const FAKE_DEVICES: usize = 8;
 
@@ -228,7 +230,9 @@ fn run_server(
         drain_timeout: Duration::from_secs(args.drain_timeout),
         ..ServerConfig::default()
     };
+    let engines = pool.engines().len();
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(connection_workers(engines))
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -244,6 +248,14 @@ fn run_server(
         }
         Ok(())
     })
+}
+
+/// Connection threads beside `engines` engine threads: one core per engine is left to it, so that
+/// a step is never delayed waiting for a core the connections hold (each engine thread gathers,
+/// launches and hands out every step of its device).
+fn connection_workers(engines: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.saturating_sub(engines).max(MIN_CONNECTION_WORKERS)
 }
 
 /// `--devices` resolved against the visible CUDA devices; `None` without it (one engine on
