@@ -76,8 +76,8 @@ impl Source {
 }
 
 /// Bytes a client connection reads at once: two f32 PCM frames. tungstenite zeroes this much
-/// before every read (see `crate::ws::WS_READ_BUFFER_BYTES`), so its 128 KiB default cost more
-/// than the rest of the client.
+/// before every read (see `crate::ws::WS_READ_BUFFER_BYTES`), so its 128 KiB default spent the
+/// client's time clearing memory.
 const CLIENT_READ_BUFFER_BYTES: usize = 16 << 10;
 /// How long a stream waits for its next message before it gives up.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
