@@ -206,6 +206,49 @@ pub struct NormLinearArgs<'a, B: Backend + ?Sized> {
     pub gelu: bool,
 }
 
+impl<'a, B: Backend + ?Sized> NormLinearArgs<'a, B> {
+    /// Runs the op as its three parts, for a backend that does not fuse them: `norm` writes the
+    /// normalised rows into `norm.out`, `product` multiplies them, and `gelu` (when asked) applies
+    /// the activation over the product's `n * m` outputs.
+    pub fn apart(
+        self,
+        norm: impl FnOnce(LayerNormArgs<'_, B>) -> Result<()>,
+        product: impl FnOnce(LinearArgs<'_, B>) -> Result<()>,
+        gelu: impl FnOnce(&mut B::Buf, usize) -> Result<()>,
+    ) -> Result<()> {
+        let LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: normed,
+            n,
+            dim,
+            eps,
+        } = self.norm;
+        norm(LayerNormArgs {
+            x,
+            gamma,
+            beta,
+            out: &mut *normed,
+            n,
+            dim,
+            eps,
+        })?;
+        product(LinearArgs {
+            x: normed,
+            w: self.w,
+            out: &mut *self.out,
+            n,
+            k: dim,
+            m: self.m,
+        })?;
+        if self.gelu {
+            gelu(self.out, n * self.m)?;
+        }
+        Ok(())
+    }
+}
+
 /// `out[n, m] = x[n, k] @ w[m, k]^T` (PyTorch `nn.Linear` layout, no bias).
 pub struct LinearArgs<'a, B: Backend + ?Sized> {
     pub x: &'a B::Buf,

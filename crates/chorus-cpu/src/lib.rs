@@ -248,45 +248,11 @@ impl Backend for CpuBackend {
 
     fn layer_norm_linear(&self, a: NormLinearArgs<'_, Self>) -> Result<()> {
         // The norm, the product and the activation apart (the CUDA backend fuses them for few rows).
-        let NormLinearArgs {
-            norm,
-            w,
-            out,
-            m,
-            gelu,
-        } = a;
-        let LayerNormArgs {
-            x,
-            gamma,
-            beta,
-            out: normed,
-            n,
-            dim,
-            eps,
-        } = norm;
-        let norm = LayerNormArgs {
-            x,
-            gamma,
-            beta,
-            out: &mut *normed,
-            n,
-            dim,
-            eps,
-        };
-        elementwise::layer_norm(self, norm)?;
-        let product = LinearArgs {
-            x: normed,
-            w,
-            out: &mut *out,
-            n,
-            k: dim,
-            m,
-        };
-        linear(self, product, false)?;
-        if gelu {
-            elementwise::gelu(self, out, n * m)?;
-        }
-        Ok(())
+        a.apart(
+            |norm| elementwise::layer_norm(self, norm),
+            |product| linear(self, product, false),
+            |out, len| elementwise::gelu(self, out, len),
+        )
     }
 
     fn attention(&self, args: AttentionArgs<'_, Self>) -> Result<()> {

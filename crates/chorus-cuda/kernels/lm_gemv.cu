@@ -112,7 +112,7 @@ extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict_
 // out = act(LayerNorm(x) . w^T) for at most GEMV_NORM_ROWS rows (a transformer's pre-norm
 // projections at batch 1): each block first normalises the rows into shared memory in f32 (two-pass
 // statistics, as layer_norm), then its warps stream their weight rows against them, so the norm
-// costs no launch of its own. Shared memory: n * k floats.
+// costs no launch of its own. Shared memory: n * k floats. (warp_sum comes from attention.cu.)
 extern "C" __global__ void gemv_norm(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                                      float eps, const T* __restrict__ w, T* __restrict__ out, int n, int k, int m,
                                      int gelu) {

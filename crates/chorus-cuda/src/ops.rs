@@ -339,45 +339,11 @@ impl Backend for CudaBackend {
         if self.gemv_norm_fits(n, k, m) {
             return self.gemv_norm(a);
         }
-        let NormLinearArgs {
-            norm,
-            w,
-            out,
-            m,
-            gelu,
-        } = a;
-        let LayerNormArgs {
-            x,
-            gamma,
-            beta,
-            out: normed,
-            n,
-            dim,
-            eps,
-        } = norm;
-        let norm = LayerNormArgs {
-            x,
-            gamma,
-            beta,
-            out: &mut *normed,
-            n,
-            dim,
-            eps,
-        };
-        self.op_layer_norm(norm)?;
-        let product = LinearArgs {
-            x: normed,
-            w,
-            out: &mut *out,
-            n,
-            k: dim,
-            m,
-        };
-        self.op_linear(product, false)?;
-        if gelu {
-            self.op_gelu(out, n * m)?;
-        }
-        Ok(())
+        a.apart(
+            |norm| self.op_layer_norm(norm),
+            |product| self.op_linear(product, false),
+            |out, len| self.op_gelu(out, len),
+        )
     }
 
     fn gelu(&self, x: &mut CudaBuf, len: usize) -> Result<()> {
