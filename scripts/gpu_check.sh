@@ -14,7 +14,7 @@ section() { echo; echo "=================== $* ==================="; }
 section "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 section "(a) CUDA op parity tests and kernel compile check"
-for t in "$BIN"/nvrtc_compile "$BIN"/ops; do
+for t in "$BIN"/nvrtc_compile "$BIN"/ops "$BIN"/res_block; do
   [ -x "$t" ] || { echo "MISSING $t"; status=1; continue; }
   "$t" --test-threads=1 --nocapture 2>&1 || status=1
 done
@@ -32,7 +32,9 @@ else echo "MISSING $BIN/chorus"; fi
 section "(c') replay_bench: device time per step and per-op breakdown"
 if [ -x "$BIN"/replay_bench ]; then
   for p in bf16 f32; do "$BIN"/replay_bench "$p" 1,64,1024 100 2>&1 || status=1; done
-  # A/B: the convolutions without the tensor-core path (cuBLAS tap-split), same call.
+  # A/B, same call: residual blocks as two convolutions, then the convolutions without the
+  # tensor-core path (cuBLAS tap-split).
+  "$BIN"/replay_bench bf16 1,64,1024 100 mma-apart 2>&1 || status=1
   "$BIN"/replay_bench bf16 1,64,1024 100 tap-split 2>&1 || status=1
 else echo "MISSING $BIN/replay_bench"; fi
 section "(e) encoder: chorus bench --encode, then transformers' encoder in the same call"

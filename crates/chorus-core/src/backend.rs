@@ -417,6 +417,8 @@ pub trait Backend {
     fn embed_codes(&self, args: EmbedArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`Conv1dArgs`].
     fn conv1d(&self, args: Conv1dArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`crate::ResBlockArgs`].
+    fn res_block(&self, args: crate::ResBlockArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`ConvTr1dArgs`].
     fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`LayerNormArgs`].

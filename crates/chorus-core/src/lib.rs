@@ -18,6 +18,7 @@ pub mod error;
 pub mod host;
 pub mod lm_ops;
 pub mod npy;
+pub mod res_block;
 pub mod rng;
 
 pub use backend::*;
@@ -28,3 +29,4 @@ pub use encoder::{AudioFrame, FrameEncoder};
 pub use error::{Error, Result};
 pub use host::HostTensor;
 pub use lm_ops::LmOps;
+pub use res_block::{ResBlockArgs, ResBlockGeom};

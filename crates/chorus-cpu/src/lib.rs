@@ -45,8 +45,8 @@ pub use lm::{CpuPinnedFloats, CpuPinnedInts, CpuQWeight};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,
-    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims,
-    StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, Result, RvqEncodeArgs,
+    StagingDims, StagingView,
 };
 
 /// The CPU backend.
@@ -232,6 +232,10 @@ impl Backend for CpuBackend {
 
     fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()> {
         convtr::conv_tr1d(self, args)
+    }
+
+    fn res_block(&self, args: ResBlockArgs<'_, Self>) -> Result<()> {
+        args.apart(|c| conv::conv1d(self, c))
     }
 
     fn layer_norm(&self, args: LayerNormArgs<'_, Self>) -> Result<()> {

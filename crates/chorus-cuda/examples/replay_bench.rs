@@ -2,9 +2,10 @@
 //! architecture, 8 codebooks): the median of CUDA-event-timed graph replays per bucket, then a
 //! per-op breakdown from one eager profiled run.
 //!
-//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays] [mma|tap-split|im2col]
-//! [gemv_min_k]` (convolutions: tensor cores where they apply, the default, else the tap-split or
-//! im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
+//! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays]
+//! [mma|mma-apart|tap-split|im2col] [gemv_min_k]` (convolutions: tensor cores where they apply
+//! with fused residual blocks, the default; `mma-apart` runs each residual block as its two
+//! convolutions; else the tap-split or im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
 //! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`).
 
 use chorus_core::{Backend, Buckets, Precision};
@@ -23,10 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
     let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
     let conv_path = args.get(4).map_or("mma", String::as_str);
-    if !["mma", "tap-split", "im2col"].contains(&conv_path) {
-        return Err(
-            format!("unknown convolution path `{conv_path}` (mma, tap-split or im2col)").into(),
-        );
+    if !["mma", "mma-apart", "tap-split", "im2col"].contains(&conv_path) {
+        return Err(format!(
+            "unknown convolution path `{conv_path}` (mma, mma-apart, tap-split or im2col)"
+        )
+        .into());
     }
     let gemv_min_k: usize = args
         .get(5)
@@ -40,7 +42,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let be = CudaBackend::new(CudaOptions {
         precision,
         conv_tap_split: tap_split,
-        conv_mma: conv_path == "mma",
+        conv_mma: conv_path.starts_with("mma"),
+        fuse_res_block: conv_path == "mma",
         gemv_min_k,
         ..Default::default()
     })?;
@@ -130,11 +133,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if i + 1 == buckets.sizes().len() {
             let seq: Vec<String> = calls
                 .iter()
-                .filter(|c| c.0.starts_with("conv") || c.0 == "attention")
+                .filter(|c| c.0.starts_with("conv") || c.0 == "attention" || c.0 == "res_block")
                 .map(|(op, ms)| format!("{op}:{ms:.3}"))
                 .collect();
             println!(
-                "profile batch {b} conv/attention calls in order: {}",
+                "profile batch {b} conv/res_block/attention calls in order: {}",
                 seq.join(" ")
             );
         }

@@ -230,6 +230,46 @@ __device__ __forceinline__ void mma_epilogue(float (*acc)[4], const float (*bias
     }
 }
 
+// As mma_epilogue, for a block whose NF * 8 outputs are whole 16-byte vectors of each output
+// row: the residual is read in the accumulator layout and summed in f32 before the one rounding,
+// and the packed results pass through `stage` (the warp's 16 rows of the consumed window, `pitch`
+// elements apart) so that each lane stores whole vectors.
+template <int NF>
+__device__ __forceinline__ void mma_store_staged(float (*acc)[4], const float (*bias_r)[2], const T* __restrict__ residual,
+                                                 T* __restrict__ out, T* stage, int pitch, int r, int t_base, int n0,
+                                                 const MmaConvDims& d) {
+    int lane = threadIdx.x & 31;
+    int g = lane >> 2;
+    int q = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int t = t_base + g + 8 * h;
+        long long row_at = ((long long)r * d.time + t) * d.n_out + n0;
+#pragma unroll
+        for (int f = 0; f < NF; ++f) {
+            int n = f * 8 + 2 * q;
+            float v0 = acc[f][2 * h] + bias_r[f][0];
+            float v1 = acc[f][2 * h + 1] + bias_r[f][1];
+            if (residual && t < d.time) {
+                unsigned u = *reinterpret_cast<const unsigned*>(residual + row_at + n);
+                v0 += __uint_as_float(u << 16);
+                v1 += __uint_as_float(u & 0xffff0000u);
+            }
+            *reinterpret_cast<unsigned*>(stage + (g + 8 * h) * pitch + n) = pack_bf16x2(v0, v1);
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * NF; i += 32) {
+        int row = i / NF;
+        int col = (i % NF) * 8;
+        if (t_base + row < d.time) {
+            *reinterpret_cast<uint4*>(out + ((long long)r * d.time + t_base + row) * d.n_out + n0 + col) =
+                *reinterpret_cast<const uint4*>(stage + row * pitch + col);
+        }
+    }
+}
+
 template <int NF>
 __device__ __forceinline__ void conv_mma_body(const T* __restrict__ x, const T* state, const int* __restrict__ slots,
                                               const T* __restrict__ w, const T* __restrict__ bias,
@@ -263,6 +303,8 @@ __device__ __forceinline__ void conv_mma_body(const T* __restrict__ x, const T* 
             bias_r[f][e] = (bias && n < d.n_out) ? ld(bias + n) : 0.f;
         }
     }
+    // Whole 16-byte rows of this block's outputs fit in the window's rows: store through them.
+    bool staged = bn <= d.c_in && (d.n_out & 7) == 0 && n0 + bn <= d.n_out;
     for (int buf = 0; tix < total_tiles; tix += stride, buf ^= 1) {
         int r = tix / d.tiles;
         int t0 = (tix % d.tiles) * MMA_BM;
@@ -274,13 +316,15 @@ __device__ __forceinline__ void conv_mma_body(const T* __restrict__ x, const T* 
         if (next < total_tiles) {
             mma_issue_input(x, state, slots, sx0 + (buf ^ 1) * window, xpitch, next / d.tiles, (next % d.tiles) * MMA_BM, d);
         }
-        if (t0 + m0 >= d.time) continue;  // this warp's 16 times are all past the row's end
+        // A warp whose 16 times are all past the row's end computes nothing but still meets the
+        // barrier below.
+        bool live = t0 + m0 < d.time;
         float acc[NF][4];
 #pragma unroll
         for (int f = 0; f < NF; ++f) {
             acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
         }
-        for (int j = 0; j < d.taps; ++j) {
+        for (int j = 0; live && j < d.taps; ++j) {
             const T* arow = sx0 + buf * window + (m0 + j * d.dilation + (lane & 15)) * xpitch + (lane >> 4) * 8;
             const T* brow = sw + (lane & 7) * wpitch + j * d.c_in;
             for (int c0 = 0; c0 < d.c_in; c0 += 16) {
@@ -301,7 +345,13 @@ __device__ __forceinline__ void conv_mma_body(const T* __restrict__ x, const T* 
                 }
             }
         }
-        mma_epilogue<NF>(acc, bias_r, residual, out, r, t0 + m0, n0, d);
+        if (staged) {
+            // Every warp is done reading the window: its rows now stage the outputs.
+            __syncthreads();
+            if (live) mma_store_staged<NF>(acc, bias_r, residual, out, sx0 + buf * window + m0 * xpitch, xpitch, r, t0 + m0, n0, d);
+        } else if (live) {
+            mma_epilogue<NF>(acc, bias_r, residual, out, r, t0 + m0, n0, d);
+        }
     }
 }
 

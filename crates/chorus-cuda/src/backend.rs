@@ -43,6 +43,9 @@ pub struct CudaOptions {
     /// bf16 convolutions and dense transposed convolutions run as tensor-core implicit GEMMs
     /// where their shape allows (sm_80+); off, they take the cuBLAS paths.
     pub conv_mma: bool,
+    /// bf16 SEANet residual blocks whose weights fit in shared memory run as one tensor-core
+    /// kernel (needs `conv_mma`); off, as their two convolutions. For A/B measurements.
+    pub fuse_res_block: bool,
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
     pub programmatic_launch: bool,
@@ -61,6 +64,7 @@ impl Default for CudaOptions {
             warmup_runs: DEFAULT_WARMUP_RUNS,
             conv_tap_split: true,
             conv_mma: true,
+            fuse_res_block: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
         }
@@ -146,12 +150,17 @@ pub struct CudaBackend {
     pub(crate) sm_count: usize,
     pub(crate) tap_split: bool,
     pub(crate) conv_mma: bool,
+    pub(crate) fuse_res_block: bool,
     /// See [`CudaOptions::gemv_min_k`].
     pub(crate) gemv_min_k: usize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
     pub(crate) mma_launches: AtomicUsize,
+    /// Fused residual blocks enqueued so far (as `mma_launches`).
+    pub(crate) res_block_launches: AtomicUsize,
+    /// One-output convolutions enqueued so far (as `mma_launches`).
+    pub(crate) out1_launches: AtomicUsize,
     pub(crate) scratch: Mutex<Scratch>,
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
@@ -208,6 +217,8 @@ impl CudaBackend {
                 Kernel::ConvMmaN16,
                 Kernel::ConvMmaN32,
                 Kernel::ConvMmaN64,
+                Kernel::ResBlockC64,
+                Kernel::ResBlockC128,
             ] {
                 kernels.allow_dynamic_smem(k, mma_smem_limit)?;
             }
@@ -236,9 +247,12 @@ impl CudaBackend {
             sm_count: sms.max(1) as usize,
             tap_split: options.conv_tap_split,
             conv_mma,
+            fuse_res_block: options.fuse_res_block,
             gemv_min_k: options.gemv_min_k,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
+            res_block_launches: AtomicUsize::new(0),
+            out1_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
@@ -254,6 +268,16 @@ impl CudaBackend {
     /// which path a shape took.
     pub fn tensor_core_convs(&self) -> usize {
         self.mma_launches.load(Ordering::Relaxed)
+    }
+
+    /// Residual blocks enqueued as one fused kernel so far (a graph replay adds none).
+    pub fn fused_res_blocks(&self) -> usize {
+        self.res_block_launches.load(Ordering::Relaxed)
+    }
+
+    /// Convolutions enqueued on the one-output kernel so far (a graph replay adds none).
+    pub fn one_output_convs(&self) -> usize {
+        self.out1_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

@@ -1,8 +1,10 @@
 //! Host side of the convolution kernels: geometry checks, path choice, launches.
 
-use chorus_core::{Conv1dArgs, Conv1dGeom, ConvTr1dArgs, Result};
+use std::sync::atomic::Ordering;
 
-use crate::backend::{CudaBackend, SCRATCH_ALIGN};
+use chorus_core::{Conv1dArgs, Conv1dGeom, ConvTr1dArgs, Precision, Result};
+
+use crate::backend::{CudaBackend, CudaBuf, SCRATCH_ALIGN};
 use crate::blas::{Batch, Gemm};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
@@ -16,10 +18,17 @@ const DIRECT_MAX_WEIGHTS: usize = 4096;
 /// Most output times per direct-convolution block, and its threads.
 const DIRECT_MAX_TILE: usize = 128;
 const DIRECT_THREADS: u32 = 128;
+/// The one-output kernel (`conv_out1.cu`, bf16 tensor cores): its input channels, most taps,
+/// output times per block, most history columns, threads.
+const OUT1_C_IN: usize = 64;
+const OUT1_TAPS: usize = 8;
+const OUT1_TILE: usize = 256;
+const OUT1_MAX_HISTORY: usize = 64;
+const OUT1_THREADS: u32 = 128;
 /// Mirrors `ConvDims` in `prelude.cuh`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct ConvDims {
+pub(crate) struct ConvDims {
     rows: i32,
     time: i32,
     c_in: i32,
@@ -45,6 +54,37 @@ struct ConvTrDims {
     elu: i32,
 }
 
+impl ConvDims {
+    pub(crate) fn of(g: Conv1dGeom, op: &'static str) -> Result<Self> {
+        Ok(Self {
+            rows: i32_of(g.rows, op)?,
+            time: i32_of(g.time, op)?,
+            c_in: i32_of(g.c_in, op)?,
+            c_out: i32_of(g.c_out, op)?,
+            kernel: i32_of(g.kernel, op)?,
+            dilation: i32_of(g.dilation, op)?,
+            history: i32_of(g.history(), op)?,
+            elu: i32::from(g.elu_input),
+        })
+    }
+}
+
+/// The device address of a convolution's history (0 where it keeps none).
+pub(crate) fn history_ptr(
+    state: Option<&CudaBuf>,
+    history: usize,
+    op: &'static str,
+) -> Result<u64> {
+    match (state, history) {
+        (Some(s), _) => Ok(s.mem.ptr()),
+        (None, 0) => Ok(0),
+        (None, _) => Err(cuda_error(
+            op,
+            format!("history {history} needs a state buffer"),
+        )),
+    }
+}
+
 pub(crate) fn i32_of(v: usize, op: &'static str) -> Result<i32> {
     i32::try_from(v).map_err(|_| cuda_error(op, format!("size {v} exceeds i32")))
 }
@@ -63,26 +103,8 @@ impl CudaBackend {
         const OP: &str = "conv1d";
         let g = a.geom;
         let history = g.history();
-        let d = ConvDims {
-            rows: i32_of(g.rows, OP)?,
-            time: i32_of(g.time, OP)?,
-            c_in: i32_of(g.c_in, OP)?,
-            c_out: i32_of(g.c_out, OP)?,
-            kernel: i32_of(g.kernel, OP)?,
-            dilation: i32_of(g.dilation, OP)?,
-            history: i32_of(history, OP)?,
-            elu: i32::from(g.elu_input),
-        };
-        let state_ptr = match (&a.state, history) {
-            (Some(s), _) => s.mem.ptr(),
-            (None, 0) => 0u64,
-            (None, _) => {
-                return Err(cuda_error(
-                    OP,
-                    format!("history {history} needs a state buffer"),
-                ))
-            }
-        };
+        let d = ConvDims::of(g, OP)?;
+        let state_ptr = history_ptr(a.state.as_deref(), history, OP)?;
         let x = a.x.mem.ptr();
         let slots = a.slots.mem.ptr();
         let bias = a.bias.map_or(0u64, |b| b.mem.ptr());
@@ -96,7 +118,27 @@ impl CudaBackend {
         let direct = g.c_out <= DIRECT_CONV_MAX_C_OUT
             && g.c_out * g.kernel * g.c_in <= DIRECT_MAX_WEIGHTS
             && tile > 0;
-        if self.conv1d_mma(g, [x, state_ptr, slots, a.w.mem.ptr(), bias, residual, out])? {
+        let one_output = self.conv_mma
+            && self.precision == Precision::Bf16
+            && g.c_out == 1
+            && g.c_in == OUT1_C_IN
+            && g.kernel <= OUT1_TAPS
+            && history <= OUT1_MAX_HISTORY;
+        if one_output {
+            let blocks = g.rows * g.time.div_ceil(OUT1_TILE);
+            let cfg = Launch {
+                grid: u32::try_from(blocks).map_err(|_| cuda_error(OP, "too many blocks"))?,
+                block: OUT1_THREADS,
+                smem: 0,
+            };
+            let w = a.w.mem.ptr();
+            self.launch(
+                Kernel::ConvOut1,
+                cfg,
+                &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d],
+            )?;
+            self.out1_launches.fetch_add(1, Ordering::Relaxed);
+        } else if self.conv1d_mma(g, [x, state_ptr, slots, a.w.mem.ptr(), bias, residual, out])? {
             // Ran on the tensor cores; the history update below is shared with the other paths.
         } else if direct {
             let blocks = g.rows * g.time.div_ceil(tile);
@@ -169,14 +211,27 @@ impl CudaBackend {
                 )?;
             }
         }
-        if history > 0 {
-            self.launch(
-                Kernel::ConvState,
-                self.grid_for(g.rows * g.c_in)?,
-                &mut kargs![&x, &state_ptr, &slots, &d],
-            )?;
+        self.conv_history_update(&d, x, state_ptr, slots)
+    }
+
+    /// Writes the last `history` columns of each row's (ELU'd) input to its slot's history,
+    /// after the convolution has read the old ones.
+    pub(crate) fn conv_history_update(
+        &self,
+        d: &ConvDims,
+        x: u64,
+        state: u64,
+        slots: u64,
+    ) -> Result<()> {
+        if d.history == 0 {
+            return Ok(());
         }
-        Ok(())
+        let rows_channels = (d.rows as usize) * (d.c_in as usize);
+        self.launch(
+            Kernel::ConvState,
+            self.grid_for(rows_channels)?,
+            &mut kargs![&x, &state, &slots, d],
+        )
     }
 
     /// Narrowing convolution: xin once, one batched GEMM over the taps, a shift-add with bias and

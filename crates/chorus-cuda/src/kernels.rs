@@ -17,6 +17,8 @@ const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../kernels/conv.cu")),
     ("convtr.cu", include_str!("../kernels/convtr.cu")),
     ("conv_mma.cu", include_str!("../kernels/conv_mma.cu")),
+    ("res_block.cu", include_str!("../kernels/res_block.cu")),
+    ("conv_out1.cu", include_str!("../kernels/conv_out1.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("encode.cu", include_str!("../kernels/encode.cu")),
     ("lm_rows.cu", include_str!("../kernels/lm_rows.cu")),
@@ -69,6 +71,7 @@ kernel_table! {
     ConvGather => "conv_gather",
     ConvState => "conv_state",
     ConvDirect => "conv_direct",
+    ConvOut1 => "conv_out1",
     ConvTrOverlap => "convtr_overlap",
     AttentionD16 => "attention_d16",
     AttentionD32 => "attention_d32",
@@ -81,6 +84,9 @@ kernel_table! {
     ConvMmaN16 => "conv_mma_n16",
     ConvMmaN32 => "conv_mma_n32",
     ConvMmaN64 => "conv_mma_n64",
+    // SEANet residual block (kernels/res_block.cu).
+    ResBlockC64 => "res_block_c64",
+    ResBlockC128 => "res_block_c128",
     // Encoder ops (kernels/encode.cu).
     ReplicateHistory => "replicate_history",
     RvqEncode => "rvq_encode",
@@ -334,6 +340,34 @@ impl Kernels {
             "cuFuncSetAttribute",
         )
         .map_err(|e| cuda_error("cuFuncSetAttribute", format!("`{}`: {e}", kernel.symbol())))
+    }
+
+    /// Blocks of `kernel` that one multiprocessor holds at once with `launch`'s block and
+    /// shared memory (registers included), at least 1: a persistent grid is sized by it, since
+    /// blocks past what is resident run as a second wave.
+    pub(crate) fn resident_blocks(&self, kernel: Kernel, launch: &Launch) -> Result<usize> {
+        let mut n: std::ffi::c_int = 0;
+        let block = std::ffi::c_int::try_from(launch.block)
+            .map_err(|_| cuda_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", "block size"))?;
+        // SAFETY: the function belongs to the loaded module and `n` outlives the call.
+        check(
+            unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut n,
+                    self.functions[kernel as usize],
+                    block,
+                    launch.smem as usize,
+                )
+            },
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
+        .map_err(|e| {
+            cuda_error(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                format!("`{}`: {e}", kernel.symbol()),
+            )
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0).max(1))
     }
 
     /// Launches `kernel` on `stream`. `args` points at each kernel parameter, in order, each of

@@ -23,6 +23,7 @@ mod memory;
 mod mma_ops;
 mod ops;
 mod profile;
+mod res_block_ops;
 
 pub use backend::{
     CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CUBLAS_WORKSPACE,

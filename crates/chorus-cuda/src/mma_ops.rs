@@ -10,16 +10,16 @@ use crate::conv_ops::i32_of;
 use crate::kernels::{kargs, Kernel, Launch};
 
 /// Output times per block tile and threads per block (as `MMA_BM` and `MMA_WARPS` in conv_mma.cu).
-const MMA_BM: usize = 64;
-const MMA_THREADS: u32 = 128;
+pub(crate) const MMA_BM: usize = 64;
+pub(crate) const MMA_THREADS: u32 = 128;
 /// bf16 elements of padding per shared-memory row (`MMA_PAD`).
-const MMA_PAD: usize = 8;
+pub(crate) const MMA_PAD: usize = 8;
 /// Input channels must fill whole 16-wide k-steps (so a step never straddles two taps).
-const MMA_C_ALIGN: usize = 16;
+pub(crate) const MMA_C_ALIGN: usize = 16;
 /// Rows shorter than this leave most of a 64-time tile idle: the other paths serve them better.
-const MMA_MIN_TIME: usize = 32;
+pub(crate) const MMA_MIN_TIME: usize = 32;
 /// Tiles a step needs before the tensor-core path pays (about one per multiprocessor).
-const MMA_MIN_TILES: usize = 128;
+pub(crate) const MMA_MIN_TILES: usize = 128;
 /// Dynamic shared memory the kernels may use (opted in at load, capped by the device).
 pub(crate) const MMA_MAX_SMEM: usize = 200 * 1024;
 /// A plan takes at most this much per block, so that three blocks stay resident per SM (with one
@@ -32,32 +32,26 @@ const MMA_KERNELS: [(Kernel, usize); 4] = [
     (Kernel::ConvMmaN32, 32),
     (Kernel::ConvMmaN64, 64),
 ];
-/// Shared memory of one multiprocessor on sm_90 (blocks resident per SM are planned from it).
-const SM_SMEM: usize = 228 * 1024;
-/// Shared memory the driver reserves per resident block.
-const SMEM_RESERVED_PER_BLOCK: usize = 1024;
-/// Resident blocks per multiprocessor at most (the grid is this many per SM, looping over tiles).
-const MMA_MAX_BLOCKS_PER_SM: usize = 8;
 /// Tensor cores with bf16 mma.m16n8k16 need compute capability 8.0.
 pub(crate) const MMA_MIN_MAJOR: i32 = 8;
 
 /// Mirrors `MmaConvDims` in `conv_mma.cu`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct MmaConvDims {
-    rows: i32,
-    time: i32,
-    c_in: i32,
-    n_out: i32,
-    taps: i32,
-    dilation: i32,
-    history: i32,
-    elu: i32,
-    tiles: i32,
-    n_blocks: i32,
-    w_sn: i64,
-    w_sj: i64,
-    w_sc: i64,
+pub(crate) struct MmaConvDims {
+    pub rows: i32,
+    pub time: i32,
+    pub c_in: i32,
+    pub n_out: i32,
+    pub taps: i32,
+    pub dilation: i32,
+    pub history: i32,
+    pub elu: i32,
+    pub tiles: i32,
+    pub n_blocks: i32,
+    pub w_sn: i64,
+    pub w_sj: i64,
+    pub w_sc: i64,
 }
 
 /// The shape of one implicit GEMM: `n_out` outputs per time from `taps` taps over `c_in` channels.
@@ -117,18 +111,20 @@ impl CudaBackend {
         if s.rows * tiles < MMA_MIN_TILES {
             return None;
         }
-        let per_sm = (SM_SMEM / (smem + SMEM_RESERVED_PER_BLOCK)).clamp(1, MMA_MAX_BLOCKS_PER_SM);
+        let mut launch = Launch {
+            grid: 0,
+            block: MMA_THREADS,
+            smem: u32::try_from(smem).ok()?,
+        };
+        // A failed query leaves the shape to the cuBLAS paths.
+        let per_sm = self.kernels.resident_blocks(kernel, &launch).ok()?;
         let groups = (self.sm_count * per_sm / n_blocks).clamp(1, s.rows * tiles);
-        let grid = u32::try_from(groups * n_blocks).ok()?;
+        launch.grid = u32::try_from(groups * n_blocks).ok()?;
         Some(MmaPlan {
             kernel,
             n_blocks,
             tiles,
-            launch: Launch {
-                grid,
-                block: MMA_THREADS,
-                smem: u32::try_from(smem).ok()?,
-            },
+            launch,
         })
     }
 

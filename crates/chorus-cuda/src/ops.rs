@@ -3,8 +3,8 @@
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, LayerNormArgs,
-    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, Result, RvqEncodeArgs, StagingDims,
-    StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, Result, RvqEncodeArgs,
+    StagingDims, StagingView,
 };
 use half::bf16;
 
@@ -300,6 +300,11 @@ impl Backend for CudaBackend {
     fn conv1d(&self, args: Conv1dArgs<'_, Self>) -> Result<()> {
         let _timer = self.op_timer("conv1d");
         self.op_conv1d(args)
+    }
+
+    fn res_block(&self, args: ResBlockArgs<'_, Self>) -> Result<()> {
+        let _timer = self.op_timer("res_block");
+        self.op_res_block(args)
     }
 
     fn conv_tr1d(&self, args: ConvTr1dArgs<'_, Self>) -> Result<()> {

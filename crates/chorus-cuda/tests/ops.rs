@@ -221,11 +221,59 @@ fn conv1d_tensor_cores_masked_output_blocks() {
 }
 
 #[test]
-fn conv1d_tensor_cores_one_output() {
+fn conv1d_tensor_cores_two_outputs() {
     check_conv_path(
-        "mma conv k3 64->1 t2000 elu",
-        ConvProblem::new(24, conv_geom(64, 1, 3, 1, 2000, true), true, false),
+        "mma conv k3 64->2 t2000 elu",
+        ConvProblem::new(24, conv_geom(64, 2, 3, 1, 2000, true), true, false),
         true,
+    );
+}
+
+/// As `check_conv`, and the one-output kernel must have run in `on` (and only there).
+fn check_one_output(name: &str, p: ConvProblem, on: Precision) {
+    let want = run_conv(&cpu(), &p).expect("cpu conv");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let got = run_conv(&be, &p).expect("cuda conv");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        }
+        let ran = be.one_output_convs() > 0;
+        assert_eq!(
+            ran,
+            precision == on,
+            "{name} [{}]: one-output kernel taken",
+            precision.name()
+        );
+    }
+}
+
+// The decoder's last layer (64 -> 1, seven taps, ELU'd input) takes the one-output tensor-core
+// kernel in bf16; f32 keeps the exact direct path.
+#[test]
+fn conv1d_one_output_decoder_shape() {
+    check_one_output(
+        "conv k7 64->1 t2000 elu",
+        ConvProblem::new(28, conv_geom(64, 1, 7, 1, 2000, true), true, false),
+        Precision::Bf16,
+    );
+}
+
+#[test]
+fn conv1d_one_output_dilated_residual() {
+    check_one_output(
+        "conv k3 d3 64->1 t700 residual",
+        ConvProblem::new(29, conv_geom(64, 1, 3, 3, 700, false), true, true),
+        Precision::Bf16,
+    );
+}
+
+#[test]
+fn conv1d_one_output_history_longer_than_time() {
+    check_one_output(
+        "conv k7 64->1 t3 elu",
+        ConvProblem::new(30, conv_geom(64, 1, 7, 1, 3, true), false, false),
+        Precision::Bf16,
     );
 }
 

@@ -3,12 +3,13 @@
 //! Activations are sized for the largest bucket and shared by every bucket (a smaller bucket
 //! uses a prefix), so the memory of a decoder is one largest-bucket step plus the slot state.
 
-use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
+use crate::prepare::{PreparedConv, PreparedConvTr, PreparedResBlock, PreparedUp, PreparedWeights};
 use crate::state::{SlotState, StateBuf};
 use crate::transformer::{run_layers, LayerActs, LayerStep};
 use crate::MimiConfig;
 use chorus_core::{
-    Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, ConvTr1dGeom, EmbedArgs, Result,
+    Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs, ConvTr1dGeom, EmbedArgs, ResBlockArgs,
+    ResBlockGeom, Result,
 };
 
 /// Buffers of one SEANet stage.
@@ -42,9 +43,9 @@ impl<B: Backend> Activations<B> {
         let mut time = tok;
         let mut stages = Vec::with_capacity(w.stages.len());
         for s in &w.stages {
-            time *= s.convtr.stride;
-            let c = s.convtr.c_out;
-            let hidden_c = s.resblocks.first().map_or(0, |(c1, _)| c1.c_out);
+            time *= s.convtr.stride();
+            let c = s.convtr.c_out();
+            let hidden_c = s.resblocks.first().map_or(0, |b| b.conv1.c_out);
             stages.push(StageActs {
                 up: a(time * c)?,
                 hidden: a(time * hidden_c)?,
@@ -147,26 +148,19 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
             None => &a.conv_in,
         };
         let sa = &mut rest[0];
-        convtr(
-            &r,
-            &stage_w.convtr,
-            &mut st.stage_tails[i],
-            (input, &mut sa.up),
-            (time, true),
-        )?;
-        time *= stage_w.convtr.stride;
-        for (j, (c1, c2)) in stage_w.resblocks.iter().enumerate() {
+        let tail = &mut st.stage_tails[i];
+        match &stage_w.convtr {
+            PreparedUp::Transposed(c) => convtr(&r, c, tail, (input, &mut sa.up), (time, true))?,
+            PreparedUp::Phases { conv: c, .. } => {
+                conv(&r, c, Some(tail), (input, &mut sa.up, None), (time, true))?
+            }
+        }
+        time *= stage_w.convtr.stride();
+        for (j, b) in stage_w.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(&sa.up);
             let hist = st.res_history[i][j].as_mut();
-            conv(&r, c1, hist, (x, &mut sa.hidden, None), (time, true))?;
-            conv(
-                &r,
-                c2,
-                None,
-                (&sa.hidden, &mut after[0], Some(x)),
-                (time, true),
-            )?;
+            res_block(&r, b, hist, (x, &mut sa.hidden, &mut after[0]), time)?;
         }
     }
     let last = a
@@ -240,6 +234,36 @@ pub(crate) fn conv<B: Backend>(
             kernel: c.kernel,
             dilation: c.dilation,
             elu_input,
+        },
+    })
+}
+
+/// One SEANet residual block over `time` steps per row: `x -> out`, through `hidden` where the
+/// backend runs its two convolutions apart.
+pub(crate) fn res_block<B: Backend>(
+    r: &Rows<'_, B>,
+    b: &PreparedResBlock<B>,
+    state: Option<&mut StateBuf<B>>,
+    (x, hidden, out): (&B::Buf, &mut B::Buf, &mut B::Buf),
+    time: usize,
+) -> Result<()> {
+    r.be.res_block(ResBlockArgs {
+        x,
+        w1: &b.conv1.w,
+        b1: b.conv1.bias.as_ref(),
+        state: state.map(|s| &mut s.buf),
+        slots: r.slots,
+        w2: &b.conv2.w,
+        b2: b.conv2.bias.as_ref(),
+        hidden,
+        out,
+        geom: ResBlockGeom {
+            rows: r.rows,
+            time,
+            c: b.conv1.c_in,
+            hidden: b.conv1.c_out,
+            kernel: b.conv1.kernel,
+            dilation: b.conv1.dilation,
         },
     })
 }

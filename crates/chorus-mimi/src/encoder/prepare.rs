@@ -7,16 +7,19 @@
 //! w[o, i, j * s + p]`, and its `(k - 1) * s = K - s` samples of left padding are `k - 1`
 //! super-columns of history. So the encoder needs no strided op.
 
-use crate::prepare::{dims3, prepare_conv, prepare_layer, PreparedConv, PreparedLayer};
+use crate::prepare::{
+    dims3, prepare_conv, prepare_layer, prepare_res_block, PreparedConv, PreparedLayer,
+    PreparedResBlock,
+};
 use crate::weights::{ConvWeights, EncoderWeights, MimiWeights};
 use crate::MimiConfig;
 use chorus_core::{Backend, BufRole, Error, Result};
 
 const OP: &str = "prepare_encoder";
 
-/// One encoder stage: residual blocks `(conv k, conv 1)`, then the strided conv as super-columns.
+/// One encoder stage: residual blocks, then the strided conv as super-columns.
 pub struct PreparedEncStage<B: Backend> {
-    pub resblocks: Vec<(PreparedConv<B>, PreparedConv<B>)>,
+    pub resblocks: Vec<PreparedResBlock<B>>,
     pub down: PreparedConv<B>,
     pub stride: usize,
 }
@@ -52,7 +55,7 @@ pub fn prepare_encoder<B: Backend>(
             let resblocks = s
                 .resblocks
                 .iter()
-                .map(|r| Ok((prepare_conv(be, &r.conv1)?, prepare_conv(be, &r.conv2)?)))
+                .map(|r| prepare_res_block(be, r))
                 .collect::<Result<Vec<_>>>()?;
             Ok(PreparedEncStage {
                 resblocks,

@@ -5,7 +5,7 @@
 
 use super::prepare::PreparedEncoder;
 use super::state::EncoderState;
-use crate::program::{conv, Rows};
+use crate::program::{conv, res_block, Rows};
 use crate::transformer::{run_layers, LayerActs, LayerStep};
 use crate::MimiConfig;
 use chorus_core::{Backend, BufRole, ReplicateArgs, Result, RvqEncodeArgs, FRAME_SAMPLES};
@@ -43,7 +43,7 @@ impl<B: Backend> EncActivations<B> {
         let mut stages = Vec::with_capacity(w.stages.len());
         for s in &w.stages {
             let c = s.down.c_in / s.stride;
-            let hidden_c = s.resblocks.first().map_or(0, |(c1, _)| c1.c_out);
+            let hidden_c = s.resblocks.first().map_or(0, |b| b.conv1.c_out);
             stages.push(EncStageActs {
                 hidden: a(time * hidden_c)?,
                 out: (0..s.resblocks.len())
@@ -105,18 +105,11 @@ pub fn encode_forward<B: Backend>(
         let input = done.last().map_or(&a.conv_in, |prev| &prev.down);
         let sa = &mut rest[0];
         let time = sa.time;
-        for (j, (c1, c2)) in sw.resblocks.iter().enumerate() {
+        for (j, b) in sw.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(input);
             let hist = st.res_history[i][j].as_mut();
-            conv(&r, c1, hist, (x, &mut sa.hidden, None), (time, true))?;
-            conv(
-                &r,
-                c2,
-                None,
-                (&sa.hidden, &mut after[0], Some(x)),
-                (time, true),
-            )?;
+            res_block(&r, b, hist, (x, &mut sa.hidden, &mut after[0]), time)?;
         }
         let x = sa.out.last().unwrap_or(input);
         conv(

@@ -38,7 +38,7 @@ impl<B: Backend> EncoderState<B> {
             .map(|s| {
                 s.resblocks
                     .iter()
-                    .map(|(c1, _)| conv_state(be, rows, c1))
+                    .map(|b| conv_state(be, rows, &b.conv1))
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
