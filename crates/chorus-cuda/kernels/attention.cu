@@ -116,6 +116,9 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
     // The ring entries and queries written by the group are visible to all its warps.
     __syncthreads();
 
+    // This (slot, head)'s key and value runs in the ring (see kv_row).
+    const T* khead = kv_row(kv, slot, h, 0, 0, d);
+    const T* vhead = kv_row(kv, slot, h, 1, 0, d);
     float scale = rsqrtf((float)D);
     int c_lane = lane * DPL;
     bool has_c = c_lane < D;
@@ -137,7 +140,12 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
             // Scores of this lane's key (past the last key: -inf). All of its row loads first.
             int k = kc + lane;
             int kp = first + min(k, nk - 1);
-            const uint4* krow = reinterpret_cast<const uint4*>(kv_row(kv, slot, h, 0, kp, d));
+            // The chunk's positions are consecutive, so the ring wraps at most once inside it:
+            // one modulo per chunk for the keys and the values.
+            int vbase = (first + kc) % d.ring;
+            int ke = vbase + min(k, nk - 1) - kc;
+            ke -= ke >= d.ring ? d.ring : 0;
+            const uint4* krow = reinterpret_cast<const uint4*>(khead + (long long)ke * D);
             uint4 kraw[D / VEC];
 #pragma unroll
             for (int c = 0; c < D / VEC; ++c) kraw[c] = krow[c];
@@ -184,8 +192,9 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
                 float v[ATTN_V_UNROLL][DPL];
 #pragma unroll
                 for (int u = 0; u < ATTN_V_UNROLL; ++u) {
-                    int j = min(j0 + u, n_chunk - 1);
-                    if (has_c) load_dpl<DPL>(kv_row(kv, slot, h, 1, first + kc + j, d) + c_lane, v[u]);
+                    int e = vbase + min(j0 + u, n_chunk - 1);
+                    e -= e >= d.ring ? d.ring : 0;
+                    if (has_c) load_dpl<DPL>(vhead + (long long)e * D + c_lane, v[u]);
                 }
 #pragma unroll
                 for (int t = 0; t < ATTN_MAX_TIME; ++t) {
