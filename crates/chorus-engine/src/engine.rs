@@ -216,6 +216,7 @@ impl Engine {
             shared: self.shared.clone(),
             outbox,
             next_index: 0,
+            last_due: None,
             finished: false,
         })
     }

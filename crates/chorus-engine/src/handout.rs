@@ -18,6 +18,8 @@ pub(crate) struct Picked {
     pub index: u64,
     pub data: FrameData,
     pub arrived: Instant,
+    /// See `Pending::Frame`: the deadline is one frame period after it.
+    pub due: Instant,
     pub outbox: Arc<Outbox>,
 }
 
@@ -55,7 +57,7 @@ pub(crate) fn deliver(shared: &Shared, p: &Picked, samples: PcmFrame, dropped: &
     let metrics = &shared.metrics;
     let latency = p.arrived.elapsed();
     metrics.frame_latency_seconds.observe(latency.as_secs_f64());
-    if latency > Duration::from_millis(FRAME_MS) {
+    if p.due.elapsed() > Duration::from_millis(FRAME_MS) {
         metrics.deadline_misses.fetch_add(1, Ordering::Relaxed);
     }
     metrics.frames_decoded.fetch_add(1, Ordering::Relaxed);

@@ -104,7 +104,8 @@ impl ErrorCounts {
 pub struct Metrics {
     pub frames_decoded: AtomicU64,
     pub streams_opened: AtomicU64,
-    /// Frames whose PCM was ready more than one frame period (80 ms) after the frame arrived.
+    /// Frames whose PCM was ready more than one frame period (80 ms) after the frame fell due:
+    /// its arrival, or one period after its stream's previous frame fell due if sent ahead.
     pub deadline_misses: AtomicU64,
     /// Frames handed out as copies because readers still held every pooled PCM block.
     pub pcm_copied_frames: AtomicU64,

@@ -33,7 +33,7 @@ const COUNTERS: &[(&str, &str, CounterOf)] = &[
     }),
     (
         "chorus_deadline_misses_total",
-        "Frames whose PCM was ready more than 80 ms after the frame arrived.",
+        "Frames whose PCM was ready more than 80 ms after the frame fell due (its arrival, paced at one frame per 80 ms per stream).",
         |m| &m.deadline_misses,
     ),
     (

@@ -39,6 +39,9 @@ pub(crate) enum Pending {
         index: u64,
         data: FrameData,
         arrived: Instant,
+        /// When the frame fell due: its arrival, or one frame period after the stream's previous
+        /// frame fell due if it came sooner. Its deadline is one frame period later.
+        due: Instant,
     },
     /// Return the slot to the zero state; `ack` is the next frame index for a client reset and
     /// `None` for the reset that starts a new owner.

@@ -2,7 +2,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use chorus_core::FRAME_MS;
 
 use tokio::sync::Notify;
 
@@ -149,6 +151,8 @@ pub struct Stream {
     pub(crate) shared: Arc<Shared>,
     pub(crate) outbox: Arc<Outbox>,
     pub(crate) next_index: u64,
+    /// When the last submitted frame became due (see [`crate::sched::Pending`]'s `due`).
+    pub(crate) last_due: Option<Instant>,
     pub(crate) finished: bool,
 }
 
@@ -241,13 +245,24 @@ impl Stream {
         let arrived = Instant::now();
         let first = self.next_index;
         let count = frames.len() as u64;
-        let items = frames.enumerate().map(|(i, data)| Pending::Frame {
-            index: first + i as u64,
-            data,
-            arrived,
+        // A stream is owed real-time pace: each frame falls due at its arrival, or one frame
+        // period after the one before it when it was sent ahead of real time (a burst, a whole
+        // file), so that frames queued behind their own stream's are not counted late.
+        let period = Duration::from_millis(FRAME_MS);
+        let mut due = self.last_due;
+        let items = frames.enumerate().map(|(i, data)| {
+            let d = due.map_or(arrived, |prev| (prev + period).max(arrived));
+            due = Some(d);
+            Pending::Frame {
+                index: first + i as u64,
+                data,
+                arrived,
+                due: d,
+            }
         });
         self.shared.push(self.slot, self.id, items)?;
         self.next_index += count;
+        self.last_due = due;
         Ok(())
     }
 

@@ -314,6 +314,7 @@ impl EngineLoop {
                         index,
                         data,
                         arrived,
+                        due,
                     } => {
                         self.batch.push(Picked {
                             slot,
@@ -321,6 +322,7 @@ impl EngineLoop {
                             index,
                             data,
                             arrived,
+                            due,
                             outbox: occ.outbox.clone(),
                         });
                         break;

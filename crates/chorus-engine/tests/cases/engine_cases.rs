@@ -424,3 +424,33 @@ fn a_failing_factory_fails_start() {
     );
     assert!(r.is_err());
 }
+
+#[tokio::test]
+async fn frames_sent_ahead_of_real_time_fall_due_at_real_time_pace() {
+    // Regression: a whole file sent at once used to count every frame queued behind its own
+    // stream's earlier frames as a missed deadline. 30 steps of 5 ms take 150 ms, far past one
+    // frame period for the last frame, yet each frame is ready long before its paced due time.
+    let mut o = opts(1, 1);
+    o.step_delay = Duration::from_millis(5);
+    let (engine, log) = start(o, EngineConfig::default());
+    let mut stream = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
+    let frames: Vec<u32> = (0..30).collect();
+    stream.submit_codes(&frames).unwrap();
+    collect_pcm(&stream, 0, 30).await;
+    assert_eq!(log.lock().unwrap().len(), 30, "one step per frame");
+    let m = engine.metrics();
+    assert_eq!(m.frames_decoded.load(std::sync::atomic::Ordering::Relaxed), 30);
+    assert_eq!(m.deadline_misses.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_frame_ready_later_than_one_period_is_a_missed_deadline() {
+    let mut o = opts(1, 1);
+    o.step_delay = Duration::from_millis(2 * chorus_core::FRAME_MS);
+    let (engine, _) = start(o, EngineConfig::default());
+    let mut stream = engine.open(StreamInput::Codes { n_q: 1 }).unwrap();
+    stream.submit_codes(&[7]).unwrap();
+    collect_pcm(&stream, 0, 1).await;
+    let misses = &engine.metrics().deadline_misses;
+    assert_eq!(misses.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

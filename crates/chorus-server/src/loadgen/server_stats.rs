@@ -15,7 +15,7 @@ pub struct Figures {
     pub mean_batch: f64,
     pub mean_step_ms: f64,
     pub mean_queue_delay_ms: f64,
-    /// Frames whose PCM was ready more than 80 ms after the server received them.
+    /// Frames whose PCM was ready more than 80 ms after they fell due (arrival, paced per stream).
     pub deadline_misses: u64,
     /// Device time per step, and its sum over the phase's wall time (per device, averaged over
     /// a server's devices): the share of time the device was busy (near 1: device-bound; well
@@ -139,6 +139,27 @@ pub(crate) async fn scrape(addr: &str) -> Option<Scrape> {
     }
 }
 
+/// Open streams on the server (every device's `chorus_live_streams` added), if it answers.
+pub(crate) async fn live_streams(addr: &str) -> Option<f64> {
+    match http_request(addr, "GET", "/metrics", Vec::new()).await {
+        Ok((200, body)) => Some(sum_series(
+            &String::from_utf8_lossy(&body),
+            "chorus_live_streams",
+        )),
+        _ => None,
+    }
+}
+
+/// The sum of every series of gauge `name` in Prometheus text.
+fn sum_series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| series.split('{').next() == Some(name))
+        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// The decoder description from `/healthz`.
 pub(crate) async fn decoder(addr: &str) -> String {
     match http_request(addr, "GET", "/healthz", Vec::new()).await {
@@ -220,6 +241,7 @@ mod tests {
         );
         let s = delta(before, after, "fake".into(), 2.0).total;
         assert_eq!((s.steps, s.frames_decoded, s.deadline_misses), (4, 12, 1));
+
         assert!((s.mean_batch - 3.0).abs() < 1e-9);
         assert!((s.mean_step_ms - 100.0).abs() < 1e-6);
         assert!((s.mean_queue_delay_ms - 2.0).abs() < 1e-9);
@@ -262,5 +284,16 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["steps"], 15, "the totals stay at the top level");
         assert_eq!(json["devices"][1]["device"], "10");
+    }
+
+    #[test]
+    fn live_streams_add_over_devices_and_ignore_other_series() {
+        let text = "# HELP chorus_live_streams Open streams.\n\
+                    chorus_live_streams{device=\"0\"} 3\n\
+                    chorus_live_streams{device=\"1\"} 4\n\
+                    chorus_live_streams_total 100\n\
+                    chorus_max_streams 9\n";
+        assert_eq!(sum_series(text, "chorus_live_streams"), 7.0);
+        assert_eq!(sum_series(text, "chorus_missing"), 0.0);
     }
 }

@@ -17,6 +17,22 @@ const VERIFY_CONCURRENCY: usize = 16;
 const VERIFY_BUSY_RETRIES: usize = 100;
 /// Pause between those retries.
 const VERIFY_RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long verification waits for a server's other streams (another load generator's) to end.
+const VERIFY_QUIET_WAIT: Duration = Duration::from_secs(120);
+/// Pause between two looks at a server's open streams.
+const VERIFY_QUIET_POLL: Duration = Duration::from_millis(250);
+
+/// Waits, up to [`VERIFY_QUIET_WAIT`], until no stream is open on `addr`: whole-file decodes
+/// sent while another load generator still plays would add their load to its measurement.
+async fn wait_until_quiet(addr: &str) {
+    let until = tokio::time::Instant::now() + VERIFY_QUIET_WAIT;
+    while tokio::time::Instant::now() < until {
+        match super::server_stats::live_streams(addr).await {
+            Some(live) if live > 0.0 => tokio::time::sleep(VERIFY_QUIET_POLL).await,
+            _ => return,
+        }
+    }
+}
 
 /// Checks streams against a whole-file decode on the server that served them (stream `s` on
 /// `addrs[s % addrs.len()]`).
@@ -37,6 +53,9 @@ pub(crate) async fn verify(
         .filter(|&s| results[s].completed && !results[s].hashes.is_empty())
         .take(limit)
         .collect();
+    for addr in addrs {
+        wait_until_quiet(addr).await;
+    }
     let gate = Arc::new(Semaphore::new(VERIFY_CONCURRENCY));
     let mut tasks = Vec::with_capacity(chosen.len());
     for &s in &chosen {
