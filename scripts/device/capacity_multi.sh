@@ -21,7 +21,8 @@
 # Usage: scripts/device/capacity_multi.sh DEVICES MAX_STREAMS "N1 N2 ..." [SECONDS] [VERIFY_STREAMS]
 #   e.g. scripts/device/capacity_multi.sh all 12288 "8000 12000 16000 20000" 15 32
 #        scripts/device/capacity_multi.sh each:0,1 13312 "22800 24000" 15 32
-# CHORUS (default target/release/chorus) names the binary; MODEL (default random) the model (`fake`
+# CHORUS (default target/release/chorus) names the binary, LOADGEN_CHORUS (default CHORUS) the one
+# that runs the load generators (to compare two servers under the same client); MODEL (default random) the model (`fake`
 # with SERVE_ARGS="--fake-step-ms 4" measures the host side alone); PORT (default 8091) the port;
 # SERVE_ARGS extra `chorus serve` flags (e.g. "--buckets 1,2,4,..."). SERVER_CPUS and
 # LOADGEN_CPUS (taskset lists such as 0-15 and 16-31) keep the server and the load generators on
@@ -30,6 +31,7 @@
 set -uo pipefail
 devices=$1 max_streams=$2 counts=$3 duration=${4:-20} verify=${5:-32}
 bin=${CHORUS:-target/release/chorus}
+lbin=${LOADGEN_CHORUS:-$bin}
 port=${PORT:-8091}
 per=${PER_LOADGEN:-8000}
 # Command prefixes that keep the server and the load generators on their cores (a prefix that
@@ -113,6 +115,16 @@ for k in ("max_abs_diff", "rel_l2"):
     v[k] = max(r["verify"][k] for r in reps)
 v["bit_exact"] = all(r["verify"]["bit_exact"] for r in reps)
 out["verify"] = v
+secs = {}
+for r in reps:
+    for t in r.get("timeline", []):
+        m = secs.setdefault(t["second"], {"second": t["second"], "frames": 0, "p99_ms": 0.0, "max_ms": 0.0, "misses": 0})
+        m["frames"] += t["frames"]
+        m["misses"] += t["misses"]
+        # The worst process's percentile, as for the whole run.
+        m["p99_ms"] = max(m["p99_ms"], t["p99_ms"])
+        m["max_ms"] = max(m["max_ms"], t["max_ms"])
+out["timeline"] = [secs[k] for k in sorted(secs)]
 out["loadgen_processes"] = len(reps)
 print(json.dumps(out, indent=2))
 PY
@@ -132,7 +144,7 @@ server_cpu() {
 play() {
   local n=$1 procs=$2
   if ((procs == 1)); then
-    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "$(urls 127.0.0.1)" --streams "$n" \
+    ${loadgen_on[@]+"${loadgen_on[@]}"} "$lbin" loadgen --url "$(urls 127.0.0.1)" --streams "$n" \
       --duration "$duration" --rate realtime --n-q 8 --verify-streams "$verify" \
       --wait-ready 600 --json
     return
@@ -141,7 +153,7 @@ play() {
   for ((i = 0; i < procs; i++)); do
     share=$(((n + procs - 1 - i) / procs))
     checks=$(((verify + procs - 1 - i) / procs))
-    ${loadgen_on[@]+"${loadgen_on[@]}"} "$bin" loadgen --url "$(urls "127.0.0.$((i + 1))")" \
+    ${loadgen_on[@]+"${loadgen_on[@]}"} "$lbin" loadgen --url "$(urls "127.0.0.$((i + 1))")" \
       --streams "$share" --duration "$duration" --rate realtime --n-q 8 --seed "$i" \
       --verify-streams "$checks" --wait-ready 600 --json \
       >"$work/report-$i.json" 2>"$work/report-$i.err" &
@@ -161,8 +173,12 @@ for n in $counts; do
   echo "# $(date -u +%FT%TZ) devices=$devices streams=$n duration=${duration}s loadgen_processes=$procs"
   rm -f "$work"/report-*
   cpu0=$(server_cpu) t0=$(date +%s.%N)
-  play "$n" "$procs"
+  play "$n" "$procs" | tee "$work/run.json"
   cpu1=$(server_cpu) t1=$(date +%s.%N)
+  # p99 and misses by the second in which frames were sent: ramp-up, stalls or a steady tail.
+  python3 -c 'import json, sys
+t = json.load(open(sys.argv[1])).get("timeline", [])
+print("# p99 ms by second sent: " + " ".join("%d:%.0f%s" % (s["second"], s["p99_ms"], "(%d late)" % s["misses"] if s["misses"] else "") for s in t))' "$work/run.json" 2>/dev/null || true
   # Over the load phase and the whole-file decodes of the check.
   awk -v c="$cpu1" -v d="$cpu0" -v a="$t1" -v b="$t0" \
     'BEGIN { printf "# server CPU: %.1f cores over %.1f s\n", (c - d) / (a - b), a - b }'

@@ -16,6 +16,7 @@ pub mod music;
 pub mod npy;
 pub mod protocol;
 mod server;
+mod tcp;
 pub mod wav;
 mod ws;
 

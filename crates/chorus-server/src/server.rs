@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use chorus_core::{Error, Result};
 use chorus_engine::EnginePool;
@@ -169,7 +170,7 @@ impl Server {
             .with_state(state);
         let mut stop = rx;
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
+            axum::serve(listener.tap_io(|tcp| crate::tcp::real_time(tcp)), app)
                 .with_graceful_shutdown(async move {
                     let _ = stop.wait_for(|v| *v).await;
                 })

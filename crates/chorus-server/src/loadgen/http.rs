@@ -21,6 +21,7 @@ pub async fn http_request(
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| Error::io(op, addr, e))?;
+    crate::tcp::real_time(&tcp);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(|e| net_err(op, addr, e))?;

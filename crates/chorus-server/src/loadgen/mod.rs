@@ -185,9 +185,9 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     for s in 0..config.streams {
         let (cfg, addr) = (config.clone(), addrs[s % addrs.len()].clone());
         let gate = gate.clone();
-        tasks.push(tokio::spawn(
-            async move { play(s, &cfg, &addr, gate).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            play(s, &cfg, &addr, gate, started).await
+        }));
     }
     let mut results = Vec::with_capacity(tasks.len());
     for t in tasks {

@@ -93,6 +93,8 @@ pub(crate) struct StreamResult {
     pub completed: bool,
     pub sent: u64,
     pub latencies_ms: Vec<f64>,
+    /// When each frame of `latencies_ms` was sent, seconds after the load generator started.
+    pub sent_s: Vec<f32>,
     pub hashes: Vec<u64>,
     /// The PCM itself, for the first `keep_pcm_streams` streams.
     pub pcm: Vec<f32>,
@@ -124,7 +126,8 @@ async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize)
     let url = format!("ws://{addr}/v1/stream");
     let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER_BYTES);
     let (mut ws, _) =
-        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
+        // Nagle off (`disable_nagle`), as on the server: see `crate::tcp::real_time`.
+        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
             .await
             .map_err(|_| "connect".to_string())?;
     let input = match cfg.input {
@@ -158,6 +161,7 @@ pub(crate) async fn play(
     cfg: &LoadgenConfig,
     addr: &str,
     gate: Arc<Semaphore>,
+    run_start: Instant,
 ) -> StreamResult {
     let mut r = StreamResult {
         codebook_size: DEFAULT_CODEBOOK_SIZE,
@@ -269,6 +273,7 @@ pub(crate) async fn play(
                 if let Some(sent) = sent {
                     r.latencies_ms
                         .push(now.duration_since(sent).as_secs_f64() * 1e3);
+                    r.sent_s.push(sent.duration_since(run_start).as_secs_f32());
                 }
                 r.hashes.push(hash);
                 progress.received.fetch_add(1, Ordering::Release);

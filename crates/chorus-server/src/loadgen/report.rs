@@ -18,6 +18,18 @@ pub struct Latency {
     pub mean: f64,
 }
 
+/// The frames sent in one second of the run (counted from the load generator's start): a tail
+/// made at ramp-up, in one stall or all along shows here.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TimelineSecond {
+    pub second: u64,
+    pub frames: u64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Frames of this second later than the deadline.
+    pub misses: u64,
+}
+
 /// The bit-exactness check.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Verify {
@@ -61,6 +73,8 @@ pub struct LoadgenReport {
     pub deadline_ms: u64,
     pub deadline_misses: u64,
     pub errors: BTreeMap<String, u64>,
+    /// Latency by the second in which frames were sent.
+    pub timeline: Vec<TimelineSecond>,
     pub verify: Verify,
     /// The server's own counters over the load phase (one server).
     pub server: Option<ServerStats>,
@@ -122,6 +136,7 @@ impl LoadgenReport {
              wire ({:?} in, {:?}): {:.0} bytes/s sent and {:.0} bytes/s received per stream\n\
              bit-exact vs whole-file decode: {} ({} streams, {} frames, {} mismatched; \
              max abs diff {:.3e}, rel L2 {:.3e} over {} streams)\n\
+             worst second of sending: {}\n\
              load generator CPU: {:.2} cores{}",
             self.streams_opened,
             self.streams_completed,
@@ -155,10 +170,24 @@ impl LoadgenReport {
             self.verify.max_abs_diff,
             self.verify.rel_l2,
             self.verify.pcm_streams_compared,
+            worst_second(&self.timeline),
             self.client_cpu_cores,
             server,
         )
     }
+}
+
+/// The second whose p99 was highest, in words.
+fn worst_second(timeline: &[TimelineSecond]) -> String {
+    timeline
+        .iter()
+        .max_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms))
+        .map_or("none".into(), |w| {
+            format!(
+                "{} s after the start, {} frames, p99 {:.2} ms, max {:.2} ms, {} misses",
+                w.second, w.frames, w.p99_ms, w.max_ms, w.misses
+            )
+        })
 }
 
 /// One device's line under its server's.
@@ -177,6 +206,38 @@ fn device_line(d: &DeviceStats) -> String {
         f.mean_device_ms,
         f.mean_host_ms
     )
+}
+
+/// Nearest-rank percentile `p` of sorted `lat` (0 when empty).
+fn percentile(lat: &[f64], p: f64) -> f64 {
+    if lat.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * lat.len() as f64).ceil() as usize;
+    lat[rank.clamp(1, lat.len()) - 1]
+}
+
+/// Latency per second of send time, from every stream's (send time, latency) pairs.
+fn timeline(results: &[StreamResult]) -> Vec<TimelineSecond> {
+    let mut by_second: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in results {
+        for (&at, &l) in r.sent_s.iter().zip(&r.latencies_ms) {
+            by_second.entry(at.max(0.0) as u64).or_default().push(l);
+        }
+    }
+    by_second
+        .into_iter()
+        .map(|(second, mut lat)| {
+            lat.sort_by(f64::total_cmp);
+            TimelineSecond {
+                second,
+                frames: lat.len() as u64,
+                p99_ms: percentile(&lat, 99.0),
+                max_ms: lat.last().copied().unwrap_or(0.0),
+                misses: lat.iter().filter(|&&l| l > FRAME_MS as f64).count() as u64,
+            }
+        })
+        .collect()
 }
 
 /// Bytes per second of one stream's audio: `bytes` over `frames` frames of 80 ms.
@@ -198,14 +259,7 @@ pub(crate) fn report(
         .flat_map(|r| r.latencies_ms.iter().copied())
         .collect();
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            return 0.0;
-        }
-        // Nearest rank.
-        let rank = ((p / 100.0) * lat.len() as f64).ceil() as usize;
-        lat[rank.clamp(1, lat.len()) - 1]
-    };
+    let pct = |p: f64| percentile(&lat, p);
     let latency_ms = Latency {
         p50: pct(50.0),
         p90: pct(90.0),
@@ -252,9 +306,48 @@ pub(crate) fn report(
         deadline_misses: lat.iter().filter(|&&l| l > FRAME_MS as f64).count() as u64,
         latency_ms,
         errors,
+        timeline: timeline(results),
         verify,
         server: None,
         servers: Vec::new(),
         client_cpu_cores: 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(sent_s: &[f32], latencies_ms: &[f64]) -> StreamResult {
+        StreamResult {
+            sent_s: sent_s.to_vec(),
+            latencies_ms: latencies_ms.to_vec(),
+            ..StreamResult::default()
+        }
+    }
+
+    #[test]
+    fn the_timeline_groups_frames_by_the_second_they_were_sent() {
+        let results = [
+            stream(&[0.1, 0.5, 1.2], &[3.0, 5.0, 90.0]),
+            stream(&[0.9, 2.99], &[4.0, 7.0]),
+        ];
+        let t = timeline(&results);
+        let rows: Vec<(u64, u64, f64, u64)> = t
+            .iter()
+            .map(|s| (s.second, s.frames, s.max_ms, s.misses))
+            .collect();
+        assert_eq!(rows, [(0, 3, 5.0, 0), (1, 1, 90.0, 1), (2, 1, 7.0, 0)]);
+        assert_eq!(t[0].p99_ms, 5.0);
+        assert!(worst_second(&t).starts_with("1 s after the start, 1 frames, p99 90.00 ms"));
+        assert_eq!(worst_second(&[]), "none");
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let lat: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&lat, 99.0), 99.0);
+        assert_eq!(percentile(&lat, 50.0), 50.0);
+        assert_eq!(percentile(&[], 99.0), 0.0);
     }
 }
