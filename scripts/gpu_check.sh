@@ -35,6 +35,9 @@ if [ -x "$BIN"/replay_bench ]; then
   # A/B, same call: residual blocks as two convolutions, then the convolutions without the
   # tensor-core path (cuBLAS tap-split).
   "$BIN"/replay_bench bf16 1,64,1024 100 mma-apart 2>&1 || status=1
+  # The wide tensor-core kernel with the upsampling as output phases (off by default until it
+  # measures faster).
+  "$BIN"/replay_bench bf16 1,64,1024 100 mma-wide 2>&1 || status=1
   "$BIN"/replay_bench bf16 1,64,1024 100 tap-split 2>&1 || status=1
 else echo "MISSING $BIN/replay_bench"; fi
 section "(e) encoder: chorus bench --encode, then transformers' encoder in the same call"

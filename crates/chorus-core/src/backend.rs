@@ -354,6 +354,13 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     /// Numeric mode.
     fn precision(&self) -> Precision;
+
+    /// Whether the decoder should run a dense transposed convolution of kernel `2 * stride` as
+    /// the `stride` output phases of one two-tap convolution: one product with no overlap pass,
+    /// which pays where the backend has a fast wide convolution.
+    fn phase_upsampling(&self) -> bool {
+        false
+    }
     /// A human-readable description of the device.
     fn device_description(&self) -> String;
     /// Bytes per element of buffers of this role.

@@ -54,6 +54,7 @@ pub struct CpuBackend {
     pool: rayon::ThreadPool,
     threads: usize,
     scratch: scratch::Scratch,
+    phase_upsampling: bool,
 }
 
 impl CpuBackend {
@@ -78,7 +79,16 @@ impl CpuBackend {
             pool,
             threads,
             scratch: scratch::Scratch::default(),
+            phase_upsampling: false,
         })
+    }
+
+    /// Asks the decoder for its upsampling as output phases (see
+    /// [`Backend::phase_upsampling`]): the form fast GPU paths take, checked here against the
+    /// transposed convolution in f32.
+    pub fn with_phase_upsampling(mut self, on: bool) -> Self {
+        self.phase_upsampling = on;
+        self
     }
 
     /// Worker threads in the pool.
@@ -128,6 +138,10 @@ impl Backend for CpuBackend {
 
     fn precision(&self) -> Precision {
         Precision::F32
+    }
+
+    fn phase_upsampling(&self) -> bool {
+        self.phase_upsampling
     }
 
     fn device_description(&self) -> String {

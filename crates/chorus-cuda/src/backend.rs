@@ -46,6 +46,10 @@ pub struct CudaOptions {
     /// bf16 SEANet residual blocks whose weights fit in shared memory run as one tensor-core
     /// kernel (needs `conv_mma`); off, as their two convolutions. For A/B measurements.
     pub fuse_res_block: bool,
+    /// bf16 convolutions of at least two taps whose outputs fill 128-wide tiles run on the wide
+    /// tensor-core kernel (`kernels/conv_wide.cu`, needs `conv_mma`), and the decoder's dense
+    /// upsampling runs as output phases of one such convolution. Off by default until measured.
+    pub conv_wide: bool,
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
     pub programmatic_launch: bool,
@@ -65,6 +69,7 @@ impl Default for CudaOptions {
             conv_tap_split: true,
             conv_mma: true,
             fuse_res_block: true,
+            conv_wide: false,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
         }
@@ -151,6 +156,7 @@ pub struct CudaBackend {
     pub(crate) tap_split: bool,
     pub(crate) conv_mma: bool,
     pub(crate) fuse_res_block: bool,
+    pub(crate) conv_wide: bool,
     /// See [`CudaOptions::gemv_min_k`].
     pub(crate) gemv_min_k: usize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
@@ -161,6 +167,8 @@ pub struct CudaBackend {
     pub(crate) res_block_launches: AtomicUsize,
     /// One-output convolutions enqueued so far (as `mma_launches`).
     pub(crate) out1_launches: AtomicUsize,
+    /// Wide tensor-core convolutions enqueued so far (as `mma_launches`).
+    pub(crate) wide_launches: AtomicUsize,
     pub(crate) scratch: Mutex<Scratch>,
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
@@ -219,6 +227,7 @@ impl CudaBackend {
                 Kernel::ConvMmaN64,
                 Kernel::ResBlockC64,
                 Kernel::ResBlockC128,
+                Kernel::ConvWide,
             ] {
                 kernels.allow_dynamic_smem(k, mma_smem_limit)?;
             }
@@ -248,11 +257,13 @@ impl CudaBackend {
             tap_split: options.conv_tap_split,
             conv_mma,
             fuse_res_block: options.fuse_res_block,
+            conv_wide: options.conv_wide,
             gemv_min_k: options.gemv_min_k,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
             out1_launches: AtomicUsize::new(0),
+            wide_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
@@ -278,6 +289,11 @@ impl CudaBackend {
     /// Convolutions enqueued on the one-output kernel so far (a graph replay adds none).
     pub fn one_output_convs(&self) -> usize {
         self.out1_launches.load(Ordering::Relaxed)
+    }
+
+    /// Convolutions enqueued on the wide tensor-core kernel so far (a graph replay adds none).
+    pub fn wide_convs(&self) -> usize {
+        self.wide_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

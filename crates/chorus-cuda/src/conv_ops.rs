@@ -138,6 +138,8 @@ impl CudaBackend {
                 &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d],
             )?;
             self.out1_launches.fetch_add(1, Ordering::Relaxed);
+        } else if self.conv1d_wide(g, [x, state_ptr, slots, a.w.mem.ptr(), bias, residual, out])? {
+            // Ran on the wide tensor-core kernel; the history update below is shared.
         } else if self.conv1d_mma(g, [x, state_ptr, slots, a.w.mem.ptr(), bias, residual, out])? {
             // Ran on the tensor cores; the history update below is shared with the other paths.
         } else if direct {

@@ -17,6 +17,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../kernels/conv.cu")),
     ("convtr.cu", include_str!("../kernels/convtr.cu")),
     ("conv_mma.cu", include_str!("../kernels/conv_mma.cu")),
+    ("conv_wide.cu", include_str!("../kernels/conv_wide.cu")),
     ("res_block.cu", include_str!("../kernels/res_block.cu")),
     ("conv_out1.cu", include_str!("../kernels/conv_out1.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
@@ -84,6 +85,7 @@ kernel_table! {
     ConvMmaN16 => "conv_mma_n16",
     ConvMmaN32 => "conv_mma_n32",
     ConvMmaN64 => "conv_mma_n64",
+    ConvWide => "conv_wide",
     // SEANet residual block (kernels/res_block.cu).
     ResBlockC64 => "res_block_c64",
     ResBlockC128 => "res_block_c128",

@@ -24,6 +24,7 @@ mod mma_ops;
 mod ops;
 mod profile;
 mod res_block_ops;
+mod wide_ops;
 
 pub use backend::{
     CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CUBLAS_WORKSPACE,

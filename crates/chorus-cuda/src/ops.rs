@@ -104,6 +104,11 @@ impl Backend for CudaBackend {
         self.precision
     }
 
+    fn phase_upsampling(&self) -> bool {
+        // The phase form's two-tap convolutions take the wide kernel at large batches.
+        self.conv_wide && self.conv_mma && self.precision == Precision::Bf16
+    }
+
     fn device_description(&self) -> String {
         self.describe().to_string()
     }

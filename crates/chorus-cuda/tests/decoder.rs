@@ -84,6 +84,58 @@ fn cuda_decoder_matches_cpu_decoder() {
     }
 }
 
+// With the wide kernel on, the stage upsampling runs as output phases: at 64 rows the last two
+// stages' phase convolutions fill enough 128 x 128 tiles to take the wide kernel.
+#[test]
+fn cuda_decoder_with_phase_upsampling_matches_cpu() {
+    const ROWS: usize = 64;
+    const STEPS: usize = 3;
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    let model = random_model(&cfg, SEED).expect("random model");
+    let opts = || DecoderOptions {
+        max_slots: ROWS,
+        buckets: Buckets::new(&[ROWS]).expect("buckets"),
+        chunk_frames: 1,
+    };
+    let slots: Vec<usize> = (0..ROWS).rev().collect();
+    let mut rng = Rng::new(SEED ^ 0x77);
+    let steps: Vec<Vec<u32>> = (0..STEPS)
+        .map(|_| {
+            (0..ROWS * CODEBOOKS)
+                .map(|_| rng.below(cfg.codebook_size) as u32)
+                .collect()
+        })
+        .collect();
+    let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
+        .expect("cpu decoder");
+    let Some(be) = cuda_wide(Precision::Bf16) else {
+        return;
+    };
+    let mut dec =
+        SlotDecoder::from_weights(be, &model.config, &model.weights, opts()).expect("cuda decoder");
+    dec.warmup().expect("warmup");
+    for (t, codes) in steps.iter().enumerate() {
+        let want = cpu_dec
+            .step_codes(&slots, codes, CODEBOOKS)
+            .expect("cpu step");
+        let got = dec.step_codes(&slots, codes, CODEBOOKS).expect("cuda step");
+        assert_parity(
+            &format!("phase decoder step {t}"),
+            Precision::Bf16,
+            &got,
+            &want,
+        );
+    }
+    assert!(dec.backend().wide_convs() > 0, "the wide kernel ran");
+}
+
 #[test]
 fn cuda_single_stream_decode_with_reset_flag() {
     if !chorus_cuda::cuda_available() {

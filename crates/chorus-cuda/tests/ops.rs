@@ -229,6 +229,52 @@ fn conv1d_tensor_cores_two_outputs() {
     );
 }
 
+/// As `check_conv` on a backend with the wide kernel on: it must run in bf16 only.
+fn check_wide(name: &str, p: ConvProblem) {
+    let want = run_conv(&cpu(), &p).expect("cpu conv");
+    for precision in PRECISIONS {
+        let Some(be) = cuda_wide(precision) else {
+            return;
+        };
+        let got = run_conv(&be, &p).expect("cuda conv");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        }
+        assert_eq!(
+            be.wide_convs() > 0,
+            precision == Precision::Bf16,
+            "{name} [{}]: wide kernel taken",
+            precision.name()
+        );
+    }
+}
+
+// The decoder's last stage's upsampling as output phases (128 -> 4 x 64, two taps, ELU'd input,
+// history of one column): 4300 times per row put row ends inside the 128-time tiles.
+#[test]
+fn conv1d_wide_phase_shape_rows_inside_tiles() {
+    check_wide(
+        "wide conv k2 128->256 t4300 elu",
+        ConvProblem::new(41, conv_geom(128, 256, 2, 1, 4300, true), true, false),
+    );
+}
+
+#[test]
+fn conv1d_wide_dilated_three_taps() {
+    check_wide(
+        "wide conv k3 d2 64->256 t4300 elu",
+        ConvProblem::new(42, conv_geom(64, 256, 3, 2, 4300, true), true, false),
+    );
+}
+
+#[test]
+fn conv1d_wide_residual_plain_input() {
+    check_wide(
+        "wide conv k2 64->128 t8500 residual",
+        ConvProblem::new(43, conv_geom(64, 128, 2, 1, 8500, false), true, true),
+    );
+}
+
 /// As `check_conv`, and the one-output kernel must have run in `on` (and only there).
 fn check_one_output(name: &str, p: ConvProblem, on: Precision) {
     let want = run_conv(&cpu(), &p).expect("cpu conv");

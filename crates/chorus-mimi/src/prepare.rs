@@ -56,9 +56,43 @@ pub struct PreparedResBlock<B: Backend> {
     pub conv2: PreparedConv<B>,
 }
 
-/// One SEANet stage: transposed conv then residual blocks.
+/// A SEANet stage's upsampling layer.
+pub enum PreparedUp<B: Backend> {
+    /// A transposed convolution as such (kernel below twice the stride, or depthwise).
+    Transposed(PreparedConvTr<B>),
+    /// A dense transposed convolution of kernel `2 * stride` as the `stride` output phases of one
+    /// causal convolution of two taps: `y[i*s + p] = W[.., p] x[i] + W[.., p + s] x[i - 1]`
+    /// (PyTorch `ConvTranspose1d`, then moshi's causal trim of the right `kernel - stride`), so
+    /// the outputs `[rows, time, stride * c_out]` are `[rows, time * stride, c_out]` as laid out
+    /// and the history is the last (ELU'd) input column instead of the output tail. It runs as
+    /// one product with no overlap pass and no intermediate of `kernel * c_out` columns.
+    Phases {
+        conv: PreparedConv<B>,
+        stride: usize,
+        c_out: usize,
+    },
+}
+
+impl<B: Backend> PreparedUp<B> {
+    pub fn stride(&self) -> usize {
+        match self {
+            Self::Transposed(c) => c.stride,
+            Self::Phases { stride, .. } => *stride,
+        }
+    }
+
+    /// Output channels per output time.
+    pub fn c_out(&self) -> usize {
+        match self {
+            Self::Transposed(c) => c.c_out,
+            Self::Phases { c_out, .. } => *c_out,
+        }
+    }
+}
+
+/// One SEANet stage: upsampling then residual blocks.
 pub struct PreparedStage<B: Backend> {
-    pub convtr: PreparedConvTr<B>,
+    pub convtr: PreparedUp<B>,
     pub resblocks: Vec<PreparedResBlock<B>>,
 }
 
@@ -94,7 +128,7 @@ pub fn prepare<B: Backend>(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let convtr = prepare_convtr(be, &s.convtr, &format!("decoder stage {i}"))?;
+            let convtr = prepare_up(be, &s.convtr, &format!("decoder stage {i}"))?;
             let resblocks = s
                 .resblocks
                 .iter()
@@ -209,6 +243,44 @@ pub(crate) fn prepare_res_block<B: Backend>(
         ));
     }
     Ok(PreparedResBlock { conv1, conv2 })
+}
+
+/// A stage's transposed convolution, as output phases where its kernel is twice its stride.
+fn prepare_up<B: Backend>(be: &B, c: &ConvTrWeights, name: &str) -> Result<PreparedUp<B>> {
+    let [c_in, c_out, kernel] = dims3(&c.weight, name)?;
+    let s = c.stride;
+    if c.groups != 1 || kernel != 2 * s || !be.phase_upsampling() {
+        return Ok(PreparedUp::Transposed(prepare_convtr(be, c, name)?));
+    }
+    // w[(p*c_out + o), j, ci]: tap 0 meets x[i - 1] through W[ci, o, p + s], tap 1 meets x[i]
+    // through W[ci, o, p] (HF weight `[c_in, c_out, kernel]`).
+    let src = &c.weight.data;
+    let at = |ci: usize, o: usize, k: usize| src[(ci * c_out + o) * kernel + k];
+    let mut w = Vec::with_capacity(s * c_out * 2 * c_in);
+    for p in 0..s {
+        for o in 0..c_out {
+            for k in [p + s, p] {
+                w.extend((0..c_in).map(|ci| at(ci, o, k)));
+            }
+        }
+    }
+    let bias = c
+        .bias
+        .as_ref()
+        .map(|b| be.upload(&b.data.repeat(s), BufRole::Weight))
+        .transpose()?;
+    Ok(PreparedUp::Phases {
+        conv: PreparedConv {
+            w: be.upload(&w, BufRole::Weight)?,
+            bias,
+            c_in,
+            c_out: s * c_out,
+            kernel: 2,
+            dilation: 1,
+        },
+        stride: s,
+        c_out,
+    })
 }
 
 fn prepare_convtr<B: Backend>(be: &B, c: &ConvTrWeights, name: &str) -> Result<PreparedConvTr<B>> {

@@ -3,7 +3,7 @@
 //! Activations are sized for the largest bucket and shared by every bucket (a smaller bucket
 //! uses a prefix), so the memory of a decoder is one largest-bucket step plus the slot state.
 
-use crate::prepare::{PreparedConv, PreparedConvTr, PreparedResBlock, PreparedWeights};
+use crate::prepare::{PreparedConv, PreparedConvTr, PreparedResBlock, PreparedUp, PreparedWeights};
 use crate::state::{SlotState, StateBuf};
 use crate::transformer::{run_layers, LayerActs, LayerStep};
 use crate::MimiConfig;
@@ -43,8 +43,8 @@ impl<B: Backend> Activations<B> {
         let mut time = tok;
         let mut stages = Vec::with_capacity(w.stages.len());
         for s in &w.stages {
-            time *= s.convtr.stride;
-            let c = s.convtr.c_out;
+            time *= s.convtr.stride();
+            let c = s.convtr.c_out();
             let hidden_c = s.resblocks.first().map_or(0, |b| b.conv1.c_out);
             stages.push(StageActs {
                 up: a(time * c)?,
@@ -148,14 +148,14 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
             None => &a.conv_in,
         };
         let sa = &mut rest[0];
-        convtr(
-            &r,
-            &stage_w.convtr,
-            &mut st.stage_tails[i],
-            (input, &mut sa.up),
-            (time, true),
-        )?;
-        time *= stage_w.convtr.stride;
+        let tail = &mut st.stage_tails[i];
+        match &stage_w.convtr {
+            PreparedUp::Transposed(c) => convtr(&r, c, tail, (input, &mut sa.up), (time, true))?,
+            PreparedUp::Phases { conv: c, .. } => {
+                conv(&r, c, Some(tail), (input, &mut sa.up, None), (time, true))?
+            }
+        }
+        time *= stage_w.convtr.stride();
         for (j, b) in stage_w.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(&sa.up);

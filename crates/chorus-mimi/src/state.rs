@@ -1,6 +1,6 @@
 //! Per-slot streaming state: one buffer per stateful layer, a row per slot plus the dummy row.
 
-use crate::prepare::{PreparedConv, PreparedConvTr, PreparedWeights};
+use crate::prepare::{PreparedConv, PreparedConvTr, PreparedUp, PreparedWeights};
 use crate::MimiConfig;
 use chorus_core::{Backend, BufRole, Result, StateBytes};
 
@@ -54,6 +54,15 @@ fn tail_state<B: Backend>(be: &B, rows: usize, c: &PreparedConvTr<B>) -> Result<
     alloc(be, rows, (c.kernel - c.stride) * c.c_out)
 }
 
+/// A stage's upsampling state: the output tail of a transposed convolution, or the one input
+/// column the phase form looks back at.
+fn up_state<B: Backend>(be: &B, rows: usize, up: &PreparedUp<B>) -> Result<StateBuf<B>> {
+    match up {
+        PreparedUp::Transposed(c) => tail_state(be, rows, c),
+        PreparedUp::Phases { conv, .. } => alloc(be, rows, (conv.kernel - 1) * conv.c_in),
+    }
+}
+
 impl<B: Backend> SlotState<B> {
     /// Allocates zeroed state for `max_slots` slots plus the dummy row, with `ring` KV entries.
     pub fn new(
@@ -70,7 +79,7 @@ impl<B: Backend> SlotState<B> {
         let stage_tails = w
             .stages
             .iter()
-            .map(|s| tail_state(be, rows, &s.convtr))
+            .map(|s| up_state(be, rows, &s.convtr))
             .collect::<Result<Vec<_>>>()?;
         let res_history = w
             .stages

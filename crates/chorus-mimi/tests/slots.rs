@@ -317,3 +317,40 @@ fn single_stream_decode_with_reset_flag_matches_the_slot_decoder() {
     let bad = [4096u32];
     assert!(d.decode(FrameInput::Codes(&bad), false).is_err());
 }
+
+#[test]
+fn upsampling_as_output_phases_matches_the_transposed_convolutions() {
+    // The phase form (`PreparedUp::Phases`) reorders the transposed convolutions' weights into
+    // two-tap convolutions and keeps the last input column instead of the output tail: over a
+    // stream long enough to carry state through every stage, both forms agree to f32 rounding.
+    let m = tiny_model();
+    let opts = || chorus_mimi::DecoderOptions {
+        max_slots: 2,
+        buckets: chorus_core::Buckets::new(&[1, 2]).unwrap(),
+        chunk_frames: 1,
+    };
+    let be = |phases| {
+        chorus_cpu::CpuBackend::new(None)
+            .unwrap()
+            .with_phase_upsampling(phases)
+    };
+    let mut plain =
+        chorus_mimi::SlotDecoder::from_weights(be(false), &m.config, &m.weights, opts()).unwrap();
+    let mut phases =
+        chorus_mimi::SlotDecoder::from_weights(be(true), &m.config, &m.weights, opts()).unwrap();
+    let (a, b) = (codes(31, FRAMES, 8), codes(32, FRAMES, 8));
+    for t in 0..FRAMES {
+        let cs: Vec<u32> = a[t].iter().chain(&b[t]).copied().collect();
+        let want = plain.step_codes(&[1, 0], &cs, 8).unwrap();
+        let got = phases.step_codes(&[1, 0], &cs, 8).unwrap();
+        let err = rel_l2(&got, &want);
+        assert!(err < 1e-5, "frame {t}: relative L2 {err:e}");
+        assert!(want.iter().any(|v| v.abs() > 1e-6), "frame {t}: silent");
+    }
+    // A reset clears the phase form's input history as it clears the output tails.
+    plain.reset(0).unwrap();
+    phases.reset(0).unwrap();
+    let want = plain.step_codes(&[0], &a[0], 8).unwrap();
+    let got = phases.step_codes(&[0], &a[0], 8).unwrap();
+    assert!(rel_l2(&got, &want) < 1e-5);
+}

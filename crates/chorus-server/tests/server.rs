@@ -494,16 +494,17 @@ async fn a_connection_that_never_opens_is_told_and_closed() {
 
 /// The local and peer ports of socket `fd` (IPv4), if it is one.
 fn socket_ports(fd: i32) -> Option<(u16, u16)> {
-    let port = |getter: unsafe extern "C" fn(i32, *mut libc::sockaddr, *mut libc::socklen_t) -> i32| {
-        // SAFETY: the getter writes at most `len` bytes into the zeroed sockaddr_in we own.
-        unsafe {
-            let mut addr: libc::sockaddr_in = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            let ok = getter(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len) == 0;
-            (ok && addr.sin_family == libc::AF_INET as libc::sa_family_t)
-                .then(|| u16::from_be(addr.sin_port))
-        }
-    };
+    let port =
+        |getter: unsafe extern "C" fn(i32, *mut libc::sockaddr, *mut libc::socklen_t) -> i32| {
+            // SAFETY: the getter writes at most `len` bytes into the zeroed sockaddr_in we own.
+            unsafe {
+                let mut addr: libc::sockaddr_in = std::mem::zeroed();
+                let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                let ok = getter(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len) == 0;
+                (ok && addr.sin_family == libc::AF_INET as libc::sa_family_t)
+                    .then(|| u16::from_be(addr.sin_port))
+            }
+        };
     Some((port(libc::getsockname)?, port(libc::getpeername)?))
 }
 
@@ -549,5 +550,8 @@ async fn the_server_turns_nagle_off_on_every_connection() {
     }
     let fd = found.expect("the server accepted the connection");
     assert!(nodelay(fd), "TCP_NODELAY is set on the accepted socket");
-    assert!(!client.nodelay().unwrap(), "the raw test client kept the default");
+    assert!(
+        !client.nodelay().unwrap(),
+        "the raw test client kept the default"
+    );
 }

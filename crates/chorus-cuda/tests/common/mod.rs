@@ -30,6 +30,20 @@ pub fn cuda(precision: Precision) -> Option<CudaBackend> {
     Some(CudaBackend::new(opts).unwrap_or_else(|e| panic!("CudaBackend::new: {e}")))
 }
 
+/// As [`cuda`], with the wide tensor-core convolution (and the phase-form upsampling) on.
+pub fn cuda_wide(precision: Precision) -> Option<CudaBackend> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    let opts = CudaOptions {
+        precision,
+        conv_wide: true,
+        ..Default::default()
+    };
+    Some(CudaBackend::new(opts).unwrap_or_else(|e| panic!("CudaBackend::new: {e}")))
+}
+
 pub fn cpu() -> CpuBackend {
     CpuBackend::new(Some(2)).expect("cpu backend")
 }
