@@ -12,15 +12,21 @@ use crate::metrics::Metrics;
 use crate::sched::{Occupant, Pending, Sched, Shared};
 use crate::stream::{Outbox, Stream, StreamInput};
 use crate::worker::EngineLoop;
-use crate::{DecoderFactory, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_UNDELIVERED_FRAMES};
+use crate::{
+    DecoderFactory, DEFAULT_MAX_PENDING_FRAMES, DEFAULT_MAX_RESETS_PER_STEP,
+    DEFAULT_MAX_UNDELIVERED_FRAMES,
+};
 
-/// Queue bounds of every stream.
+/// Queue bounds of every stream, and of the resets before one step.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Items (frames, resets) a stream may have queued and not yet decoded.
     pub max_pending_frames: usize,
     /// Decoded frames a stream's reader may leave uncollected before it is cut off.
     pub max_undelivered_frames: usize,
+    /// Slot resets run before one step (at least 1); streams whose reset would pass it wait for
+    /// the next step, while open streams keep stepping.
+    pub max_resets_per_step: usize,
 }
 
 impl Default for EngineConfig {
@@ -28,6 +34,7 @@ impl Default for EngineConfig {
         Self {
             max_pending_frames: DEFAULT_MAX_PENDING_FRAMES,
             max_undelivered_frames: DEFAULT_MAX_UNDELIVERED_FRAMES,
+            max_resets_per_step: DEFAULT_MAX_RESETS_PER_STEP,
         }
     }
 }
@@ -73,7 +80,10 @@ impl Engine {
     /// Like [`Engine::start`] for the engine of device `device`, the number that names it in
     /// errors, health and metrics.
     pub fn start_on(device: usize, factory: DecoderFactory, config: EngineConfig) -> Result<Self> {
-        if config.max_pending_frames == 0 || config.max_undelivered_frames == 0 {
+        if config.max_pending_frames == 0
+            || config.max_undelivered_frames == 0
+            || config.max_resets_per_step == 0
+        {
             return Err(Error::config(
                 "Engine::start",
                 format!("queue bounds must be positive, got {config:?}"),

@@ -130,6 +130,10 @@ pub struct FakeDecoder {
     pub steps: Arc<AtomicU64>,
     /// Slots of each successful step, shared with tests.
     pub log: StepLog,
+    /// How many resets ran before each successful step (since the step before it), shared with
+    /// tests.
+    pub reset_log: Arc<Mutex<Vec<usize>>>,
+    resets_since_step: usize,
     /// Pipelined steps launched and not yet finished: their PCM, or the fault to report.
     queued: VecDeque<Result<Vec<f32>>>,
 }
@@ -173,6 +177,8 @@ impl FakeDecoder {
             opts,
             steps: Arc::new(AtomicU64::new(0)),
             log: StepLog::default(),
+            reset_log: Arc::default(),
+            resets_since_step: 0,
             queued: VecDeque::new(),
         }
     }
@@ -276,6 +282,7 @@ impl FrameDecoder for FakeDecoder {
                 if !self.opts.ignore_reset {
                     *d = 0;
                 }
+                self.resets_since_step += 1;
                 Ok(())
             }
             None => Err(Error::UnknownSlot {
@@ -340,6 +347,10 @@ impl FakeDecoder {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(slots);
+            self.reset_log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(std::mem::take(&mut self.resets_since_step));
         }
         if poisoned && self.opts.poison == Poison::Backend {
             // Models a device fault after the state was touched.

@@ -45,3 +45,7 @@ pub type DecoderFactory = Box<dyn FnOnce() -> Result<Box<dyn FrameDecoder>> + Se
 pub const DEFAULT_MAX_PENDING_FRAMES: usize = 32;
 /// Default bound on decoded frames a stream's reader has not collected yet (5.12 s of audio).
 pub const DEFAULT_MAX_UNDELIVERED_FRAMES: usize = 64;
+/// Default bound on the slot resets run before one step. A reset is a dozen small device calls on
+/// the engine thread; a burst of new streams (a ramp-up, clients reconnecting after a restart)
+/// would otherwise hold the next step of every open stream for all of them.
+pub const DEFAULT_MAX_RESETS_PER_STEP: usize = 64;

@@ -34,6 +34,8 @@ pub(crate) struct EngineLoop {
     shared: Arc<Shared>,
     decoder: Box<dyn FrameDecoder>,
     largest: usize,
+    /// See [`crate::EngineConfig::max_resets_per_step`].
+    max_resets: usize,
     pcm: PcmPool,
     batch: Vec<Picked>,
     resets: Vec<ResetJob>,
@@ -56,14 +58,16 @@ pub(crate) struct EngineLoop {
 impl EngineLoop {
     pub(crate) fn new(shared: Arc<Shared>, decoder: Box<dyn FrameDecoder>) -> Self {
         let largest = shared.info.largest_batch;
+        let max_resets = shared.config.max_resets_per_step;
         let pipelined = decoder.pipeline_depth() >= 2;
         Self {
             shared,
             decoder,
             largest,
+            max_resets,
             pcm: PcmPool::new(largest),
             batch: Vec::with_capacity(largest),
-            resets: Vec::with_capacity(largest),
+            resets: Vec::with_capacity(max_resets),
             finishes: Vec::with_capacity(largest),
             acks: Vec::with_capacity(largest),
             requeue: Vec::with_capacity(largest),
@@ -295,6 +299,12 @@ impl EngineLoop {
             occ.in_ready = false;
             let mut ended = false;
             while let Some(item) = occ.queue.pop_front() {
+                if matches!(item, Pending::Reset { .. }) && self.resets.len() >= self.max_resets {
+                    // This step's resets are spent: the stream waits, its reset first, for the
+                    // next step (it is requeued below, behind the streams already waiting).
+                    occ.queue.push_front(item);
+                    break;
+                }
                 if item.counts() {
                     occ.counted -= 1;
                 }

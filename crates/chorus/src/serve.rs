@@ -11,7 +11,7 @@ use chorus_core::{Buckets, Precision, DEFAULT_BUCKETS};
 use chorus_engine::fake::{FakeDecoder, FakeOptions};
 use chorus_engine::{
     DecoderFactory, EngineConfig, EnginePool, DEFAULT_DEVICE, DEFAULT_MAX_PENDING_FRAMES,
-    DEFAULT_MAX_UNDELIVERED_FRAMES,
+    DEFAULT_MAX_RESETS_PER_STEP, DEFAULT_MAX_UNDELIVERED_FRAMES,
 };
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_music::prompt::PromptTokenizer;
@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// Decoded frames a client may leave unread before it is cut off.
     #[arg(long, default_value_t = DEFAULT_MAX_UNDELIVERED_FRAMES)]
     pub max_undelivered_frames: usize,
+    /// Slot resets (new streams) run before one decode step; more wait for the next step.
+    #[arg(long, default_value_t = DEFAULT_MAX_RESETS_PER_STEP)]
+    pub max_resets_per_step: usize,
     /// Seconds SIGTERM waits for open streams to finish.
     #[arg(long, default_value_t = DEFAULT_DRAIN_SECS)]
     pub drain_timeout: u64,
@@ -211,6 +214,7 @@ fn run_server(
     let engine_config = EngineConfig {
         max_pending_frames: args.max_pending_frames,
         max_undelivered_frames: args.max_undelivered_frames,
+        max_resets_per_step: args.max_resets_per_step,
     };
     let pool = EnginePool::start(factories, engine_config).context("starting the decoders")?;
     for e in pool.engines() {

@@ -454,3 +454,72 @@ async fn a_frame_ready_later_than_one_period_is_a_missed_deadline() {
     let misses = &engine.metrics().deadline_misses;
     assert_eq!(misses.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+#[tokio::test]
+async fn a_burst_of_new_streams_runs_a_bounded_number_of_resets_per_step() {
+    // Regression: every reset picked for a step ran before it, so a burst of new streams (a
+    // ramp-up, clients reconnecting) held the next frame of every open stream for all of them.
+    const CAP: usize = 4;
+    const NEW: usize = 20;
+    let mut o = opts(NEW + 1, 8);
+    let gate = Gate::default();
+    o.gate = Some(gate.clone());
+    let fake = FakeDecoder::new(o);
+    let (log, reset_log) = (fake.log.clone(), fake.reset_log.clone());
+    let config = EngineConfig {
+        max_resets_per_step: CAP,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(Box::new(move || Ok(Box::new(fake) as _)), config).unwrap();
+    let mut open_stream = engine.open(StreamInput::Codes { n_q: 2 }).unwrap();
+    open_stream.submit_codes(&codes(0, 0, 2)).unwrap();
+    // The first step holds at the gate while the burst arrives behind the open stream's frame.
+    gate.wait_for_step();
+    open_stream.submit_codes(&codes(0, 1, 2)).unwrap();
+    let mut burst = Vec::new();
+    for s in 1..=NEW as u64 {
+        let mut stream = engine.open(StreamInput::Codes { n_q: 2 }).unwrap();
+        stream.submit_codes(&codes(s, 0, 2)).unwrap();
+        burst.push((s, stream));
+    }
+    gate.open();
+    let want = reference(&[codes(0, 0, 2), codes(0, 1, 2)]);
+    assert_eq!(collect_pcm(&open_stream, 0, 2).await, want);
+    for (s, stream) in &burst {
+        let pcm = collect_pcm(stream, 0, 1).await;
+        assert_eq!(pcm, reference(&[codes(*s, 0, 2)]), "stream {s}");
+    }
+    let resets = reset_log.lock().unwrap().clone();
+    assert!(resets.iter().all(|&n| n <= CAP), "resets per step: {resets:?}");
+    assert_eq!(resets.iter().sum::<usize>(), NEW + 1);
+    let steps = log.lock().unwrap().clone();
+    let first_slot = steps[0][0];
+    assert!(
+        steps[1].contains(&first_slot),
+        "the open stream's next frame went with the next step: {steps:?}"
+    );
+}
+
+#[test]
+fn zero_bounds_are_refused_at_start() {
+    for config in [
+        EngineConfig {
+            max_pending_frames: 0,
+            ..EngineConfig::default()
+        },
+        EngineConfig {
+            max_undelivered_frames: 0,
+            ..EngineConfig::default()
+        },
+        EngineConfig {
+            max_resets_per_step: 0,
+            ..EngineConfig::default()
+        },
+    ] {
+        let fake = FakeDecoder::new(opts(2, 2));
+        let err = Engine::start(Box::new(move || Ok(Box::new(fake) as _)), config.clone())
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("must be positive"), "{err}");
+    }
+}
