@@ -48,7 +48,8 @@ pub struct CudaOptions {
     pub fuse_res_block: bool,
     /// bf16 convolutions of at least two taps whose outputs fill 128-wide tiles run on the wide
     /// tensor-core kernel (`kernels/conv_wide.cu`, needs `conv_mma`), and the decoder's dense
-    /// upsampling runs as output phases of one such convolution. Off by default until measured.
+    /// upsampling runs as output phases of one such convolution. Off by default: correct, but
+    /// slower than the default path at batch 1024 on the H200 (docs/PERFORMANCE.md).
     pub conv_wide: bool,
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.

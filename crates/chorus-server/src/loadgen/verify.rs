@@ -17,8 +17,9 @@ const VERIFY_CONCURRENCY: usize = 16;
 const VERIFY_BUSY_RETRIES: usize = 100;
 /// Pause between those retries.
 const VERIFY_RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// How long verification waits for a server's other streams (another load generator's) to end.
-const VERIFY_QUIET_WAIT: Duration = Duration::from_secs(120);
+/// How long verification waits for a server's other streams (another load generator's, which
+/// ends within seconds of this one) to end before it checks anyway.
+const VERIFY_QUIET_WAIT: Duration = Duration::from_secs(30);
 /// Pause between two looks at a server's open streams.
 const VERIFY_QUIET_POLL: Duration = Duration::from_millis(250);
 
