@@ -5,6 +5,7 @@
 mod common;
 
 use chorus_core::{Buckets, FrameDecoder, Precision};
+use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::random::random_model;
 use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
 use common::*;
@@ -22,6 +23,15 @@ const SCHEDULE: &[Option<&[usize]>] = &[
     Some(&[2, 5]),
     Some(&[3, 2, 0]),
 ];
+
+/// A random model of the real architecture with `CODEBOOKS` codebooks.
+fn real_model() -> LoadedModel {
+    let cfg = MimiConfig {
+        num_quantizers: CODEBOOKS,
+        ..Default::default()
+    };
+    random_model(&cfg, SEED).expect("random model")
+}
 
 /// `SCHEDULE` with each step's seeded codes `[slots, CODEBOOKS]`.
 fn schedule_codes(card: usize) -> Vec<Option<(&'static [usize], Vec<u32>)>> {
@@ -58,11 +68,7 @@ fn cuda_decoder_matches_cpu_decoder() {
         eprintln!("skipped: no CUDA device on this machine");
         return;
     }
-    let cfg = MimiConfig {
-        num_quantizers: CODEBOOKS,
-        ..Default::default()
-    };
-    let model = random_model(&cfg, SEED).expect("random model");
+    let model = real_model();
     let opts = || DecoderOptions {
         max_slots: MAX_SLOTS,
         buckets: Buckets::new(&[1, 4]).expect("buckets"),
@@ -70,13 +76,13 @@ fn cuda_decoder_matches_cpu_decoder() {
     };
     let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
         .expect("cpu decoder");
-    let want = decode_all(&mut cpu_dec, cfg.codebook_size);
+    let want = decode_all(&mut cpu_dec, model.config.codebook_size);
     for precision in [Precision::F32, Precision::Bf16] {
         let Some(be) = cuda(precision) else { return };
         let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts())
             .expect("cuda decoder");
         dec.warmup().expect("warmup");
-        let got = decode_all(&mut dec, cfg.codebook_size);
+        let got = decode_all(&mut dec, model.config.codebook_size);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_parity(&format!("decoder step {i}"), precision, g, w);
         }
@@ -84,8 +90,9 @@ fn cuda_decoder_matches_cpu_decoder() {
     }
 }
 
-// With the wide kernel on, the stage upsampling runs as output phases: at 64 rows the last two
-// stages' phase convolutions fill enough 128 x 128 tiles to take the wide kernel.
+// With the wide kernel on, the stage upsampling runs as output phases: at 64 rows the last
+// stage's phase convolution fills enough 128 x 128 tiles to take the wide kernel, the others
+// take the other paths.
 #[test]
 fn cuda_decoder_with_phase_upsampling_matches_cpu() {
     const ROWS: usize = 64;
@@ -94,11 +101,7 @@ fn cuda_decoder_with_phase_upsampling_matches_cpu() {
         eprintln!("skipped: no CUDA device on this machine");
         return;
     }
-    let cfg = MimiConfig {
-        num_quantizers: CODEBOOKS,
-        ..Default::default()
-    };
-    let model = random_model(&cfg, SEED).expect("random model");
+    let model = real_model();
     let opts = || DecoderOptions {
         max_slots: ROWS,
         buckets: Buckets::new(&[ROWS]).expect("buckets"),
@@ -109,7 +112,7 @@ fn cuda_decoder_with_phase_upsampling_matches_cpu() {
     let steps: Vec<Vec<u32>> = (0..STEPS)
         .map(|_| {
             (0..ROWS * CODEBOOKS)
-                .map(|_| rng.below(cfg.codebook_size) as u32)
+                .map(|_| rng.below(model.config.codebook_size) as u32)
                 .collect()
         })
         .collect();
@@ -142,16 +145,12 @@ fn cuda_single_stream_decode_with_reset_flag() {
         eprintln!("skipped: no CUDA device on this machine");
         return;
     }
-    let cfg = MimiConfig {
-        num_quantizers: CODEBOOKS,
-        ..Default::default()
-    };
-    let model = random_model(&cfg, SEED).expect("random model");
+    let model = real_model();
     let mut rng = Rng::new(SEED + 1);
     let frames: Vec<Vec<u32>> = (0..6)
         .map(|_| {
             (0..CODEBOOKS)
-                .map(|_| rng.below(cfg.codebook_size) as u32)
+                .map(|_| rng.below(model.config.codebook_size) as u32)
                 .collect()
         })
         .collect();
@@ -211,16 +210,12 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
     const LEAD: usize = 3;
     const CHUNKS: usize = 10;
     const FS: usize = chorus_core::FRAME_SAMPLES;
-    let cfg = MimiConfig {
-        num_quantizers: CODEBOOKS,
-        ..Default::default()
-    };
-    let model = random_model(&cfg, SEED).expect("random model");
+    let model = real_model();
     let mut rng = Rng::new(SEED + 2);
     let frames = LEAD + CHUNK * CHUNKS;
     // [streams, frames, n_q]
     let codes: Vec<u32> = (0..2 * frames * CODEBOOKS)
-        .map(|_| rng.below(cfg.codebook_size) as u32)
+        .map(|_| rng.below(model.config.codebook_size) as u32)
         .collect();
     let frame =
         |s: usize, t: usize| &codes[(s * frames + t) * CODEBOOKS..(s * frames + t + 1) * CODEBOOKS];
@@ -322,11 +317,7 @@ fn cuda_pipelined_steps_match_cpu_decoder() {
         eprintln!("skipped: no CUDA device on this machine");
         return;
     }
-    let cfg = MimiConfig {
-        num_quantizers: CODEBOOKS,
-        ..Default::default()
-    };
-    let model = random_model(&cfg, SEED).expect("random model");
+    let model = real_model();
     let opts = || DecoderOptions {
         max_slots: MAX_SLOTS,
         buckets: Buckets::new(&[1, 4]).expect("buckets"),
@@ -334,14 +325,14 @@ fn cuda_pipelined_steps_match_cpu_decoder() {
     };
     let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
         .expect("cpu decoder");
-    let want = decode_all(&mut cpu_dec, cfg.codebook_size);
+    let want = decode_all(&mut cpu_dec, model.config.codebook_size);
     for precision in [Precision::F32, Precision::Bf16] {
         let Some(be) = cuda(precision) else { return };
         let mut dec = SlotDecoder::from_weights(be, &model.config, &model.weights, opts())
             .expect("cuda decoder");
         dec.warmup().expect("warmup");
         assert_eq!(dec.pipeline_depth(), 2);
-        let got = decode_all_pipelined(&mut dec, cfg.codebook_size);
+        let got = decode_all_pipelined(&mut dec, model.config.codebook_size);
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_parity(&format!("pipelined step {i}"), precision, g, w);

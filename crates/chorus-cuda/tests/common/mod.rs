@@ -19,28 +19,27 @@ pub const PRECISIONS: [Precision; 2] = [Precision::F32, Precision::Bf16];
 
 /// A CUDA backend, or `None` (with a note) when this machine has no usable device.
 pub fn cuda(precision: Precision) -> Option<CudaBackend> {
-    if !chorus_cuda::cuda_available() {
-        eprintln!("skipped: no CUDA device on this machine");
-        return None;
-    }
-    let opts = CudaOptions {
+    cuda_with(CudaOptions {
         precision,
         ..Default::default()
-    };
-    Some(CudaBackend::new(opts).unwrap_or_else(|e| panic!("CudaBackend::new: {e}")))
+    })
 }
 
 /// As [`cuda`], with the wide tensor-core convolution (and the phase-form upsampling) on.
 pub fn cuda_wide(precision: Precision) -> Option<CudaBackend> {
+    cuda_with(CudaOptions {
+        precision,
+        conv_wide: true,
+        ..Default::default()
+    })
+}
+
+/// A CUDA backend with `opts`, or `None` (with a note) when this machine has no usable device.
+fn cuda_with(opts: CudaOptions) -> Option<CudaBackend> {
     if !chorus_cuda::cuda_available() {
         eprintln!("skipped: no CUDA device on this machine");
         return None;
     }
-    let opts = CudaOptions {
-        precision,
-        conv_wide: true,
-        ..Default::default()
-    };
     Some(CudaBackend::new(opts).unwrap_or_else(|e| panic!("CudaBackend::new: {e}")))
 }
 
