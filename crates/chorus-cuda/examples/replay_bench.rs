@@ -3,9 +3,10 @@
 //! per-op breakdown from one eager profiled run.
 //!
 //! Usage: `replay_bench [bf16|f32] [buckets, e.g. 1,64,1024] [replays]
-//! [mma|mma-wide|mma-apart|tap-split|im2col] [gemv_min_k]` (convolutions: tensor cores where
-//! they apply with fused residual blocks, the default; `mma-wide` adds the wide kernel and the
-//! phase-form upsampling; `mma-apart` runs each residual block as its two convolutions; else
+//! [mma|mma-wide|mma-apart|mma-scalar-attn|tap-split|im2col] [gemv_min_k]` (convolutions: tensor
+//! cores where they apply with fused residual blocks, the default; `mma-wide` adds the wide kernel
+//! and the phase-form upsampling; `mma-apart` runs each residual block as its two convolutions;
+//! `mma-scalar-attn` is the default with attention on the CUDA cores; else
 //! the tap-split or im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
 //! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`).
 
@@ -25,9 +26,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
     let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
     let conv_path = args.get(4).map_or("mma", String::as_str);
-    if !["mma", "mma-wide", "mma-apart", "tap-split", "im2col"].contains(&conv_path) {
+    const PATHS: [&str; 6] = [
+        "mma",
+        "mma-wide",
+        "mma-apart",
+        "mma-scalar-attn",
+        "tap-split",
+        "im2col",
+    ];
+    if !PATHS.contains(&conv_path) {
         return Err(format!(
-            "unknown convolution path `{conv_path}` (mma, mma-wide, mma-apart, tap-split or im2col)"
+            "unknown convolution path `{conv_path}` (one of {})",
+            PATHS.join(", ")
         )
         .into());
     }
@@ -44,8 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         precision,
         conv_tap_split: tap_split,
         conv_mma: conv_path.starts_with("mma"),
-        fuse_res_block: conv_path == "mma" || conv_path == "mma-wide",
+        fuse_res_block: conv_path != "mma-apart",
         conv_wide: conv_path == "mma-wide",
+        attention_mma: conv_path != "mma-scalar-attn",
         gemv_min_k,
         ..Default::default()
     })?;
@@ -87,9 +98,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dec.step_codes(&all[..b], &codes(b), CODEBOOKS)?;
     }
     println!(
-        "convolutions on the tensor cores: {} launches over warm-up and capture ({} wide)",
+        "on the tensor cores over warm-up and capture: {} convolutions ({} wide), {} attentions",
         dec.backend().tensor_core_convs(),
-        dec.backend().wide_convs()
+        dec.backend().wide_convs(),
+        dec.backend().tensor_core_attentions()
     );
     println!(
         "{:>6} {:>6} {:>10} {:>10} {:>10} {:>12}",

@@ -90,6 +90,27 @@ __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv
     }
 }
 
+// Merges the partial softmaxes of a group's `split` warps for queries [0, nt) of a tile of TT:
+// out = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w. Warp w's partial, at g0 + w * TT * (D + 2),
+// is m [TT] (natural-log units), l [TT], acc [TT, D]; out_t0 is the tile's first output row.
+template <int TT>
+__device__ __forceinline__ void attn_merge(const float* g0, int split, int nt, int D, T* __restrict__ out_t0, int hd) {
+    for (int idx = (threadIdx.x & 31); idx < nt * D; idx += 32) {
+        int t = idx / D;
+        int c = idx % D;
+        float mm = NEG_INF;
+        for (int w = 0; w < split; ++w) mm = fmaxf(mm, g0[w * TT * (D + 2) + t]);
+        float num = 0.f, den = 0.f;
+        for (int w = 0; w < split; ++w) {
+            const float* pw = g0 + w * TT * (D + 2);
+            float e = pw[t] == NEG_INF ? 0.f : __expf(pw[t] - mm);
+            num += e * pw[2 * TT + t * D + c];
+            den += e * pw[TT + t];
+        }
+        st(out_t0 + (long long)t * hd + c, num / den);
+    }
+}
+
 // Shared memory (floats, sized by the host): per group its rotated queries [time, D]; then, when
 // split > 1, per warp its partial softmax: m [ATTN_MAX_TIME], l [ATTN_MAX_TIME], acc [ATTN_MAX_TIME, D].
 template <int D>
@@ -222,7 +243,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
             }
             continue;
         }
-        // Merge the group's partial softmaxes: out = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w.
+        // Merge the group's partial softmaxes.
 #pragma unroll
         for (int t = 0; t < ATTN_MAX_TIME; ++t) {
             if (lane == 0) {
@@ -236,21 +257,8 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
         }
         __syncthreads();
         if (gw == 0 && active) {
-            const float* g0 = smem + groups * d.time * D + (warp) * ATTN_MAX_TIME * (D + 2);
-            for (int idx = lane; idx < nt * D; idx += 32) {
-                int t = idx / D;
-                int c = idx % D;
-                float mm = NEG_INF;
-                for (int w = 0; w < split; ++w) mm = fmaxf(mm, g0[w * ATTN_MAX_TIME * (D + 2) + t]);
-                float num = 0.f, den = 0.f;
-                for (int w = 0; w < split; ++w) {
-                    const float* pw = g0 + w * ATTN_MAX_TIME * (D + 2);
-                    float e = pw[t] == NEG_INF ? 0.f : __expf(pw[t] - mm);
-                    num += e * pw[2 * ATTN_MAX_TIME + t * D + c];
-                    den += e * pw[ATTN_MAX_TIME + t];
-                }
-                st(out + ((long long)r * d.time + t0 + t) * hd + h * D + c, num / den);
-            }
+            attn_merge<ATTN_MAX_TIME>(smem + groups * d.time * D + warp * ATTN_MAX_TIME * (D + 2), split, nt, D,
+                                      out + ((long long)r * d.time + t0) * hd + h * D, hd);
         }
         // The next tile reuses the partials.
         __syncthreads();

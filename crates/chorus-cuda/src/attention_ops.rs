@@ -1,7 +1,10 @@
-//! Host side of the streaming attention kernel (`kernels/attention.cu`): geometry checks and the
-//! launch (one warp per row and head, or a block per row and head when that leaves the GPU idle).
+//! Host side of the streaming attention kernels (`kernels/attention.cu`, and its tensor-core form
+//! `kernels/attention_mma.cu` for bf16 heads of 64): geometry checks and the launch (one warp per
+//! row and head, or a block per row and head when that leaves the GPU idle).
 
-use chorus_core::{AttentionArgs, Result};
+use std::sync::atomic::Ordering;
+
+use chorus_core::{AttentionArgs, Precision, Result};
 
 use crate::backend::CudaBackend;
 use crate::conv_ops::i32_of;
@@ -12,6 +15,10 @@ use crate::kernels::{kargs, Kernel, Launch};
 const ATTN_WARPS: usize = 4;
 /// Queries per tile and per-warp partial softmax size (`ATTN_MAX_TIME`: m, l and acc per query).
 const ATTN_MAX_TIME: usize = 4;
+/// The same for the tensor-core kernel (`ATTN_MMA_TILE`).
+const ATTN_MMA_TILE: usize = 8;
+/// The head dimension the tensor-core kernel takes (Mimi's).
+const ATTN_MMA_HEAD_DIM: usize = 64;
 /// Below this many (row, head) pairs per multiprocessor, the block's warps split each pair's
 /// keys (and merge their softmaxes) instead of taking one pair each: small batches would leave
 /// most of the GPU idle, each warp walking its whole window alone.
@@ -58,11 +65,19 @@ impl CudaBackend {
                 ),
             ));
         };
+        let mma = self.attention_mma
+            && self.precision == Precision::Bf16
+            && g.head_dim == ATTN_MMA_HEAD_DIM;
+        let (kernel, tile) = if mma {
+            (Kernel::AttentionMmaD64, ATTN_MMA_TILE)
+        } else {
+            (kernel, ATTN_MAX_TIME)
+        };
         // Each group's rotated queries [time, head_dim], then with a split each warp's partial
-        // softmax (m, l and acc for ATTN_MAX_TIME queries), all f32.
+        // softmax (m, l and acc for a tile of queries), all f32.
         let smem_of = |split: usize| {
             let partials = if split > 1 {
-                ATTN_WARPS * ATTN_MAX_TIME * (g.head_dim + 2)
+                ATTN_WARPS * tile * (g.head_dim + 2)
             } else {
                 0
             };
@@ -101,6 +116,9 @@ impl CudaBackend {
         let (qkv, kv, tokens) = (a.qkv.mem.ptr(), a.kv.mem.ptr(), a.tokens.mem.ptr());
         let (slots, out) = (a.slots.mem.ptr(), a.out.mem.ptr());
         let split = split as i32;
+        if mma {
+            self.attention_mma_launches.fetch_add(1, Ordering::Relaxed);
+        }
         self.launch(
             kernel,
             Launch {

@@ -51,6 +51,9 @@ pub struct CudaOptions {
     /// upsampling runs as output phases of one such convolution. Off by default: correct, but
     /// slower than the default path at batch 1024 on the H200 (docs/PERFORMANCE.md).
     pub conv_wide: bool,
+    /// bf16 attention with heads of 64 runs its scores and value sums on the tensor cores
+    /// (`kernels/attention_mma.cu`, sm_80+); off, on the CUDA cores. For A/B measurements.
+    pub attention_mma: bool,
     /// Kernels launch with programmatic dependent launch on sm_90+ (each one is scheduled while
     /// its predecessor drains). `CHORUS_PDL=0` turns the default off, for A/B measurements.
     pub programmatic_launch: bool,
@@ -71,6 +74,7 @@ impl Default for CudaOptions {
             conv_mma: true,
             fuse_res_block: true,
             conv_wide: false,
+            attention_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
         }
@@ -158,6 +162,8 @@ pub struct CudaBackend {
     pub(crate) conv_mma: bool,
     pub(crate) fuse_res_block: bool,
     pub(crate) conv_wide: bool,
+    /// See [`CudaOptions::attention_mma`] (false below sm_80).
+    pub(crate) attention_mma: bool,
     /// See [`CudaOptions::gemv_min_k`].
     pub(crate) gemv_min_k: usize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
@@ -170,6 +176,8 @@ pub struct CudaBackend {
     pub(crate) out1_launches: AtomicUsize,
     /// Wide tensor-core convolutions enqueued so far (as `mma_launches`).
     pub(crate) wide_launches: AtomicUsize,
+    /// Tensor-core attention calls enqueued so far (as `mma_launches`).
+    pub(crate) attention_mma_launches: AtomicUsize,
     pub(crate) scratch: Mutex<Scratch>,
     pub(crate) graphs: Mutex<HashMap<usize, Captured>>,
     pub(crate) capturing: AtomicBool,
@@ -259,12 +267,14 @@ impl CudaBackend {
             conv_mma,
             fuse_res_block: options.fuse_res_block,
             conv_wide: options.conv_wide,
+            attention_mma: options.attention_mma && arch.0 >= MMA_MIN_MAJOR,
             gemv_min_k: options.gemv_min_k,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
             out1_launches: AtomicUsize::new(0),
             wide_launches: AtomicUsize::new(0),
+            attention_mma_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
@@ -295,6 +305,11 @@ impl CudaBackend {
     /// Convolutions enqueued on the wide tensor-core kernel so far (a graph replay adds none).
     pub fn wide_convs(&self) -> usize {
         self.wide_launches.load(Ordering::Relaxed)
+    }
+
+    /// Attention calls enqueued on the tensor-core kernel so far (a graph replay adds none).
+    pub fn tensor_core_attentions(&self) -> usize {
+        self.attention_mma_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

@@ -21,6 +21,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("res_block.cu", include_str!("../kernels/res_block.cu")),
     ("conv_out1.cu", include_str!("../kernels/conv_out1.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    (
+        "attention_mma.cu",
+        include_str!("../kernels/attention_mma.cu"),
+    ),
     ("encode.cu", include_str!("../kernels/encode.cu")),
     ("lm_rows.cu", include_str!("../kernels/lm_rows.cu")),
     (
@@ -78,6 +82,7 @@ kernel_table! {
     AttentionD32 => "attention_d32",
     AttentionD64 => "attention_d64",
     AttentionD128 => "attention_d128",
+    AttentionMmaD64 => "attention_mma_d64",
     ConvConcat => "conv_concat",
     ConvShiftAdd => "conv_shift_add",
     // Tensor-core convolution (kernels/conv_mma.cu).

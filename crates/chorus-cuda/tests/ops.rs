@@ -564,6 +564,9 @@ fn run_attention<B: Backend>(
     Ok(results)
 }
 
+/// Each precision on both attention kernels: every output within tolerance of the CPU, the
+/// tensor-core kernel taken exactly where it applies (bf16, heads of 64), and its error against
+/// the CPU no worse than the CUDA-core kernel's (its queries and probabilities keep about 16 bits).
 fn check_attention(
     name: &str,
     geom: AttentionGeom,
@@ -574,13 +577,37 @@ fn check_attention(
     let want =
         run_attention(&cpu(), 21, geom, slots, total_rows, shared_pad).expect("cpu attention");
     for precision in PRECISIONS {
-        let Some(be) = cuda(precision) else { return };
-        let got =
-            run_attention(&be, 21, geom, slots, total_rows, shared_pad).expect("cuda attention");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_parity(&format!("{name} part {i}"), precision, g, w);
+        let mut errors = Vec::new();
+        for tensor_cores in [true, false] {
+            let be = if tensor_cores {
+                cuda(precision)
+            } else {
+                cuda_scalar_attention(precision)
+            };
+            let Some(be) = be else { return };
+            let got = run_attention(&be, 21, geom, slots, total_rows, shared_pad)
+                .expect("cuda attention");
+            let path = if tensor_cores { "" } else { " cuda cores" };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_parity(&format!("{name}{path} part {i}"), precision, g, w);
+            }
+            assert_eq!(got[3], want[3], "token counters differ");
+            let mma = tensor_cores && precision == Precision::Bf16 && geom.head_dim == 64;
+            assert_eq!(
+                be.tensor_core_attentions() > 0,
+                mma,
+                "{name} [{}]: tensor-core kernel taken",
+                precision.name()
+            );
+            errors.push(rel_l2(&got[0], &want[0]).max(rel_l2(&got[1], &want[1])));
         }
-        assert_eq!(got[3], want[3], "token counters differ");
+        assert!(
+            errors[0] <= errors[1] * 1.1 + 1e-5,
+            "{name} [{}]: the default kernel's error {:e} exceeds the CUDA-core kernel's {:e}",
+            precision.name(),
+            errors[0],
+            errors[1]
+        );
     }
 }
 
@@ -654,6 +681,25 @@ fn attention_long_step_many_rows() {
     let total = rows + 1;
     let slots: Vec<i32> = (0..rows as i32).rev().collect();
     check_attention("attention t60 140 rows", geom, &slots, total, 0);
+}
+
+/// A step of five frames (ten tokens: a full query tile and a partial one on the tensor-core
+/// kernel) at a batch large enough for one warp per (row, head).
+#[test]
+fn attention_two_query_tiles_many_rows() {
+    let rows = 200;
+    let geom = AttentionGeom {
+        rows,
+        time: 10,
+        heads: 8,
+        head_dim: 64,
+        ring: chorus_core::KV_RING,
+        window: 240,
+        rope_theta: 10_000.0,
+    };
+    let total = rows + 1;
+    let slots: Vec<i32> = (0..rows as i32).collect();
+    check_attention("attention t10 200 rows", geom, &slots, total, 0);
 }
 
 #[test]

@@ -34,6 +34,15 @@ pub fn cuda_wide(precision: Precision) -> Option<CudaBackend> {
     })
 }
 
+/// As [`cuda`], with attention on the CUDA cores even where the tensor-core kernel applies.
+pub fn cuda_scalar_attention(precision: Precision) -> Option<CudaBackend> {
+    cuda_with(CudaOptions {
+        precision,
+        attention_mma: false,
+        ..Default::default()
+    })
+}
+
 /// A CUDA backend with `opts`, or `None` (with a note) when this machine has no usable device.
 fn cuda_with(opts: CudaOptions) -> Option<CudaBackend> {
     if !chorus_cuda::cuda_available() {
