@@ -28,7 +28,10 @@ for r in rows[1:]:
     if not r[val_i].replace(",", "").replace(".", "").isdigit():
         continue
     v = float(r[val_i].replace(",", ""))
-    us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[unit_i], float("nan")) * v
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+    if r[unit_i] not in scale:
+        sys.exit(f"unknown duration unit {r[unit_i]!r}")
+    us = scale[r[unit_i]] * v
     seq.append((r[name_i].split("(")[0][:60], us))
 print(f"{len(seq)} kernels over {steps} steps, us each in launch order:")
 print(" ".join(f"{n}:{us:.1f}" for n, us in seq))
