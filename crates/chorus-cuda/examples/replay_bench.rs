@@ -6,7 +6,9 @@
 //! [mma|mma-wide|mma-apart|mma-scalar-attn|tap-split|im2col] [gemv_min_k]` (convolutions: tensor
 //! cores where they apply with fused residual blocks, the default; `mma-wide` adds the wide kernel
 //! and the phase-form upsampling; `mma-apart` runs each residual block as its two convolutions;
-//! `mma-scalar-attn` is the default with attention on the CUDA cores; else
+//! `mma-scalar-attn` is the default with attention on the CUDA cores; `mma-transposed` runs
+//! the upsampling as transposed convolutions (cuBLAS into `kernel * c_out` columns, then an
+//! overlap pass) with every convolution the implicit GEMM takes on it; else
 //! the tap-split or im2col cuBLAS paths; products of at most two rows with at least `gemv_min_k` columns take the
 //! GEMV kernel, default `chorus_cuda::GEMV_MIN_K`).
 
@@ -17,6 +19,10 @@ use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
 
 const SEED: u64 = 0xbe4c;
 const CODEBOOKS: usize = 8;
+/// Overrides `CudaOptions::conv_mma_max_out` (for A/B runs of the path choice).
+const MAX_OUT_ENV: &str = "REPLAY_MMA_MAX_OUT";
+/// `0` turns `CudaOptions::gemm_epilogue` off (for A/B runs).
+const EPILOGUE_ENV: &str = "REPLAY_GEMM_EPILOGUE";
 /// Steps run before timing: 2 tokens each, past the 250-token window.
 const FILL_STEPS: usize = 130;
 
@@ -26,11 +32,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let buckets = Buckets::parse(args.get(2).map_or("1,64,1024", String::as_str))?;
     let replays: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
     let conv_path = args.get(4).map_or("mma", String::as_str);
-    const PATHS: [&str; 6] = [
+    const PATHS: [&str; 7] = [
         "mma",
         "mma-wide",
         "mma-apart",
         "mma-scalar-attn",
+        "mma-transposed",
         "tap-split",
         "im2col",
     ];
@@ -54,9 +61,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         precision,
         conv_tap_split: tap_split,
         conv_mma: conv_path.starts_with("mma"),
+        phase_upsampling: conv_path != "mma-transposed",
+        conv_mma_max_out: match std::env::var(MAX_OUT_ENV) {
+            Ok(v) => v.parse()?,
+            Err(_) if conv_path == "mma-transposed" => usize::MAX,
+            Err(_) => chorus_cuda::DEFAULT_CONV_MMA_MAX_OUT,
+        },
         fuse_res_block: conv_path != "mma-apart",
         conv_wide: conv_path == "mma-wide",
         attention_mma: conv_path != "mma-scalar-attn",
+        gemm_epilogue: std::env::var(EPILOGUE_ENV).map_or(true, |v| v != "0"),
         gemv_min_k,
         ..Default::default()
     })?;
@@ -98,10 +112,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dec.step_codes(&all[..b], &codes(b), CODEBOOKS)?;
     }
     println!(
-        "on the tensor cores over warm-up and capture: {} convolutions ({} wide), {} attentions",
+        "over warm-up and capture: {} tensor-core convolutions ({} wide), {} tensor-core \
+         attentions, {} products with an epilogue",
         dec.backend().tensor_core_convs(),
         dec.backend().wide_convs(),
-        dec.backend().tensor_core_attentions()
+        dec.backend().tensor_core_attentions(),
+        dec.backend().epilogue_gemms()
     );
     println!(
         "{:>6} {:>6} {:>10} {:>10} {:>10} {:>12}",

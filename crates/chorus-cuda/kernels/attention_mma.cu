@@ -11,8 +11,9 @@
 // channel, nor the value sum which column carries which channel), so they are picked to make the
 // 16-byte runs the fragments:
 // - scores S = Q K^T (m = queries, n = keys, k = channels): in k-step s, k indices 2q, 2q+1,
-//   2q+8, 2q+9 carry channels 16q + 4s + {0, 1, 2, 3}, so lane (g, q) (g = lane / 4, q = lane % 4)
-//   reads channels [16q, 16q + 16) of key g of each 8-key n-tile;
+//   2q+8, 2q+9 carry channels 32 (s / 2) + 8q + 4 (s % 2) + {0, 1, 2, 3}, so lane (g, q)
+//   (g = lane / 4, q = lane % 4) reads channels [8q, 8q + 8) and [32 + 8q, 40 + 8q) of key g of
+//   each 8-key n-tile: each load instruction takes whole 64-byte halves of eight key rows;
 // - values O^T = V^T P^T (m = channels, n = queries, k = keys): row g of m-tile t carries channel
 //   8g + t and row g + 8 channel 8g + 4 + t, so a lane reads channels [8g, 8g + 8) of its four key
 //   rows per k-step. The score accumulators (query g, keys 2q, 2q+1 of an n-tile) are then
@@ -22,6 +23,8 @@
 
 // Queries per pass: rows 0-7 of the m16 score tile (rows 8-15 are zero) and the n8 of the values.
 #define ATTN_MMA_TILE 8
+// Words of a lane's query fragments (4 k-steps x hi and lo x 2).
+#define ATTN_MMA_QWORDS 16
 // Resident blocks asked of the compiler (at most 128 registers per thread).
 #define ATTN_MMA_MIN_BLOCKS 4
 
@@ -80,7 +83,10 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
     int r = active ? pair / d.heads : 0;
     int h = active ? pair % d.heads : 0;
     float* sq = smem + group * d.time * D;
-    float* part = smem + groups * d.time * D + warp * TT * (D + 2);
+    // This warp's query fragments, word-major ([16 words][32 lanes]: conflict-free), kept in
+    // shared memory rather than 16 registers through the key loop (which then spilled).
+    unsigned* qf = reinterpret_cast<unsigned*>(smem + groups * d.time * D) + warp * ATTN_MMA_QWORDS * 32;
+    float* part = smem + groups * d.time * D + ATTN_WARPS * ATTN_MMA_QWORDS * 32 + warp * TT * (D + 2);
     int slot = slots[r];
     int p0 = tokens[slot];
     int hd = d.heads * D;
@@ -98,17 +104,24 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
         int last = p0 + t0 + nt - 1;
         int first = max(p0 + t0 - d.window + 1, 0);
         int nk = active ? last - first + 1 : 0;
-        // Query g's A fragments, k-step s: channels 16q + 4s + {0, 1} and {2, 3}.
-        unsigned qhi[4][2], qlo[4][2];
+        // Query g's A fragments, k-step s: channels 32 (s / 2) + 8q + 4 (s % 2) + {0, 1} and
+        // {2, 3}, as hi and lo words 4s + {0, 1} and 4s + {2, 3}.
         {
-            const float* qrow = sq + (t0 + min(g, nt - 1)) * D + 16 * q;
+            const float* qrow = sq + (t0 + min(g, nt - 1)) * D + 8 * q;
             float z = g < nt ? qscale : 0.f;
+            __syncwarp();  // the last tile's reads are done
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
-                float4 v = *reinterpret_cast<const float4*>(qrow + 4 * s);
-                split_bf16x2(v.x * z, v.y * z, qhi[s][0], qlo[s][0]);
-                split_bf16x2(v.z * z, v.w * z, qhi[s][1], qlo[s][1]);
+                float4 v = *reinterpret_cast<const float4*>(qrow + 32 * (s >> 1) + 4 * (s & 1));
+                unsigned h0, l0, h1, l1;
+                split_bf16x2(v.x * z, v.y * z, h0, l0);
+                split_bf16x2(v.z * z, v.w * z, h1, l1);
+                qf[(4 * s) * 32 + lane] = h0;
+                qf[(4 * s + 1) * 32 + lane] = h1;
+                qf[(4 * s + 2) * 32 + lane] = l0;
+                qf[(4 * s + 3) * 32 + lane] = l1;
             }
+            __syncwarp();
         }
         int p_g = p0 + t0 + g;  // query g's position
         float m_run = NEG_INF;  // query g's running maximum (log2 units)
@@ -129,9 +142,9 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 int e = chunk_entry(vbase, j * 8 + g, n_chunk, d.ring);
-                const uint4* kp = reinterpret_cast<const uint4*>(khead + (long long)e * D + 16 * q);
+                const uint4* kp = reinterpret_cast<const uint4*>(khead + (long long)e * D + 8 * q);
                 kraw[j][0] = kp[0];
-                kraw[j][1] = kp[1];
+                kraw[j][1] = kp[4];
             }
             uint4 vraw[2][4];
 #pragma unroll
@@ -152,8 +165,8 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
                 for (int s = 0; s < 4; ++s) {
                     unsigned b0 = word_of(kraw[j][s >> 1], 2 * (s & 1));
                     unsigned b1 = word_of(kraw[j][s >> 1], 2 * (s & 1) + 1);
-                    unsigned ahi[4] = {qhi[s][0], 0u, qhi[s][1], 0u};
-                    unsigned alo[4] = {qlo[s][0], 0u, qlo[s][1], 0u};
+                    unsigned ahi[4] = {qf[(4 * s) * 32 + lane], 0u, qf[(4 * s + 1) * 32 + lane], 0u};
+                    unsigned alo[4] = {qf[(4 * s + 2) * 32 + lane], 0u, qf[(4 * s + 3) * 32 + lane], 0u};
                     mma_bf16(c[j], ahi, b0, b1);
                     mma_bf16(c[j], alo, b0, b1);
                 }
@@ -264,8 +277,7 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
         }
         __syncthreads();
         if (gw == 0 && active) {
-            attn_merge<TT>(smem + groups * d.time * D + warp * TT * (D + 2), split, nt, D,
-                           out + ((long long)r * d.time + t0) * hd + h * D, hd);
+            attn_merge<TT>(part, split, nt, D, out + ((long long)r * d.time + t0) * hd + h * D, hd);
         }
         // The next tile reuses the partials.
         __syncthreads();

@@ -8,6 +8,7 @@
 
 #define OUT1_C_IN 64
 #define OUT1_TAPS 8
+// Most output times per block (the host picks fewer when that leaves SMs idle).
 #define OUT1_TILE 256
 #define OUT1_MAX_HISTORY 64
 #define OUT1_THREADS 128
@@ -43,7 +44,7 @@ __device__ __forceinline__ void out1_row(const T* x, const T* state, const int* 
 extern "C" __global__ void __launch_bounds__(OUT1_THREADS) conv_out1(const T* __restrict__ x, const T* __restrict__ state,
                                                                      const int* __restrict__ slots, const T* __restrict__ w,
                                                                      const T* __restrict__ bias, const T* __restrict__ residual,
-                                                                     T* __restrict__ out, ConvDims d) {
+                                                                     T* __restrict__ out, ConvDims d, int tile) {
     pdl_enter();
 #if MMA_ENABLED
     __shared__ float sp[(OUT1_TILE + OUT1_MAX_HISTORY) * OUT1_TAPS];
@@ -65,10 +66,10 @@ extern "C" __global__ void __launch_bounds__(OUT1_THREADS) conv_out1(const T* __
 #pragma unroll
         for (int i = 0; i < 8; ++i) wb[i] = raw[i];
     }
-    int tiles = (d.time + OUT1_TILE - 1) / OUT1_TILE;
+    int tiles = (d.time + tile - 1) / tile;
     int r = blockIdx.x / tiles;
-    int t0 = (blockIdx.x % tiles) * OUT1_TILE;
-    int count = min(OUT1_TILE, d.time - t0);
+    int t0 = (blockIdx.x % tiles) * tile;
+    int count = min(tile, d.time - t0);
     int span = count + d.history;
     for (int p0 = warp * OUT1_ROWS_PER_WARP; p0 < span; p0 += (OUT1_THREADS / 32) * OUT1_ROWS_PER_WARP) {
         unsigned lo[8], hi[8];

@@ -9,6 +9,7 @@ use chorus_core::{BufRole, Precision, Result, StagingDims};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaGraph, CudaStream};
 
 use crate::blas::Blas;
+use crate::blas_lt::BlasLt;
 use crate::error::{check, cuda_error, OrCuda};
 use crate::kernels::{Kernel, Kernels, Launch};
 use crate::memory::{lock, DevMem, Pinned, Registry};
@@ -51,6 +52,17 @@ pub struct CudaOptions {
     /// upsampling runs as output phases of one such convolution. Off by default: correct, but
     /// slower than the default path at batch 1024 on the H200 (docs/PERFORMANCE.md).
     pub conv_wide: bool,
+    /// The decoder's dense upsampling runs as output phases of one two-tap convolution (on
+    /// cuBLAS through an im2col of two columns, with the bias in the product's epilogue) instead
+    /// of a product into `kernel * c_out` columns and an overlap pass: 3.66 against 3.95 ms per
+    /// step at batch 1024 on the H200 (docs/PERFORMANCE.md).
+    pub phase_upsampling: bool,
+    /// Convolutions with more outputs than this skip the tensor-core implicit GEMM (whose
+    /// blocks each re-read the input per 64 outputs) for the cuBLAS paths.
+    pub conv_mma_max_out: usize,
+    /// Convolution products whose outputs take a bias or a residual add them in the product's
+    /// epilogue (cuBLASLt) instead of a second pass over the output. For A/B measurements.
+    pub gemm_epilogue: bool,
     /// bf16 attention with heads of 64 runs its scores and value sums on the tensor cores
     /// (`kernels/attention_mma.cu`, sm_80+); off, on the CUDA cores. For A/B measurements.
     pub attention_mma: bool,
@@ -74,6 +86,9 @@ impl Default for CudaOptions {
             conv_mma: true,
             fuse_res_block: true,
             conv_wide: false,
+            phase_upsampling: true,
+            conv_mma_max_out: DEFAULT_CONV_MMA_MAX_OUT,
+            gemm_epilogue: true,
             attention_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
@@ -81,6 +96,9 @@ impl Default for CudaOptions {
     }
 }
 
+/// Default [`CudaOptions::conv_mma_max_out`]: the phase convolutions (256 to 4,096 outputs) take
+/// cuBLAS, where the implicit GEMM's blocks would re-read their input 4 to 64 times.
+pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
 pub const PDL_ENV: &str = "CHORUS_PDL";
 /// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
@@ -156,12 +174,18 @@ pub struct CudaBackend {
     pub(crate) precision: Precision,
     pub(crate) kernels: Kernels,
     pub(crate) blas: Blas,
+    /// Products with a bias or residual epilogue; `None` when [`CudaOptions::gemm_epilogue`] is off.
+    pub(crate) blas_lt: Option<BlasLt>,
     pub(crate) max_blocks: u32,
     pub(crate) sm_count: usize,
     pub(crate) tap_split: bool,
     pub(crate) conv_mma: bool,
     pub(crate) fuse_res_block: bool,
     pub(crate) conv_wide: bool,
+    /// See [`CudaOptions::phase_upsampling`].
+    pub(crate) phase_upsampling: bool,
+    /// See [`CudaOptions::conv_mma_max_out`].
+    pub(crate) conv_mma_max_out: usize,
     /// See [`CudaOptions::attention_mma`] (false below sm_80).
     pub(crate) attention_mma: bool,
     /// See [`CudaOptions::gemv_min_k`].
@@ -176,6 +200,8 @@ pub struct CudaBackend {
     pub(crate) out1_launches: AtomicUsize,
     /// Wide tensor-core convolutions enqueued so far (as `mma_launches`).
     pub(crate) wide_launches: AtomicUsize,
+    /// Products with a bias or residual epilogue enqueued so far (as `mma_launches`).
+    pub(crate) epilogue_launches: AtomicUsize,
     /// Tensor-core attention calls enqueued so far (as `mma_launches`).
     pub(crate) attention_mma_launches: AtomicUsize,
     pub(crate) scratch: Mutex<Scratch>,
@@ -247,6 +273,17 @@ impl CudaBackend {
             options.precision,
             options.cublas_workspace,
         )?;
+        let blas_lt = if options.gemm_epilogue {
+            let (ws, ws_bytes) = blas.workspace();
+            Some(BlasLt::new(
+                stream.cu_stream(),
+                options.precision,
+                ws,
+                ws_bytes,
+            )?)
+        } else {
+            None
+        };
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let mem = ctx.total_mem().unwrap_or(0) >> 20;
         let description = format!(
@@ -261,12 +298,15 @@ impl CudaBackend {
             precision: options.precision,
             kernels,
             blas,
+            blas_lt,
             max_blocks: (sms.max(1) as u32) * BLOCKS_PER_SM,
             sm_count: sms.max(1) as usize,
             tap_split: options.conv_tap_split,
             conv_mma,
             fuse_res_block: options.fuse_res_block,
             conv_wide: options.conv_wide,
+            phase_upsampling: options.phase_upsampling,
+            conv_mma_max_out: options.conv_mma_max_out,
             attention_mma: options.attention_mma && arch.0 >= MMA_MIN_MAJOR,
             gemv_min_k: options.gemv_min_k,
             mma_smem_limit,
@@ -275,6 +315,7 @@ impl CudaBackend {
             out1_launches: AtomicUsize::new(0),
             wide_launches: AtomicUsize::new(0),
             attention_mma_launches: AtomicUsize::new(0),
+            epilogue_launches: AtomicUsize::new(0),
             scratch: Mutex::new(Scratch::default()),
             graphs: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
@@ -305,6 +346,12 @@ impl CudaBackend {
     /// Convolutions enqueued on the wide tensor-core kernel so far (a graph replay adds none).
     pub fn wide_convs(&self) -> usize {
         self.wide_launches.load(Ordering::Relaxed)
+    }
+
+    /// Convolution products enqueued with a bias or residual epilogue so far (a graph replay
+    /// adds none).
+    pub fn epilogue_gemms(&self) -> usize {
+        self.epilogue_launches.load(Ordering::Relaxed)
     }
 
     /// Attention calls enqueued on the tensor-core kernel so far (a graph replay adds none).

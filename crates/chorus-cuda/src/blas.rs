@@ -30,7 +30,8 @@ pub(crate) struct Gemm {
 pub(crate) struct Blas {
     handle: cublas::cublasHandle_t,
     data_type: cublas::cudaDataType,
-    _workspace: DevMem,
+    workspace: DevMem,
+    workspace_bytes: usize,
 }
 
 fn status(code: cublas::cublasStatus_t, op: &'static str) -> Result<()> {
@@ -66,7 +67,8 @@ impl Blas {
                 Precision::F32 => cublas::cudaDataType::CUDA_R_32F,
                 Precision::Bf16 => cublas::cudaDataType::CUDA_R_16BF,
             },
-            _workspace: workspace,
+            workspace,
+            workspace_bytes,
         };
         // SAFETY: the handle is alive; the stream belongs to the current context. The workspace
         // must be set after the stream (setting the stream resets it) and outlives the handle.
@@ -78,7 +80,7 @@ impl Blas {
             status(
                 cublas::cublasSetWorkspace_v2(
                     handle,
-                    blas._workspace.ptr() as *mut std::ffi::c_void,
+                    blas.workspace.ptr() as *mut std::ffi::c_void,
                     workspace_bytes,
                 ),
                 "cublasSetWorkspace",
@@ -90,6 +92,11 @@ impl Blas {
             )?;
         }
         Ok(blas)
+    }
+
+    /// The workspace (address, bytes), for a cuBLASLt handle on the same stream.
+    pub(crate) fn workspace(&self) -> (sys::CUdeviceptr, usize) {
+        (self.workspace.ptr(), self.workspace_bytes)
     }
 
     /// Enqueues one GEMM on the handle's stream.

@@ -12,6 +12,7 @@
 mod attention_ops;
 mod backend;
 mod blas;
+mod blas_lt;
 mod conv_ops;
 mod encode_ops;
 mod error;
@@ -27,8 +28,8 @@ mod res_block_ops;
 mod wide_ops;
 
 pub use backend::{
-    CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CUBLAS_WORKSPACE,
-    DEFAULT_WARMUP_RUNS,
+    CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CONV_MMA_MAX_OUT,
+    DEFAULT_CUBLAS_WORKSPACE, DEFAULT_WARMUP_RUNS,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
 pub use lm::gemv::GEMV_MIN_K;

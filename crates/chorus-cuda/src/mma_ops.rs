@@ -82,6 +82,7 @@ impl CudaBackend {
             || !s.c_in.is_multiple_of(MMA_C_ALIGN)
             || s.time < MMA_MIN_TIME
             || s.n_out == 0
+            || s.n_out > self.conv_mma_max_out
         {
             return None;
         }

@@ -105,8 +105,9 @@ impl Backend for CudaBackend {
     }
 
     fn phase_upsampling(&self) -> bool {
-        // The phase form's two-tap convolutions take the wide kernel at large batches.
-        self.conv_wide && self.conv_mma && self.precision == Precision::Bf16
+        // With the wide kernel on, the phase form's two-tap convolutions take it at large batches.
+        self.phase_upsampling
+            || (self.conv_wide && self.conv_mma && self.precision == Precision::Bf16)
     }
 
     fn device_description(&self) -> String {

@@ -4,7 +4,8 @@
 
 mod common;
 
-use chorus_core::{Buckets, FrameDecoder, Precision};
+use chorus_core::{Backend, Buckets, FrameDecoder, Precision};
+use chorus_cuda::{CudaBackend, CudaOptions};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::random::random_model;
 use chorus_mimi::{DecoderOptions, MimiConfig, SlotDecoder};
@@ -95,12 +96,54 @@ fn cuda_decoder_matches_cpu_decoder() {
 // take the other paths.
 #[test]
 fn cuda_decoder_with_phase_upsampling_matches_cpu() {
+    let Some(be) = cuda_wide(Precision::Bf16) else {
+        return;
+    };
+    decoder_matches_cpu("phase decoder", true, be, |be| {
+        assert!(be.wide_convs() > 0, "the wide kernel ran")
+    });
+}
+
+// The default: the phase form on cuBLAS (every phase convolution, 256 to 4,096 outputs, skips
+// the tensor-core implicit GEMM), bias and residual in the products' epilogues.
+#[test]
+fn cuda_decoder_with_phases_on_cublas_matches_cpu() {
+    let Some(be) = cuda(Precision::Bf16) else {
+        return;
+    };
+    decoder_matches_cpu("phase decoder on cuBLAS", true, be, |be| {
+        assert_eq!(be.wide_convs(), 0, "the wide kernel is off");
+        assert!(be.epilogue_gemms() > 0, "products with an epilogue ran");
+    });
+}
+
+// The transposed form (a product into kernel * c_out columns, then the overlap pass), with the
+// implicit GEMM taking every convolution it can.
+#[test]
+fn cuda_decoder_with_transposed_upsampling_matches_cpu() {
+    let Some(be) = cuda_with(CudaOptions {
+        precision: Precision::Bf16,
+        phase_upsampling: false,
+        conv_mma_max_out: usize::MAX,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    decoder_matches_cpu("transposed decoder", false, be, |_| {});
+}
+
+/// Three 64-row steps of a decoder on `be` (which must take the phase form exactly when
+/// `phases`) against the CPU backend's transposed convolutions; then `paths` checks which
+/// kernels ran.
+fn decoder_matches_cpu(
+    name: &str,
+    phases: bool,
+    be: CudaBackend,
+    paths: impl FnOnce(&CudaBackend),
+) {
     const ROWS: usize = 64;
     const STEPS: usize = 3;
-    if !chorus_cuda::cuda_available() {
-        eprintln!("skipped: no CUDA device on this machine");
-        return;
-    }
+    assert_eq!(be.phase_upsampling(), phases, "{name}: the phase form");
     let model = real_model();
     let opts = || DecoderOptions {
         max_slots: ROWS,
@@ -118,9 +161,6 @@ fn cuda_decoder_with_phase_upsampling_matches_cpu() {
         .collect();
     let mut cpu_dec = SlotDecoder::from_weights(cpu(), &model.config, &model.weights, opts())
         .expect("cpu decoder");
-    let Some(be) = cuda_wide(Precision::Bf16) else {
-        return;
-    };
     let mut dec =
         SlotDecoder::from_weights(be, &model.config, &model.weights, opts()).expect("cuda decoder");
     dec.warmup().expect("warmup");
@@ -129,14 +169,9 @@ fn cuda_decoder_with_phase_upsampling_matches_cpu() {
             .step_codes(&slots, codes, CODEBOOKS)
             .expect("cpu step");
         let got = dec.step_codes(&slots, codes, CODEBOOKS).expect("cuda step");
-        assert_parity(
-            &format!("phase decoder step {t}"),
-            Precision::Bf16,
-            &got,
-            &want,
-        );
+        assert_parity(&format!("{name} step {t}"), Precision::Bf16, &got, &want);
     }
-    assert!(dec.backend().wide_convs() > 0, "the wide kernel ran");
+    paths(dec.backend());
 }
 
 #[test]

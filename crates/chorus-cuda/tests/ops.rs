@@ -134,6 +134,54 @@ fn conv_geom(
     }
 }
 
+/// Convolutions on the im2col product (pointwise with bias and residual, widening three taps
+/// with a bias, pointwise with a residual alone): with the epilogue on, bias and residual are
+/// added inside the product; off, by a second pass. Both must match the CPU.
+#[test]
+fn conv1d_products_add_bias_and_residual_in_their_epilogue() {
+    let problems = [
+        (
+            "k1 bias+residual",
+            conv_geom(48, 64, 1, 1, 7, true),
+            true,
+            true,
+        ),
+        (
+            "k3 widening bias",
+            conv_geom(16, 40, 3, 1, 9, false),
+            true,
+            false,
+        ),
+        (
+            "k1 residual",
+            conv_geom(32, 32, 1, 1, 5, false),
+            false,
+            true,
+        ),
+    ];
+    for (i, (name, geom, bias, residual)) in problems.into_iter().enumerate() {
+        let p = ConvProblem::new(60 + i as u64, geom, bias, residual);
+        let want = run_conv(&cpu(), &p).expect("cpu conv");
+        for precision in PRECISIONS {
+            for epilogue in [true, false] {
+                let Some(be) = cuda_with(chorus_cuda::CudaOptions {
+                    precision,
+                    gemm_epilogue: epilogue,
+                    ..Default::default()
+                }) else {
+                    return;
+                };
+                let got = run_conv(&be, &p).expect("cuda conv");
+                let label = format!("conv {name} epilogue {epilogue}");
+                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_parity(&format!("{label} part {j}"), precision, g, w);
+                }
+                assert_eq!(be.epilogue_gemms() > 0, epilogue, "{label}: epilogue path");
+            }
+        }
+    }
+}
+
 #[test]
 fn conv1d_dilation1_bias_residual() {
     check_conv(
@@ -681,6 +729,22 @@ fn attention_long_step_many_rows() {
     let total = rows + 1;
     let slots: Vec<i32> = (0..rows as i32).rev().collect();
     check_attention("attention t60 140 rows", geom, &slots, total, 0);
+}
+
+/// A tiny batch (the block's warps split each (row, head)'s keys) with a step of five frames:
+/// a full query tile and a partial one, each merged over the block's warps.
+#[test]
+fn attention_tiny_batch_two_query_tiles() {
+    let geom = AttentionGeom {
+        rows: SLOTS.len(),
+        time: 10,
+        heads: 2,
+        head_dim: 64,
+        ring: chorus_core::KV_RING,
+        window: 240,
+        rope_theta: 10_000.0,
+    };
+    check_attention("attention t10 tiny batch", geom, &SLOTS, TOTAL_ROWS, 0);
 }
 
 /// A step of five frames (ten tokens: a full query tile and a partial one on the tensor-core

@@ -44,7 +44,7 @@ pub fn cuda_scalar_attention(precision: Precision) -> Option<CudaBackend> {
 }
 
 /// A CUDA backend with `opts`, or `None` (with a note) when this machine has no usable device.
-fn cuda_with(opts: CudaOptions) -> Option<CudaBackend> {
+pub fn cuda_with(opts: CudaOptions) -> Option<CudaBackend> {
     if !chorus_cuda::cuda_available() {
         eprintln!("skipped: no CUDA device on this machine");
         return None;
