@@ -180,6 +180,10 @@ __device__ __forceinline__ void shift_add_body(const T* z, const T* bias, const 
 #pragma unroll
             for (int e = 0; e < C; ++e) acc[e] += v[e];
         }
+        if (d.elu_out) {
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] = elu_f(acc[e]);
+        }
         store_c<C>(out + at, acc);
     }
 }

@@ -102,9 +102,10 @@ __device__ __forceinline__ void store_c(T* p, const float* f) {
     }
 }
 
-// Geometry of a stride-one causal convolution (mirrors the host struct `ConvDims`).
+// Geometry of a stride-one causal convolution (mirrors the host struct `ConvDims`). `elu_out`:
+// the output is ELU'd (honoured by conv_shift_add; the host runs a pass for the other paths).
 struct ConvDims {
-    int rows, time, c_in, c_out, kernel, dilation, history, elu;
+    int rows, time, c_in, c_out, kernel, dilation, history, elu, elu_out;
 };
 
 // Geometry of a streaming transposed convolution (mirrors the host struct `ConvTrDims`).

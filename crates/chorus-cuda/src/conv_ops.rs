@@ -40,6 +40,7 @@ pub(crate) struct ConvDims {
     dilation: i32,
     history: i32,
     elu: i32,
+    elu_out: i32,
 }
 
 /// Mirrors `ConvTrDims` in `prelude.cuh`.
@@ -68,6 +69,7 @@ impl ConvDims {
             dilation: i32_of(g.dilation, op)?,
             history: i32_of(g.history(), op)?,
             elu: i32::from(g.elu_input),
+            elu_out: 0,
         })
     }
 }
@@ -103,10 +105,17 @@ impl CudaBackend {
     }
 
     pub(crate) fn op_conv1d(&self, a: Conv1dArgs<'_, Self>) -> Result<()> {
+        self.conv1d_then_elu(a, false)
+    }
+
+    /// `op_conv1d`, with the output ELU'd when `elu_out` (the residual block's hidden
+    /// activation): in the tap-split path's shift-add, else by one pass over the output.
+    pub(crate) fn conv1d_then_elu(&self, a: Conv1dArgs<'_, Self>, elu_out: bool) -> Result<()> {
         const OP: &str = "conv1d";
         let g = a.geom;
         let history = g.history();
-        let d = ConvDims::of(g, OP)?;
+        let mut d = ConvDims::of(g, OP)?;
+        let mut elu_pending = elu_out;
         let state_ptr = history_ptr(a.state.as_deref(), history, OP)?;
         let x = a.x.mem.ptr();
         let slots = a.slots.mem.ptr();
@@ -165,6 +174,8 @@ impl CudaBackend {
                 &mut kargs![&x, &state_ptr, &slots, &w, &bias, &residual, &out, &d, &tile, &vec],
             )?;
         } else if self.tap_split && g.kernel > 1 && g.c_out < g.c_in {
+            d.elu_out = i32::from(elu_out);
+            elu_pending = false;
             self.conv_tap_split(
                 &d,
                 g,
@@ -230,6 +241,9 @@ impl CudaBackend {
                     }
                 }
             }
+        }
+        if elu_pending {
+            self.elu_into(out, out, n * g.c_out)?;
         }
         self.conv_history_update(&d, x, state_ptr, slots)
     }

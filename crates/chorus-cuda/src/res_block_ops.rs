@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use chorus_core::{Precision, ResBlockArgs, ResBlockGeom, Result};
+use chorus_core::{Conv1dArgs, Conv1dGeom, Precision, ResBlockArgs, ResBlockGeom, Result};
 
 use crate::backend::CudaBackend;
 use crate::conv_ops::{history_ptr, i32_of, ConvDims};
@@ -22,7 +22,7 @@ impl CudaBackend {
         const OP: &str = "res_block";
         let g = a.geom;
         let Some((kernel, launch)) = self.res_block_plan(g) else {
-            return a.apart(|c| self.op_conv1d(c));
+            return self.res_block_apart(a);
         };
         let first = g.first();
         let history = first.history();
@@ -55,6 +55,39 @@ impl CudaBackend {
         )?;
         self.res_block_launches.fetch_add(1, Ordering::Relaxed);
         self.conv_history_update(&ConvDims::of(first, OP)?, x, state, slots)
+    }
+
+    /// The block as its two convolutions, the first writing its hidden activation ELU'd (so the
+    /// pointwise one reads it as is, with no ELU pass of its own: the hidden buffer is this
+    /// backend's scratch).
+    fn res_block_apart(&self, a: ResBlockArgs<'_, Self>) -> Result<()> {
+        let g = a.geom;
+        self.conv1d_then_elu(
+            Conv1dArgs {
+                x: a.x,
+                w: a.w1,
+                bias: a.b1,
+                state: a.state,
+                slots: a.slots,
+                residual: None,
+                out: &mut *a.hidden,
+                geom: g.first(),
+            },
+            true,
+        )?;
+        self.op_conv1d(Conv1dArgs {
+            x: a.hidden,
+            w: a.w2,
+            bias: a.b2,
+            state: None,
+            slots: a.slots,
+            residual: Some(a.x),
+            out: a.out,
+            geom: Conv1dGeom {
+                elu_input: false,
+                ..g.second()
+            },
+        })
     }
 
     /// The fused kernel and its launch for `g`, or `None` when the two convolutions must run
