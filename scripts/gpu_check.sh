@@ -32,13 +32,16 @@ else echo "MISSING $BIN/chorus"; fi
 section "(c') replay_bench: device time per step and per-op breakdown"
 if [ -x "$BIN"/replay_bench ]; then
   for p in bf16 f32; do "$BIN"/replay_bench "$p" 1,64,1024 100 2>&1 || status=1; done
-  # A/B, same call: residual blocks as two convolutions, then the convolutions without the
-  # tensor-core path (cuBLAS tap-split).
+  # A/B, same call, each against the default: the upsampling as transposed convolutions;
+  # attention on the CUDA cores; bias and residual in a second pass instead of the products'
+  # epilogues; residual blocks as two convolutions; the wide tensor-core kernel (off by default).
+  "$BIN"/replay_bench bf16 1,64,1024 100 mma-transposed 2>&1 || status=1
+  "$BIN"/replay_bench bf16 1,64,1024 100 mma-scalar-attn 2>&1 || status=1
+  REPLAY_GEMM_EPILOGUE=0 "$BIN"/replay_bench bf16 1,64,1024 100 2>&1 || status=1
   "$BIN"/replay_bench bf16 1,64,1024 100 mma-apart 2>&1 || status=1
-  # The wide tensor-core kernel with the upsampling as output phases (off by default until it
-  # measures faster).
   "$BIN"/replay_bench bf16 1,64,1024 100 mma-wide 2>&1 || status=1
-  "$BIN"/replay_bench bf16 1,64,1024 100 tap-split 2>&1 || status=1
+  # The default again, last: the spread between the first and last run of one build.
+  "$BIN"/replay_bench bf16 1,64,1024 100 2>&1 || status=1
 else echo "MISSING $BIN/replay_bench"; fi
 section "(e) encoder: chorus bench --encode, then transformers' encoder in the same call"
 if [ -x "$BIN"/chorus ]; then

@@ -24,7 +24,7 @@ extern "C" __global__ void elu(const T* __restrict__ x, T* __restrict__ out, lon
     pdl_enter();
     if (vec) {
         GRID_LOOP(i, n / VEC) {
-            reinterpret_cast<uint4*>(out)[i] = elu_vec(reinterpret_cast<const uint4*>(x)[i]);
+            reinterpret_cast<uint4*>(out)[i] = elu_vec_stored(reinterpret_cast<const uint4*>(x)[i]);
         }
     } else {
         GRID_LOOP(i, n) { st(out + i, elu_f(ld(x + i))); }

@@ -201,7 +201,8 @@ impl CudaBackend {
                 };
                 self.launch(
                     Kernel::ConvGather,
-                    self.grid_for(n * g.kernel * chunks)?,
+                    // One thread per chunk of an input column (history included).
+                    self.grid_for(g.rows * (g.time + history) * chunks)?,
                     &mut kargs![&x, &state_ptr, &slots, &col, &d, &vec],
                 )?;
                 col
