@@ -10,11 +10,13 @@ BIN=${1:?binary folder}
 BUCKET=${2:?bucket}
 STEPS=${3:-2}
 NODES=${NODES:-128}
-# The replay_bench fill steps replay the bucket's graph 130 times: skip into the middle of them.
-SKIP=$((60 * NODES))
+# The replay_bench fill steps replay the bucket's graph 130 times, then 40 timed replays follow:
+# skip past the 125th step, so the KV rings hold a full window (every later step is the same
+# steady state). NODES: kernels per step, at most the graph's node count.
+SKIP=$((128 * NODES))
 ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
   --launch-skip "$SKIP" --launch-count "$((STEPS * NODES))" \
-  "$BIN"/replay_bench bf16 "$BUCKET" 1 mma 2>/dev/null >/tmp/ncu_kernels.csv || true
+  "$BIN"/replay_bench bf16 "$BUCKET" 40 mma 2>/dev/null >/tmp/ncu_kernels.csv || true
 python3 - "$STEPS" <<'EOF'
 import csv, sys
 steps = int(sys.argv[1])
