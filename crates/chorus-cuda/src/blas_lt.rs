@@ -104,13 +104,15 @@ impl BlasLt {
     }
 
     /// Enqueues `C = op(A) op(B) + residual + bias` (`g.beta` is ignored: the residual, laid out
-    /// as C, is added when its pointer is not 0; so is the bias, `[m]`).
+    /// as C, is added when its pointer is not 0; so is the bias, `[m]`). Returns false, having
+    /// enqueued nothing, when cuBLASLt has no algorithm for the shape (the caller then takes the
+    /// product and a second pass).
     pub(crate) fn gemm_epilogue(
         &self,
         g: Gemm,
         bias: sys::CUdeviceptr,
         residual: sys::CUdeviceptr,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         const OP: &str = "cublasLtMatmul";
         let mut d = Descriptors::default();
         let mut desc: lt::cublasLtMatmulDesc_t = std::ptr::null_mut();
@@ -218,7 +220,7 @@ impl BlasLt {
             "cublasLtMatmulAlgoGetHeuristic",
         )?;
         if count < 1 {
-            return Err(cuda_error(OP, format!("no algorithm for {g:?}")));
+            return Ok(false);
         }
         let alpha = 1.0f32;
         let beta = if residual != 0 { 1.0f32 } else { 0.0 };
@@ -246,7 +248,8 @@ impl BlasLt {
                 self.stream,
             )
         };
-        status(code, OP).map_err(|e| cuda_error(OP, format!("{e} for {g:?}")))
+        status(code, OP).map_err(|e| cuda_error(OP, format!("{e} for {g:?}")))?;
+        Ok(true)
     }
 }
 

@@ -221,25 +221,27 @@ impl CudaBackend {
                 ldc: g.c_out,
                 beta: 0.0,
             };
-            match &self.blas_lt {
-                // Bias and residual in the product's epilogue: no second pass over the output.
-                Some(lt) if bias != 0 || residual != 0 => {
-                    lt.gemm_epilogue(gemm, bias, residual)?;
-                    self.epilogue_launches.fetch_add(1, Ordering::Relaxed);
-                }
-                _ => {
-                    self.blas.gemm(gemm)?;
-                    if bias != 0 || residual != 0 {
-                        let count = n as i64;
-                        let c_out = d.c_out;
-                        let vec = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
-                        let per_thread = if vec == 1 { self.vec_elems() } else { 1 };
-                        self.launch(
-                            Kernel::BiasResidual,
-                            self.grid_for(n * g.c_out / per_thread)?,
-                            &mut kargs![&out, &bias, &residual, &count, &c_out, &vec],
-                        )?;
-                    }
+            // Bias and residual in the product's epilogue where cuBLASLt takes the shape: no
+            // second pass over the output.
+            let fused = bias != 0 || residual != 0;
+            let in_epilogue = match &self.blas_lt {
+                Some(lt) if fused => lt.gemm_epilogue(gemm, bias, residual)?,
+                _ => false,
+            };
+            if in_epilogue {
+                self.epilogue_launches.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.blas.gemm(gemm)?;
+                if fused {
+                    let count = n as i64;
+                    let c_out = d.c_out;
+                    let vec = i32::from(g.c_out.is_multiple_of(self.vec_elems()));
+                    let per_thread = if vec == 1 { self.vec_elems() } else { 1 };
+                    self.launch(
+                        Kernel::BiasResidual,
+                        self.grid_for(n * g.c_out / per_thread)?,
+                        &mut kargs![&out, &bias, &residual, &count, &c_out, &vec],
+                    )?;
                 }
             }
         }
