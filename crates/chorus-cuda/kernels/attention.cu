@@ -90,6 +90,30 @@ __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv
     }
 }
 
+// The (row, head) pair a warp's group takes (`split` warps per group, ATTN_WARPS per block), and
+// where that pair's stream stands. Warps past the last pair take row 0 and stay inactive.
+struct AttnPair {
+    int groups, group, gw;  // groups per block, this warp's group, its place in the group
+    int r, h, slot, p0;     // row, head, the row's slot and its position before this step
+    bool active;
+};
+
+__device__ __forceinline__ AttnPair attn_pair(const int* __restrict__ tokens, const int* __restrict__ slots,
+                                              const AttnDims& d, int split) {
+    AttnPair a;
+    int warp = threadIdx.x >> 5;
+    a.groups = ATTN_WARPS / split;
+    a.group = warp / split;
+    a.gw = warp % split;
+    int pair = blockIdx.x * a.groups + a.group;
+    a.active = pair < d.rows * d.heads;
+    a.r = a.active ? pair / d.heads : 0;
+    a.h = a.active ? pair % d.heads : 0;
+    a.slot = slots[a.r];
+    a.p0 = tokens[a.slot];
+    return a;
+}
+
 // Merges the partial softmaxes of a group's `split` warps for queries [0, nt) of a tile of TT:
 // out = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w. Warp w's partial, at g0 + w * TT * (D + 2),
 // is m [TT] (natural-log units), l [TT], acc [TT, D]; out_t0 is the tile's first output row.
@@ -121,17 +145,11 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
     extern __shared__ float smem[];
     int warp = threadIdx.x >> 5;
     int lane = threadIdx.x & 31;
-    int groups = ATTN_WARPS / split;
-    int group = warp / split;
-    int gw = warp % split;  // this warp's place in its group
-    int pair = blockIdx.x * groups + group;
-    bool active = pair < d.rows * d.heads;
-    int r = active ? pair / d.heads : 0;
-    int h = active ? pair % d.heads : 0;
-    float* sq = smem + group * d.time * D;
+    const AttnPair ap = attn_pair(tokens, slots, d, split);
+    const int groups = ap.groups, gw = ap.gw, r = ap.r, h = ap.h, slot = ap.slot, p0 = ap.p0;
+    const bool active = ap.active;
+    float* sq = smem + ap.group * d.time * D;
     float* part = smem + groups * d.time * D + warp * ATTN_MAX_TIME * (D + 2);
-    int slot = slots[r];
-    int p0 = tokens[slot];
     int hd = d.heads * D;
     if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, d);
     // The ring entries and queries written by the group are visible to all its warps.

@@ -75,20 +75,14 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
     int lane = threadIdx.x & 31;
     int g = lane >> 2;
     int q = lane & 3;
-    int groups = ATTN_WARPS / split;
-    int group = warp / split;
-    int gw = warp % split;
-    int pair = blockIdx.x * groups + group;
-    bool active = pair < d.rows * d.heads;
-    int r = active ? pair / d.heads : 0;
-    int h = active ? pair % d.heads : 0;
-    float* sq = smem + group * d.time * D;
+    const AttnPair ap = attn_pair(tokens, slots, d, split);
+    const int groups = ap.groups, gw = ap.gw, r = ap.r, h = ap.h, slot = ap.slot, p0 = ap.p0;
+    const bool active = ap.active;
+    float* sq = smem + ap.group * d.time * D;
     // This warp's query fragments, word-major ([16 words][32 lanes]: conflict-free), kept in
     // shared memory rather than 16 registers through the key loop (which then spilled).
     unsigned* qf = reinterpret_cast<unsigned*>(smem + groups * d.time * D) + warp * ATTN_MMA_QWORDS * 32;
     float* part = smem + groups * d.time * D + ATTN_WARPS * ATTN_MMA_QWORDS * 32 + warp * TT * (D + 2);
-    int slot = slots[r];
-    int p0 = tokens[slot];
     int hd = d.heads * D;
     if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, d);
     // The ring entries and queries written by the group are visible to all its warps.
