@@ -206,6 +206,8 @@ pub struct LinearQ8Args<'a, B: LmOps + ?Sized> {
     pub n: usize,
     pub k: usize,
     pub m: usize,
+    /// Add the product to `out` (a residual update) instead of overwriting it.
+    pub accumulate: bool,
 }
 
 /// Block Hadamard rotation of activations: `out[r, b*group .. (b+1)*group] = x[r, same] · H_group`
@@ -221,6 +223,152 @@ pub struct HadamardArgs<'a, B: Backend + ?Sized> {
     pub n: usize,
     pub dim: usize,
     pub group: usize,
+}
+
+/// A linear's weight as a fused product reads it.
+pub enum LinearWeight<'a, B: LmOps + ?Sized> {
+    /// `[m, k]` in the storage type.
+    Dense(&'a B::Buf),
+    /// `[m, k]` int8 rows and scales; the input is rotated in blocks of `group` first.
+    Q8 {
+        weight: &'a B::QWeight,
+        group: usize,
+    },
+}
+
+/// What a fused product does with its result `y[i, j]` (`i < n`, `j < m`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// `out[i, j] = y[i, j]`, `out` is `[n, m]`.
+    Store,
+    /// `out[i, j] += y[i, j]` (a residual update), `out` is `[n, m]`.
+    Accumulate,
+    /// `out[i, j] = silu(y[i, j]) * y[i, m / 2 + j]` for `j < m / 2` (the weight is a fused
+    /// gate/up projection), `out` is `[n, m / 2]`, `silu(a) = a / (1 + exp(-a))`.
+    Swiglu,
+}
+
+/// An RMSNorm of the product's input rows (`MUSIC_SEMANTIC.md` §1.3 step 1, without the add).
+pub struct RowNorm<'a, B: Backend + ?Sized> {
+    /// `[k]`.
+    pub weight: &'a B::Buf,
+    pub eps: f32,
+}
+
+/// Buffers a backend that runs a fused product as separate ops writes its intermediates to; a
+/// fused kernel leaves them untouched.
+pub struct LinearScratch<'a, B: Backend + ?Sized> {
+    /// `[n, k]`: the normed input.
+    pub normed: &'a mut B::Buf,
+    /// `[n, k]`: the rotated input of an int8 product.
+    pub rot: &'a mut B::Buf,
+    /// `[n, m]`: the product before a SwiGLU epilogue.
+    pub product: &'a mut B::Buf,
+}
+
+/// One projection with what surrounds it in a pre-norm block, as one op:
+/// 1. `u = x`, or with `norm`: `u[i, :] = x[i, :] * rsqrt(mean(x[i, :]^2) + eps) * norm.weight`;
+/// 2. for int8 weights, `u = u · H_group` ([`HadamardArgs`]);
+/// 3. `y = u · W^T` (`[n, m]`; int8: `y[i, j] = scale[j] * sum_kk u[i, kk] * q[j, kk]`);
+/// 4. the [`Epilogue`].
+///
+/// Composed from [`LmOps::rms_norm`], [`LmOps::hadamard`], [`Backend::linear`] /
+/// [`Backend::linear_acc`] / [`LmOps::linear_q8`] and [`LmOps::swiglu`] it has their arithmetic
+/// exactly ([`fused_linear_apart`]); a backend's fused kernel may apply the norm's scale after the
+/// product instead of before it. `out` aliases neither `x` nor a scratch buffer.
+pub struct FusedLinearArgs<'a, B: LmOps + ?Sized> {
+    /// `[n, k]`.
+    pub x: &'a B::Buf,
+    pub norm: Option<RowNorm<'a, B>>,
+    pub w: LinearWeight<'a, B>,
+    pub out: &'a mut B::Buf,
+    pub scratch: LinearScratch<'a, B>,
+    pub n: usize,
+    pub k: usize,
+    /// Weight rows.
+    pub m: usize,
+    pub epilogue: Epilogue,
+}
+
+/// [`FusedLinearArgs`] as separate ops; `norm(x, weight, eps, out)` writes the normed rows of
+/// `x` (`[n, k]`) to `out` (the backend's RMSNorm without a residual add).
+pub fn fused_linear_apart<B: LmOps + ?Sized>(
+    be: &B,
+    a: FusedLinearArgs<'_, B>,
+    norm: impl FnOnce(&B::Buf, &B::Buf, f32, &mut B::Buf) -> Result<()>,
+) -> Result<()> {
+    let FusedLinearArgs {
+        x,
+        norm: row_norm,
+        w,
+        out,
+        scratch,
+        n,
+        k,
+        m,
+        epilogue,
+    } = a;
+    let LinearScratch {
+        normed,
+        rot,
+        product,
+    } = scratch;
+    let input: &B::Buf = match row_norm {
+        Some(rn) => {
+            norm(x, rn.weight, rn.eps, normed)?;
+            normed
+        }
+        None => x,
+    };
+    let accumulate = epilogue == Epilogue::Accumulate;
+    let swiglu = epilogue == Epilogue::Swiglu;
+    {
+        let dst: &mut B::Buf = if swiglu { &mut *product } else { &mut *out };
+        match w {
+            LinearWeight::Dense(w) => {
+                let args = crate::LinearArgs {
+                    x: input,
+                    w,
+                    out: dst,
+                    n,
+                    k,
+                    m,
+                };
+                if accumulate {
+                    be.linear_acc(args)?
+                } else {
+                    be.linear(args)?
+                }
+            }
+            LinearWeight::Q8 { weight, group } => {
+                be.hadamard(HadamardArgs {
+                    x: input,
+                    out: &mut *rot,
+                    n,
+                    dim: k,
+                    group,
+                })?;
+                be.linear_q8(LinearQ8Args {
+                    x: rot,
+                    w: weight,
+                    out: dst,
+                    n,
+                    k,
+                    m,
+                    accumulate,
+                })?
+            }
+        }
+    }
+    if swiglu {
+        be.swiglu(SwigluArgs {
+            x: product,
+            out,
+            n,
+            inter: m / 2,
+        })?;
+    }
+    Ok(())
 }
 
 /// How a draw picks its winner.
@@ -380,4 +528,6 @@ pub trait LmOps: Backend {
     fn linear_q8(&self, args: LinearQ8Args<'_, Self>) -> Result<()>;
     /// Program op: see [`HadamardArgs`].
     fn hadamard(&self, args: HadamardArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`FusedLinearArgs`].
+    fn fused_linear(&self, args: FusedLinearArgs<'_, Self>) -> Result<()>;
 }

@@ -59,7 +59,7 @@ __device__ __forceinline__ void q8_fma16(uint4 wv, const T* __restrict__ x, int 
 template <int N>
 __device__ __forceinline__ void gemv_q8_body(const T* __restrict__ x, const signed char* __restrict__ w,
                                              const float* __restrict__ scale, T* __restrict__ out, int n, int k,
-                                             int m) {
+                                             int m, int acc_out) {
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int warps = (gridDim.x * blockDim.x) >> 5;
@@ -87,22 +87,24 @@ __device__ __forceinline__ void gemv_q8_body(const T* __restrict__ x, const sign
             float v = 0.f;
 #pragma unroll
             for (int r = 0; r < N; ++r) v = (r == lane) ? acc[r] : v;
-            st(out + (size_t)lane * m + j, v * scale[j]);
+            T* o = out + (size_t)lane * m + j;
+            st(o, acc_out ? ld(o) + v * scale[j] : v * scale[j]);
         }
     }
 }
 
-// `tile` is the row capacity of the instantiation (2, 4, 8 or 16), >= n; k is a multiple of 16.
+// `tile` is the row capacity of the instantiation (2, 4, 8 or 16), >= n; k is a multiple of 16;
+// `acc_out` non-zero adds the product to `out`.
 extern "C" __global__ void lm_gemv_q8(const T* __restrict__ x, const signed char* __restrict__ w,
                                       const float* __restrict__ scale, T* __restrict__ out, int n, int k, int m,
-                                      int tile) {
+                                      int tile, int acc_out) {
     prefetch_first_row(w, (size_t)k, m);
     pdl_enter();
     switch (tile) {
-        case 2: gemv_q8_body<2>(x, w, scale, out, n, k, m); break;
-        case 4: gemv_q8_body<4>(x, w, scale, out, n, k, m); break;
-        case 8: gemv_q8_body<8>(x, w, scale, out, n, k, m); break;
-        default: gemv_q8_body<16>(x, w, scale, out, n, k, m); break;
+        case 2: gemv_q8_body<2>(x, w, scale, out, n, k, m, acc_out); break;
+        case 4: gemv_q8_body<4>(x, w, scale, out, n, k, m, acc_out); break;
+        case 8: gemv_q8_body<8>(x, w, scale, out, n, k, m, acc_out); break;
+        default: gemv_q8_body<16>(x, w, scale, out, n, k, m, acc_out); break;
     }
 }
 

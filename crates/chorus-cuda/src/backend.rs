@@ -72,6 +72,12 @@ pub struct CudaOptions {
     /// Products of at most two rows with rows of at least this many columns take the GEMV
     /// kernel (weight bandwidth bound); shorter ones take cuBLAS. For A/B measurements.
     pub gemv_min_k: usize,
+    /// bf16 LM products ([`chorus_core::LmOps::fused_linear`]) of at most
+    /// [`crate::SKINNY_MAX_ROWS`] rows run on the tensor-core skinny kernel
+    /// (`kernels/lm_skinny.cu`, sm_80+) with their norm and epilogue fused and one reduction order
+    /// per output whatever the row count; off (or `CHORUS_SKINNY=0`), as separate ops on the GEMV
+    /// kernel and cuBLAS. For A/B measurements.
+    pub skinny_mma: bool,
 }
 
 impl Default for CudaOptions {
@@ -92,6 +98,7 @@ impl Default for CudaOptions {
             attention_mma: true,
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
+            skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -99,6 +106,8 @@ impl Default for CudaOptions {
 /// Default [`CudaOptions::conv_mma_max_out`]: the phase convolutions (256 to 4,096 outputs) take
 /// cuBLAS, where the implicit GEMM's blocks would re-read their input 4 to 64 times.
 pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
+/// Environment switch of [`CudaOptions::skinny_mma`]'s default.
+pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
 pub const PDL_ENV: &str = "CHORUS_PDL";
 /// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
@@ -190,6 +199,10 @@ pub struct CudaBackend {
     pub(crate) attention_mma: bool,
     /// See [`CudaOptions::gemv_min_k`].
     pub(crate) gemv_min_k: usize,
+    /// See [`CudaOptions::skinny_mma`] (false below sm_80).
+    pub(crate) skinny_mma: bool,
+    /// Skinny-kernel launches enqueued so far (as `mma_launches`).
+    pub(crate) skinny_launches: AtomicUsize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -309,6 +322,8 @@ impl CudaBackend {
             conv_mma_max_out: options.conv_mma_max_out,
             attention_mma: options.attention_mma && arch.0 >= MMA_MIN_MAJOR,
             gemv_min_k: options.gemv_min_k,
+            skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
+            skinny_launches: AtomicUsize::new(0),
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
@@ -357,6 +372,11 @@ impl CudaBackend {
     /// Attention calls enqueued on the tensor-core kernel so far (a graph replay adds none).
     pub fn tensor_core_attentions(&self) -> usize {
         self.attention_mma_launches.load(Ordering::Relaxed)
+    }
+
+    /// LM products enqueued on the tensor-core skinny kernel so far (a graph replay adds none).
+    pub fn skinny_products(&self) -> usize {
+        self.skinny_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

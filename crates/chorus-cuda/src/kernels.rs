@@ -34,6 +34,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lm_draw.cu", include_str!("../kernels/lm_draw.cu")),
     ("lm_gemv.cu", include_str!("../kernels/lm_gemv.cu")),
     ("lm_q8.cu", include_str!("../kernels/lm_q8.cu")),
+    ("lm_skinny.cu", include_str!("../kernels/lm_skinny.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -123,6 +124,15 @@ kernel_table! {
     LmGemvQ8 => "lm_gemv_q8",
     LmDequantQ8 => "lm_dequant_q8",
     LmHadamard => "lm_hadamard",
+    // Tensor-core skinny products (kernels/lm_skinny.cu), by activation tiles.
+    LmSkinnyN8 => "lm_skinny_n8",
+    LmSkinnyN16 => "lm_skinny_n16",
+    LmSkinnyN32 => "lm_skinny_n32",
+    LmSkinnyN64 => "lm_skinny_n64",
+    LmSkinnyQ8N8 => "lm_skinny_q8_n8",
+    LmSkinnyQ8N16 => "lm_skinny_q8_n16",
+    LmSkinnyQ8N32 => "lm_skinny_q8_n32",
+    LmSkinnyQ8N64 => "lm_skinny_q8_n64",
 }
 
 /// Grid and block of one launch.

@@ -44,6 +44,7 @@ fn product<B: LmOps>(
             n,
             k,
             m,
+            accumulate: false,
         })
     })
     .unwrap();
@@ -206,6 +207,7 @@ fn int8_product_bandwidth_on_the_lm_shapes() {
                         n,
                         k,
                         m,
+                        accumulate: false,
                     })?;
                 }
                 Ok(())

@@ -7,8 +7,11 @@
 //! Each depth position keeps its own output buffer, so the 7 depth hiddens are distinct (the
 //! aliasing bug of §9.1 cannot happen).
 
-use chorus_core::lm_ops::{CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, ScatterArgs};
-use chorus_core::{BufRole, LinearArgs, LmOps, Result};
+use chorus_core::lm_ops::{
+    CfgDrawArgs, CopyRowsArgs, Epilogue, FeedbackArgs, FusedLinearArgs, GatherArgs, LinearScratch,
+    LinearWeight, ScatterArgs,
+};
+use chorus_core::{BufRole, LmOps, Result};
 
 use crate::config::{
     DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_LOGITS, CFG_SCALE, CFG_TOP_K, END_COLUMN,
@@ -131,13 +134,20 @@ pub fn frame_program<B: LmOps>(
         scale: 1.0,
     })?;
     // 1-5: audio logits, CFG restricted to the conditional top 50, top-50 draw of c0.
-    be.linear(LinearArgs {
+    be.fused_linear(FusedLinearArgs {
         x: &bufs.h,
-        w: &m.w.audio_head,
+        norm: None,
+        w: LinearWeight::Dense(&m.w.audio_head),
         out: &mut bufs.logits,
+        scratch: LinearScratch {
+            normed: &mut bufs.depth.normed,
+            rot: &mut bufs.depth.rot,
+            product: &mut bufs.depth.gate_up,
+        },
         n: rows,
         k: h,
         m: AUDIO_LOGITS,
+        epilogue: Epilogue::Store,
     })?;
     let draw = |col: usize, cond_top_k, end, v| (col, cond_top_k, end, v);
     let c0 = draw(0, Some(CFG_TOP_K), Some(END_COLUMN), AUDIO_LOGITS);
@@ -188,11 +198,17 @@ pub fn frame_program<B: LmOps>(
                 &m.w.audio_heads[pos - 1],
                 LinearIo {
                     x: &bufs.depth_out[pos],
-                    rot: &mut bufs.depth.rot,
+                    norm: None,
                     out: logits,
+                    scratch: LinearScratch {
+                        normed: &mut bufs.depth.normed,
+                        rot: &mut bufs.depth.rot,
+                        product: &mut bufs.depth.gate_up,
+                    },
                     n: rows,
                     k: h,
                     m: vocab,
+                    epilogue: Epilogue::Store,
                 },
             )?;
             cfg_draw(be, inputs, logits, songs, draw(pos, None, None, vocab))?;

@@ -124,6 +124,16 @@ impl AnyStage {
         each!(self, s => s.backend().device_description())
     }
 
+    /// CUDA only: nodes (kernels and copies) of the frame graph of the bucket holding `songs`
+    /// songs, once it is captured.
+    pub fn graph_nodes(&self, songs: usize) -> Option<usize> {
+        let AnyStage::Cuda(s) = self else {
+            return None;
+        };
+        let &(_, key) = s.bucket_keys().iter().find(|(n, _)| *n == songs)?;
+        s.backend().graph_nodes(key)
+    }
+
     /// CUDA only: median device ms of `iters` back-to-back replays of the frame graph of the
     /// bucket holding `songs` songs.
     pub fn device_ms(&self, songs: usize, iters: usize) -> Result<Option<f64>> {

@@ -67,6 +67,8 @@ pub struct MusicBenchRow {
     pub ms_per_frame_mean: f64,
     /// CUDA only: median device time of one frame-graph replay (CUDA events).
     pub device_ms_per_frame: Option<f64>,
+    /// CUDA only: nodes (kernels and copies) of the frame graph.
+    pub graph_nodes: Option<usize>,
     /// Frames per second over all songs (wall time).
     pub frames_per_s: f64,
     /// Each song's speed over real time (25 frames/s).
@@ -107,7 +109,7 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
     if !args.json {
         println!("{}", stage.describe());
         println!(
-            "{:>6} {:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
+            "{:>6} {:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>6}",
             "songs",
             "context",
             "prefill ms",
@@ -115,7 +117,8 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
             "device ms",
             "frames/s",
             "x realtime",
-            "GB/s read"
+            "GB/s read",
+            "nodes"
         );
     }
     for (songs, context) in points {
@@ -124,7 +127,7 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
-                "{:>6} {:>8} {:>12.1} {:>12.3} {:>12} {:>12.1} {:>10.2} {:>10.0}",
+                "{:>6} {:>8} {:>12.1} {:>12.3} {:>12} {:>12.1} {:>10.2} {:>10.0} {:>6}",
                 row.songs,
                 row.context,
                 row.prefill_ms_per_song,
@@ -133,7 +136,8 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
                     .map_or("-".into(), |m| format!("{m:.3}")),
                 row.frames_per_s,
                 row.realtime_factor,
-                row.read_gb_per_s
+                row.read_gb_per_s,
+                row.graph_nodes.map_or("-".into(), |n| n.to_string())
             );
         }
     }
@@ -180,6 +184,7 @@ fn bench_point(
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let device_ms = stage.device_ms(songs, DEVICE_REPLAYS)?;
+    let graph_nodes = stage.graph_nodes(songs);
     for id in ids {
         // Every song has one frame left (max_frames = warm-up + timed + 1), so each is still running.
         stage.cancel(id)?;
@@ -197,6 +202,7 @@ fn bench_point(
         ms_per_frame_median: median,
         ms_per_frame_mean: mean,
         device_ms_per_frame: device_ms,
+        graph_nodes,
         frames_per_s: songs as f64 * 1e3 / median,
         realtime_factor: 1e3 / median / FRAME_RATE,
         read_gb_per_s: frame_bytes(model, songs, context, stage.bytes_per_weight())

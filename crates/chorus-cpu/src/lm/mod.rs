@@ -20,11 +20,11 @@ mod rows;
 pub use q8::CpuQWeight;
 
 use crate::{check, CpuBackend, CpuBuf, CpuInts};
+use chorus_core::lm_ops::{fused_linear_apart, FusedLinearArgs, HadamardArgs, LinearQ8Args};
 use chorus_core::lm_ops::{
     AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
     QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
-use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Result};
 
 /// Host-visible i32 memory: a plain vector on the CPU.
@@ -200,5 +200,13 @@ impl LmOps for CpuBackend {
 
     fn hadamard(&self, args: HadamardArgs<'_, Self>) -> Result<()> {
         q8::hadamard(self, args)
+    }
+
+    fn fused_linear(&self, a: FusedLinearArgs<'_, Self>) -> Result<()> {
+        // The ops apart, each in its own fixed order: the CPU's results are those of the ops.
+        let (n, k) = (a.n, a.k);
+        fused_linear_apart(self, a, |x, w, eps, out| {
+            norm::norm_rows(self, x, w, eps, out, (n, k))
+        })
     }
 }

@@ -5,7 +5,7 @@
 //! rows in the call. Rows are split across the pool, never one row's reduction.
 
 use crate::simd::dispatch;
-use crate::{check, math, CpuBackend};
+use crate::{check, math, CpuBackend, CpuBuf};
 use chorus_core::lm_ops::{QkNormRopeArgs, RmsNormArgs, SwigluArgs};
 use chorus_core::{Error, Result};
 use rayon::prelude::*;
@@ -36,6 +36,44 @@ dispatch! {
             *ov = xv * inv * wv;
         }
     }
+}
+
+dispatch! {
+    /// `o = x * inv_rms(x) * w` (the arithmetic of `norm_row` without the add).
+    fn scale_row(o: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+        let inv = inv_rms(x, eps);
+        for ((ov, &xv), &wv) in o.iter_mut().zip(x).zip(w) {
+            *ov = xv * inv * wv;
+        }
+    }
+}
+
+/// The normed rows of `x` (`[n, dim]`) into `out`, `x` unchanged: the input half of
+/// `fused_linear`.
+pub(super) fn norm_rows(
+    be: &CpuBackend,
+    x: &CpuBuf,
+    weight: &CpuBuf,
+    eps: f32,
+    out: &mut CpuBuf,
+    (n, dim): (usize, usize),
+) -> Result<()> {
+    const OP: &str = "fused_linear";
+    check::at_least(OP, "x", x.len(), n * dim)?;
+    check::at_least(OP, "norm.weight", weight.len(), dim)?;
+    check::at_least(OP, "scratch.normed", out.len(), n * dim)?;
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let (x, weight) = (&x.0[..n * dim], &weight.0[..dim]);
+    let out = &mut out.0[..n * dim];
+    be.install(|| {
+        out.par_chunks_mut(dim)
+            .zip(x.par_chunks(dim))
+            .with_min_len(grain(dim))
+            .for_each(|(o, xr)| scale_row(o, xr, weight, eps));
+    });
+    Ok(())
 }
 
 pub(super) fn rms_norm(be: &CpuBackend, a: RmsNormArgs<'_, CpuBackend>) -> Result<()> {

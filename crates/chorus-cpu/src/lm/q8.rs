@@ -88,6 +88,8 @@ pub(super) fn upload_q8(
 struct Dst {
     ptr: *mut f32,
     m: usize,
+    /// Add to the existing output instead of overwriting it.
+    accumulate: bool,
 }
 // SAFETY: tasks only write disjoint column ranges of the destination (see `store`).
 unsafe impl Send for Dst {}
@@ -101,7 +103,10 @@ impl Dst {
     #[inline(always)]
     unsafe fn store(self, i: usize, j: usize, v: f32) {
         // SAFETY: guaranteed by the caller.
-        unsafe { *self.ptr.add(i * self.m + j) = v };
+        unsafe {
+            let p = self.ptr.add(i * self.m + j);
+            *p = if self.accumulate { *p + v } else { v };
+        }
     }
 }
 
@@ -141,6 +146,7 @@ pub(super) fn linear_q8(be: &CpuBackend, a: LinearQ8Args<'_, CpuBackend>) -> Res
     let d = Dst {
         ptr: out.as_mut_ptr(),
         m,
+        accumulate: a.accumulate,
     };
     let cache_cols = TILE_BYTES / k.max(1);
     let balance_cols = m.div_ceil(be.threads.max(1) * TILES_PER_THREAD);

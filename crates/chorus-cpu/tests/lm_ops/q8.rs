@@ -26,6 +26,7 @@ fn run_q8(be: &CpuBackend, x: &[f32], w: &chorus_cpu::CpuQWeight, n: usize) -> V
         n,
         k,
         m,
+        accumulate: false,
     })
     .unwrap();
     down(be, &out)
@@ -116,6 +117,7 @@ fn bad_groups_and_shapes_are_named() {
             n: 1,
             k: 8,
             m: 2,
+            accumulate: false,
         })
         .unwrap_err()
         .to_string();

@@ -7,6 +7,7 @@ mod draw;
 pub(crate) mod gemv;
 mod q8;
 mod rows;
+pub(crate) mod skinny;
 
 pub use q8::CudaQWeight;
 
@@ -14,7 +15,7 @@ use chorus_core::lm_ops::{
     AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
     QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
-use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
+use chorus_core::lm_ops::{FusedLinearArgs, HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Precision, Result};
 
 use crate::backend::{CudaBackend, CudaBuf, CudaInts};
@@ -232,5 +233,9 @@ impl LmOps for CudaBackend {
 
     fn hadamard(&self, a: HadamardArgs<'_, Self>) -> Result<()> {
         q8::hadamard(self, a)
+    }
+
+    fn fused_linear(&self, a: FusedLinearArgs<'_, Self>) -> Result<()> {
+        skinny::fused_linear(self, a)
     }
 }

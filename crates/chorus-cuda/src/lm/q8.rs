@@ -107,6 +107,7 @@ pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> R
     let out = t_ptr(be, OP, "out", a.out)?;
     let (w, s) = (a.w.q.ptr(), a.w.scales.ptr());
     let (n32, k32, m32) = (int(OP, "n", n)?, int(OP, "k", k)?, int(OP, "m", m)?);
+    let acc = i32::from(a.accumulate);
     if n <= Q8_GEMV_MAX_ROWS && k.is_multiple_of(Q8_VEC) {
         let tile: i32 = if n <= 2 { 2 } else { 4 };
         let cfg = Launch {
@@ -117,7 +118,7 @@ pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> R
         return be.launch(
             Kernel::LmGemvQ8,
             cfg,
-            &mut kargs![&x, &w, &s, &out, &n32, &k32, &m32, &tile],
+            &mut kargs![&x, &w, &s, &out, &n32, &k32, &m32, &tile, &acc],
         );
     }
     // More rows: the int8 rows times their scales (already in the rotated basis of `x`) into
@@ -141,7 +142,7 @@ pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> R
         ldb: k,
         c: out,
         ldc: m,
-        beta: 0.0,
+        beta: if a.accumulate { 1.0 } else { 0.0 },
     })
 }
 

@@ -24,7 +24,7 @@ use chorus_core::lm_ops::{
 use chorus_core::{Precision, Result};
 
 use super::check_len;
-use crate::backend::CudaBackend;
+use crate::backend::{CudaBackend, CudaBuf};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 
@@ -308,7 +308,44 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: RmsNormArgs<'_, CudaBackend>) -> Res
     let delta = a.delta.map(|d| t_ptr(be, OP, "delta", d)).transpose()?;
     let weight = t_ptr(be, OP, "weight", a.weight)?;
     let out = t_ptr(be, OP, "out", a.out)?;
-    let delta = delta.unwrap_or(0);
+    norm_launch(
+        be,
+        [residual, delta.unwrap_or(0), weight, out],
+        (n, dim),
+        a.eps,
+    )
+}
+
+/// The normed rows of `x` (`[n, dim]`) into `out` with `x` unchanged (`rms_norm` without a
+/// delta): the input half of a `fused_linear` run apart.
+pub(crate) fn rms_norm_rows(
+    be: &CudaBackend,
+    x: &CudaBuf,
+    weight: &CudaBuf,
+    eps: f32,
+    out: &mut CudaBuf,
+    (n, dim): (usize, usize),
+) -> Result<()> {
+    const OP: &str = "fused_linear";
+    check_len(OP, "x", x.len, n * dim)?;
+    check_len(OP, "norm.weight", weight.len, dim)?;
+    check_len(OP, "scratch.normed", out.len, n * dim)?;
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let ptrs = [
+        t_ptr(be, OP, "x", x)?,
+        0,
+        t_ptr(be, OP, "norm.weight", weight)?,
+        t_ptr(be, OP, "scratch.normed", out)?,
+    ];
+    norm_launch(be, ptrs, (n, dim), eps)
+}
+
+/// Launches `lm_rms_norm` on `[residual, delta (0: none), weight, out]`.
+fn norm_launch(be: &CudaBackend, ptrs: [u64; 4], (n, dim): (usize, usize), eps: f32) -> Result<()> {
+    const OP: &str = "rms_norm";
+    let [residual, delta, weight, out] = ptrs;
     let vec = vectorizable(be, &[dim], &[residual, delta, weight, out]);
     let chunks = if vec { dim / vec_elems(be) } else { dim };
     // The block width depends on `dim` only, so a row's bits do not depend on `n`.
@@ -327,7 +364,7 @@ pub(crate) fn rms_norm(be: &CudaBackend, a: RmsNormArgs<'_, CudaBackend>) -> Res
         smem: 0,
     };
     let dim32 = int(OP, "dim", dim)?;
-    let (eps, vec, cached) = (a.eps, i32::from(vec), i32::from(cached));
+    let (vec, cached) = (i32::from(vec), i32::from(cached));
     be.launch(
         Kernel::LmRmsNorm,
         cfg,

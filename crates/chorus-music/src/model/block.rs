@@ -1,7 +1,7 @@
-//! What both networks' pre-norm blocks share: their activation buffers, and the MLP half
-//! (`residual += delta` fused with the norm, fused gate/up, SwiGLU, down into `delta`).
+//! What both networks' pre-norm blocks share: their activation buffers, and the MLP half (the
+//! norm, fused gate/up and SwiGLU as one product, down with the residual add as another).
 
-use chorus_core::lm_ops::{RmsNormArgs, SwigluArgs};
+use chorus_core::lm_ops::{Epilogue, LinearScratch, RowNorm};
 use chorus_core::{BufRole, LmOps, Result};
 
 use crate::model::linear::{linear, Linear, LinearIo};
@@ -23,12 +23,11 @@ pub struct ActDims {
 pub struct Acts<B: LmOps> {
     /// `[tokens, hidden]`: the input, then the residual stream.
     pub residual: B::Buf,
-    /// `[tokens, hidden]`: the normed stream; after a call, the final-normed output.
+    /// `[tokens, hidden]`: scratch of the pre-norms; after a call, the final-normed output.
     pub normed: B::Buf,
     pub qkv: B::Buf,
     pub attn: B::Buf,
-    /// `[tokens, hidden]`: the attention output projection or the MLP's down output.
-    pub delta: B::Buf,
+    /// `[tokens, 2 * inter]`: scratch of products run apart from their epilogue.
     pub gate_up: B::Buf,
     pub act: B::Buf,
     /// `[tokens, widest input]`: the rotated input of an int8 product (one element when every
@@ -47,7 +46,6 @@ impl<B: LmOps> Acts<B> {
             normed: z(tokens * d.hidden)?,
             qkv: z(tokens * d.qkv)?,
             attn: z(tokens * d.attn)?,
-            delta: z(tokens * d.hidden)?,
             gate_up: z(tokens * 2 * d.inter)?,
             act: z(tokens * d.inter)?,
         })
@@ -63,45 +61,53 @@ pub struct Mlp<'a, B: LmOps> {
     pub eps: f32,
 }
 
-/// `normed = norm(residual += delta)`, then `delta = down(silu(gate(normed)) * up(normed))` for
-/// `n` tokens; the residual add of `delta` is left to the next norm.
+/// `residual += down(silu(gate(u)) * up(u))` with `u = norm(residual)`, for `n` tokens: two
+/// fused products (the norm and SwiGLU in the first, the residual add in the second).
 pub fn mlp_half<B: LmOps>(
     be: &B,
     acts: &mut Acts<B>,
     w: Mlp<'_, B>,
     (n, hidden, inter): (usize, usize, usize),
 ) -> Result<()> {
-    be.rms_norm(RmsNormArgs {
-        residual: &mut acts.residual,
-        delta: Some(&acts.delta),
-        weight: w.norm,
-        out: &mut acts.normed,
-        n,
-        dim: hidden,
-        eps: w.eps,
-    })?;
+    let Acts {
+        residual,
+        normed,
+        gate_up,
+        act,
+        rot,
+        ..
+    } = acts;
     let io = LinearIo {
-        x: &acts.normed,
-        rot: &mut acts.rot,
-        out: &mut acts.gate_up,
+        x: residual,
+        norm: Some(RowNorm {
+            weight: w.norm,
+            eps: w.eps,
+        }),
+        out: act,
+        scratch: LinearScratch {
+            normed,
+            rot,
+            product: gate_up,
+        },
         n,
         k: hidden,
         m: 2 * inter,
+        epilogue: Epilogue::Swiglu,
     };
     linear(be, w.gate_up, io)?;
-    be.swiglu(SwigluArgs {
-        x: &acts.gate_up,
-        out: &mut acts.act,
-        n,
-        inter,
-    })?;
     let io = LinearIo {
-        x: &acts.act,
-        rot: &mut acts.rot,
-        out: &mut acts.delta,
+        x: act,
+        norm: None,
+        out: residual,
+        scratch: LinearScratch {
+            normed,
+            rot,
+            product: gate_up,
+        },
         n,
         k: inter,
         m: hidden,
+        epilogue: Epilogue::Accumulate,
     };
     linear(be, w.down, io)
 }

@@ -7,7 +7,9 @@
 //! past `p` are never read, so no mask and no clearing is needed. Linears are dense or int8
 //! ConvRot (`linear.rs`).
 
-use chorus_core::lm_ops::{AddRowArgs, HeadGeom, PagedAttentionArgs, RmsNormArgs};
+use chorus_core::lm_ops::{
+    AddRowArgs, Epilogue, HeadGeom, LinearScratch, PagedAttentionArgs, RmsNormArgs, RowNorm,
+};
 use chorus_core::{LmOps, Result};
 
 use crate::config::{DepthConfig, DEPTH_RMS_EPS};
@@ -96,11 +98,17 @@ pub fn depth_forward<B: LmOps>(
         &w.projection,
         LinearIo {
             x: input,
-            rot: &mut acts.rot,
+            norm: None,
             out: &mut acts.residual,
+            scratch: LinearScratch {
+                normed: &mut acts.normed,
+                rot: &mut acts.rot,
+                product: &mut acts.gate_up,
+            },
             n: rows,
             k: h,
             m: h,
+            epilogue: Epilogue::Store,
         },
     )?;
     be.add_row(AddRowArgs {
@@ -110,26 +118,26 @@ pub fn depth_forward<B: LmOps>(
         n: rows,
         dim: h,
     })?;
-    for (i, (l, cache)) in w.depth_layers.iter().zip(caches.iter_mut()).enumerate() {
-        be.rms_norm(RmsNormArgs {
-            residual: &mut acts.residual,
-            delta: (i > 0).then_some(&acts.delta),
-            weight: &l.input_layernorm,
-            out: &mut acts.normed,
-            n: rows,
-            dim: h,
-            eps: DEPTH_RMS_EPS,
-        })?;
+    for (l, cache) in w.depth_layers.iter().zip(caches.iter_mut()) {
         linear(
             be,
             &l.qkv,
             LinearIo {
-                x: &acts.normed,
-                rot: &mut acts.rot,
+                x: &acts.residual,
+                norm: Some(RowNorm {
+                    weight: &l.input_layernorm,
+                    eps: DEPTH_RMS_EPS,
+                }),
                 out: &mut acts.qkv,
+                scratch: LinearScratch {
+                    normed: &mut acts.normed,
+                    rot: &mut acts.rot,
+                    product: &mut acts.gate_up,
+                },
                 n: rows,
                 k: h,
                 m: 3 * h,
+                epilogue: Epilogue::Store,
             },
         )?;
         be.paged_attention(PagedAttentionArgs {
@@ -148,11 +156,17 @@ pub fn depth_forward<B: LmOps>(
             &l.to_out,
             LinearIo {
                 x: &acts.attn,
-                rot: &mut acts.rot,
-                out: &mut acts.delta,
+                norm: None,
+                out: &mut acts.residual,
+                scratch: LinearScratch {
+                    normed: &mut acts.normed,
+                    rot: &mut acts.rot,
+                    product: &mut acts.gate_up,
+                },
                 n: rows,
                 k: h,
                 m: h,
+                epilogue: Epilogue::Accumulate,
             },
         )?;
         let mlp = Mlp {
@@ -165,7 +179,7 @@ pub fn depth_forward<B: LmOps>(
     }
     be.rms_norm(RmsNormArgs {
         residual: &mut acts.residual,
-        delta: Some(&acts.delta),
+        delta: None,
         weight: &w.depth_norm,
         out,
         n: rows,

@@ -1,13 +1,14 @@
 //! A linear on the device, dense or int8 ConvRot, and the one helper every projection of both
 //! models goes through.
 //!
-//! An int8 product first rotates its input block by block (`LmOps::hadamard`, `x · H`) into a
-//! scratch buffer, then multiplies by the int8 rows and scales (`LmOps::linear_q8`): since `H` is
-//! symmetric and orthogonal, `x · W^T = (x · H) · (W · H)^T`. A fused product (q/k/v, gate/up)
-//! is one weight, so its input is rotated once.
+//! Every projection is one `LmOps::fused_linear`: the pre-norm before it, the int8 rotation, and
+//! the residual add or SwiGLU after it belong to the op, so a backend can run them in the
+//! product's kernel. An int8 product rotates its input block by block (`x · H`) before the int8
+//! rows and scales: since `H` is symmetric and orthogonal, `x · W^T = (x · H) · (W · H)^T`. A
+//! fused product (q/k/v, gate/up) is one weight, so its input is rotated once.
 
-use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
-use chorus_core::{BufRole, LinearArgs, LmOps, Result};
+use chorus_core::lm_ops::{Epilogue, FusedLinearArgs, LinearScratch, LinearWeight, RowNorm};
+use chorus_core::{BufRole, LmOps, Result};
 
 use crate::quant::HostLinear;
 
@@ -37,47 +38,41 @@ impl<B: LmOps> Linear<B> {
     }
 }
 
-/// Buffers and shape of one product `out[n, m] = x[n, k] · W^T`.
+/// Buffers, shape and fusions of one product `out[n, ..] = epilogue(norm?(x)[n, k] · W^T)`
+/// ([`FusedLinearArgs`]).
 pub struct LinearIo<'a, B: LmOps> {
     /// `[n, k]`.
     pub x: &'a B::Buf,
-    /// `[n, k]` scratch for the rotated input (untouched by dense products).
-    pub rot: &'a mut B::Buf,
-    /// `[n, m]`.
+    /// An RMSNorm of `x`'s rows before the product.
+    pub norm: Option<RowNorm<'a, B>>,
+    /// `[n, m]` (`[n, m / 2]` with [`Epilogue::Swiglu`]).
     pub out: &'a mut B::Buf,
+    /// Intermediates of a backend that runs the fusions apart.
+    pub scratch: LinearScratch<'a, B>,
     pub n: usize,
     pub k: usize,
     pub m: usize,
+    pub epilogue: Epilogue,
 }
 
-/// `io.out = io.x · W^T` for either kind of weights.
+/// The product of `io` with either kind of weights, as one [`LmOps::fused_linear`].
 pub fn linear<B: LmOps>(be: &B, lin: &Linear<B>, io: LinearIo<'_, B>) -> Result<()> {
-    let LinearIo {
-        x,
-        rot,
-        out,
-        n,
-        k,
-        m,
-    } = io;
-    match lin {
-        Linear::Dense(w) => be.linear(LinearArgs { x, w, out, n, k, m }),
-        Linear::Q8 { weight, group } => {
-            be.hadamard(HadamardArgs {
-                x,
-                out: rot,
-                n,
-                dim: k,
-                group: *group,
-            })?;
-            be.linear_q8(LinearQ8Args {
-                x: rot,
-                w: weight,
-                out,
-                n,
-                k,
-                m,
-            })
-        }
-    }
+    let w = match lin {
+        Linear::Dense(w) => LinearWeight::Dense(w),
+        Linear::Q8 { weight, group } => LinearWeight::Q8 {
+            weight,
+            group: *group,
+        },
+    };
+    be.fused_linear(FusedLinearArgs {
+        x: io.x,
+        norm: io.norm,
+        w,
+        out: io.out,
+        scratch: io.scratch,
+        n: io.n,
+        k: io.k,
+        m: io.m,
+        epilogue: io.epilogue,
+    })
 }

@@ -1,13 +1,14 @@
 //! The Qwen3 forward pass over a paged KV cache (`MUSIC_SEMANTIC.md` §1.3), one function for
 //! prefill (`time` = prompt length) and decode (`time` = 1).
 //!
-//! The residual stream stays in `residual`; each RMSNorm is fused with the add that precedes it,
-//! so a layer is: norm (with the previous block's add) -> fused q/k/v -> q/k norm + RoPE -> paged
-//! attention -> o_proj -> add + norm -> fused gate/up -> SwiGLU -> down; the last add is fused
-//! with `model.norm`, whose output is the final-normed hidden `last_hidden`. Each linear is dense
-//! or int8 ConvRot (`linear.rs`); int8 products rotate their input into `rot` first.
+//! The residual stream stays in `residual`. A layer is four fused products around the attention:
+//! norm + fused q/k/v -> q/k norm + RoPE -> paged attention -> o_proj + residual add -> norm +
+//! fused gate/up + SwiGLU -> down + residual add; `model.norm` then gives the final-normed hidden
+//! `last_hidden`. Each linear is dense or int8 ConvRot (`linear.rs`).
 
-use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs};
+use chorus_core::lm_ops::{
+    Epilogue, HeadGeom, LinearScratch, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, RowNorm,
+};
 use chorus_core::{LmOps, Result};
 
 use crate::config::Qwen3Config;
@@ -85,28 +86,27 @@ pub fn lm_forward<B: LmOps>(
     let q_width = c.num_attention_heads * c.head_dim;
     let inter = c.intermediate_size;
     let layers = w.lm_layers.iter().zip(caches.iter_mut());
-    for (i, (l, cache)) in layers.enumerate() {
-        // 1. input_layernorm, fused with the previous layer's MLP residual add.
-        be.rms_norm(RmsNormArgs {
-            residual: &mut acts.residual,
-            delta: (i > 0).then_some(&acts.delta),
-            weight: &l.input_layernorm,
-            out: &mut acts.normed,
-            n,
-            dim: h,
-            eps,
-        })?;
-        // 2. q, k, v in one product.
+    for (l, cache) in layers {
+        // 1-2. input_layernorm and q, k, v in one product.
         linear(
             be,
             &l.qkv,
             LinearIo {
-                x: &acts.normed,
-                rot: &mut acts.rot,
+                x: &acts.residual,
+                norm: Some(RowNorm {
+                    weight: &l.input_layernorm,
+                    eps,
+                }),
                 out: &mut acts.qkv,
+                scratch: LinearScratch {
+                    normed: &mut acts.normed,
+                    rot: &mut acts.rot,
+                    product: &mut acts.gate_up,
+                },
                 n,
                 k: h,
                 m: geom.qkv_width(),
+                epilogue: Epilogue::Store,
             },
         )?;
         // 3-4. per-head q/k RMSNorm, then rotate-half RoPE at each token's position.
@@ -131,20 +131,26 @@ pub fn lm_forward<B: LmOps>(
             block_size: shape.block_size,
             max_blocks: shape.max_blocks,
         })?;
-        // 6. o_proj; its residual add is fused into the next norm.
+        // 6. o_proj, added to the residual stream in the product.
         linear(
             be,
             &l.o_proj,
             LinearIo {
                 x: &acts.attn,
-                rot: &mut acts.rot,
-                out: &mut acts.delta,
+                norm: None,
+                out: &mut acts.residual,
+                scratch: LinearScratch {
+                    normed: &mut acts.normed,
+                    rot: &mut acts.rot,
+                    product: &mut acts.gate_up,
+                },
                 n,
                 k: q_width,
                 m: h,
+                epilogue: Epilogue::Accumulate,
             },
         )?;
-        // 7. post_attention_layernorm, SwiGLU MLP.
+        // 7. post_attention_layernorm, SwiGLU MLP, its residual add.
         let mlp = Mlp {
             norm: &l.post_attention_layernorm,
             gate_up: &l.gate_up,
@@ -153,10 +159,10 @@ pub fn lm_forward<B: LmOps>(
         };
         mlp_half(be, acts, mlp, (n, h, inter))?;
     }
-    // 8. the last residual add and model.norm: `last_hidden` of every token.
+    // 8. model.norm: `last_hidden` of every token.
     be.rms_norm(RmsNormArgs {
         residual: &mut acts.residual,
-        delta: Some(&acts.delta),
+        delta: None,
         weight: &w.norm,
         out: &mut acts.normed,
         n,

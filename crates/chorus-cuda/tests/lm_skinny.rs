@@ -1,0 +1,365 @@
+//! `fused_linear` (kernels/lm_skinny.cu for at most 64 bf16 rows, the ops apart otherwise) against
+//! the CPU backend for every epilogue, with and without the norm, dense and int8; the batch
+//! invariance of the skinny kernel in bits; and the bandwidth it streams weights at on the LM's
+//! real shapes, beside the ops apart.
+
+mod common;
+
+use chorus_core::lm_ops::{Epilogue, FusedLinearArgs, LinearScratch, LinearWeight, RowNorm};
+use chorus_core::{Backend, BufRole, LmOps, Precision};
+use chorus_cuda::{CudaBackend, CudaOptions};
+use common::*;
+
+/// Hadamard block of the int8 cases.
+const GROUP: usize = 256;
+
+/// One product's host operands.
+struct Case {
+    n: usize,
+    k: usize,
+    m: usize,
+    epilogue: Epilogue,
+    norm: bool,
+    q8: bool,
+}
+
+impl Case {
+    fn out_cols(&self) -> usize {
+        if self.epilogue == Epilogue::Swiglu {
+            self.m / 2
+        } else {
+            self.m
+        }
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "fused_linear n={} k={} m={} {:?} norm={} q8={}",
+            self.n, self.k, self.m, self.epilogue, self.norm, self.q8
+        )
+    }
+}
+
+/// Host data of a case: input rows far from unit RMS (so a missing norm shows), weights, norm
+/// weight, the output's prior contents, int8 rows and scales.
+struct Data {
+    x: Vec<f32>,
+    w: Vec<f32>,
+    gamma: Vec<f32>,
+    prior: Vec<f32>,
+    q: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+fn data(c: &Case, seed: u64) -> Data {
+    let mut r = Rng::new(seed);
+    let x = r.vec(c.n * c.k, 3.0).iter().map(|v| v + 0.5).collect();
+    let w = r.vec(c.m * c.k, (3.0 / c.k as f32).sqrt());
+    let gamma = r.vec(c.k, 1.0).iter().map(|v| v + 1.0).collect();
+    let prior = r.vec(c.n * c.out_cols(), 1.0);
+    let q = (0..c.m * c.k)
+        .map(|_| (r.below(255) as i32 - 127) as i8)
+        .collect();
+    let scales = (0..c.m)
+        .map(|_| r.uniform(1.0).abs() * 0.01 + 1e-3)
+        .collect();
+    Data {
+        x,
+        w,
+        gamma,
+        prior,
+        q,
+        scales,
+    }
+}
+
+/// Runs the case inside a captured program on `be` and returns `out`.
+fn run<B: LmOps>(be: &B, c: &Case, d: &Data, key: usize) -> Vec<f32> {
+    let x = be.upload(&d.x, BufRole::Activation).unwrap();
+    let gamma = be.upload(&d.gamma, BufRole::Weight).unwrap();
+    let dense = be.upload(&d.w, BufRole::Weight).unwrap();
+    let q8 = be.upload_q8(&d.q, &d.scales, c.m, c.k).unwrap();
+    let mut out = be.upload(&d.prior, BufRole::Activation).unwrap();
+    let mut normed = be.zeros(c.n * c.k, BufRole::Activation).unwrap();
+    let mut rot = be.zeros(c.n * c.k, BufRole::Activation).unwrap();
+    let mut product = be.zeros(c.n * c.m, BufRole::Activation).unwrap();
+    let mut program = |b: &B| {
+        b.fused_linear(FusedLinearArgs {
+            x: &x,
+            norm: c.norm.then_some(RowNorm {
+                weight: &gamma,
+                eps: 1e-6,
+            }),
+            w: if c.q8 {
+                LinearWeight::Q8 {
+                    weight: &q8,
+                    group: GROUP,
+                }
+            } else {
+                LinearWeight::Dense(&dense)
+            },
+            out: &mut out,
+            scratch: LinearScratch {
+                normed: &mut normed,
+                rot: &mut rot,
+                product: &mut product,
+            },
+            n: c.n,
+            k: c.k,
+            m: c.m,
+            epilogue: c.epilogue,
+        })
+    };
+    be.run(key, &mut program).unwrap();
+    be.download(&out).unwrap()
+}
+
+fn cuda_skinny(precision: Precision, skinny_mma: bool) -> Option<CudaBackend> {
+    cuda_with(CudaOptions {
+        precision,
+        skinny_mma,
+        ..Default::default()
+    })
+}
+
+const EPILOGUES: [Epilogue; 3] = [Epilogue::Store, Epilogue::Accumulate, Epilogue::Swiglu];
+
+#[test]
+fn fused_products_match_the_cpu() {
+    let cpu = cpu();
+    for precision in PRECISIONS {
+        let Some(cuda) = cuda_skinny(precision, true) else {
+            return;
+        };
+        let mut key = 0;
+        // Row counts at every tile edge and past the kernel (65: the ops apart); a last weight
+        // tile cut short (m 1000 and 520); k 512 (one chunk per warp slice) to 4096.
+        for (n, k, m) in [
+            (1, 4096, 1000),
+            (2, 512, 520),
+            (7, 1024, 2048),
+            (9, 512, 1000),
+            (16, 4096, 768),
+            (17, 512, 520),
+            (33, 1024, 1000),
+            (64, 512, 520),
+            (65, 512, 256),
+        ] {
+            for epilogue in EPILOGUES {
+                for (norm, q8) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let c = Case {
+                        n,
+                        k,
+                        m,
+                        epilogue,
+                        norm,
+                        q8,
+                    };
+                    let d = data(&c, key as u64 + 1);
+                    let before = cuda.skinny_products();
+                    let want = run(&cpu, &c, &d, key);
+                    let got = run(&cuda, &c, &d, key);
+                    assert_parity(&c.name(), precision, &got, &want);
+                    let took = cuda.skinny_products() > before;
+                    let expect = precision == Precision::Bf16 && n <= chorus_cuda::SKINNY_MAX_ROWS;
+                    assert_eq!(took, expect, "{}: skinny kernel taken", c.name());
+                    key += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The fusions really act: without the norm, the SwiGLU or the prior output the CPU result
+/// differs, so the parity above cannot pass with a fusion dropped.
+#[test]
+fn each_fusion_changes_the_result() {
+    let cpu = cpu();
+    let base = Case {
+        n: 3,
+        k: 512,
+        m: 520,
+        epilogue: Epilogue::Store,
+        norm: false,
+        q8: false,
+    };
+    let d = data(&base, 5);
+    let plain = run(&cpu, &base, &d, 0);
+    let normed = run(&cpu, &Case { norm: true, ..base }, &d, 1);
+    let acc = run(
+        &cpu,
+        &Case {
+            epilogue: Epilogue::Accumulate,
+            ..base
+        },
+        &d,
+        2,
+    );
+    assert!(rel_l2(&normed, &plain) > 0.1, "norm");
+    assert!(rel_l2(&acc, &plain) > 0.1, "accumulate");
+    let sw = Case {
+        epilogue: Epilogue::Swiglu,
+        ..base
+    };
+    let d2 = data(&sw, 5);
+    let swiglu = run(&cpu, &sw, &d2, 3);
+    let half: Vec<f32> = plain
+        .chunks(base.m)
+        .flat_map(|r| r[..base.m / 2].to_vec())
+        .collect();
+    assert!(rel_l2(&swiglu, &half) > 0.1, "swiglu");
+}
+
+/// A row's bits do not depend on the rows beside it: row `r` of a 64-row call equals the same
+/// input alone, first of 2, in the middle of 9 and of 33 rows (bf16, every epilogue, dense and
+/// int8).
+#[test]
+fn a_rows_bits_do_not_depend_on_the_other_rows() {
+    let Some(cuda) = cuda_skinny(Precision::Bf16, true) else {
+        return;
+    };
+    let (k, m) = (1024, 1000);
+    let mut key = 1000;
+    for epilogue in EPILOGUES {
+        for (norm, q8) in [(false, false), (true, false), (false, true)] {
+            let full = Case {
+                n: 64,
+                k,
+                m,
+                epilogue,
+                norm,
+                q8,
+            };
+            let d = data(&full, 77);
+            let all = run(&cuda, &full, &d, key);
+            key += 1;
+            let cols = full.out_cols();
+            for (n, at, src) in [(1, 0, 5), (2, 0, 40), (9, 4, 63), (33, 20, 0)] {
+                // `src`'s row placed at `at` among other rows of the full input.
+                let c = Case { n, ..full };
+                let mut dd = data(&c, 99 + n as u64);
+                dd.x[at * k..(at + 1) * k].copy_from_slice(&d.x[src * k..(src + 1) * k]);
+                dd.prior[at * cols..(at + 1) * cols]
+                    .copy_from_slice(&d.prior[src * cols..(src + 1) * cols]);
+                let (w, g, q, s) = (&d.w, &d.gamma, &d.q, &d.scales);
+                dd.w.clone_from(w);
+                dd.gamma.clone_from(g);
+                dd.q.clone_from(q);
+                dd.scales.clone_from(s);
+                let got = run(&cuda, &c, &dd, key);
+                key += 1;
+                let want = &all[src * cols..(src + 1) * cols];
+                let row = &got[at * cols..(at + 1) * cols];
+                let same = row
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{}: row {src} differs as row {at} of {n}",
+                    full.name()
+                );
+            }
+        }
+    }
+}
+
+/// Median device time of the captured program `key` over 20 replays, in ms.
+fn median_ms(be: &CudaBackend, key: usize) -> f64 {
+    let mut t = be.time_replay(key, 20).unwrap();
+    t.sort_by(f32::total_cmp);
+    f64::from(t[t.len() / 2])
+}
+
+/// The weight bandwidth of one LM layer's four products (norm + q/k/v, o + residual, norm +
+/// gate/up + SwiGLU, down + residual) over four layers (1.55 GB bf16, far past the L2), per row
+/// count, on the skinny kernel and as the ops apart, dense and int8. Prints figures.
+#[test]
+fn skinny_products_bandwidth_by_row_count() {
+    let (h, qkv, inter) = (4096usize, 6144usize, 12288usize);
+    let shapes = [
+        (h, qkv, Epilogue::Store, true),
+        (h, h, Epilogue::Accumulate, false),
+        (h, 2 * inter, Epilogue::Swiglu, true),
+        (inter, h, Epilogue::Accumulate, false),
+    ];
+    let layers = 4;
+    for skinny in [true, false] {
+        let Some(be) = cuda_skinny(Precision::Bf16, skinny) else {
+            return;
+        };
+        for q8 in [false, true] {
+            let weights: Vec<_> = (0..layers)
+                .flat_map(|_| shapes.iter().map(|&(k, m, _, _)| (k, m)))
+                .map(|(k, m)| {
+                    if q8 {
+                        let zeros = vec![0i8; k * m];
+                        (
+                            None,
+                            Some(be.upload_q8(&zeros, &vec![1.0; m], m, k).unwrap()),
+                        )
+                    } else {
+                        (Some(be.zeros(k * m, BufRole::Weight).unwrap()), None)
+                    }
+                })
+                .collect();
+            let gamma = be.upload(&vec![1.0; inter], BufRole::Weight).unwrap();
+            let per_weight = if q8 { 1 } else { 2 };
+            let bytes: usize = layers
+                * shapes
+                    .iter()
+                    .map(|&(k, m, _, _)| k * m * per_weight)
+                    .sum::<usize>();
+            for n in [1usize, 2, 4, 8, 16, 32, 64] {
+                let x = be.zeros(n * inter, BufRole::Activation).unwrap();
+                let mut out = be.zeros(n * 2 * inter, BufRole::Activation).unwrap();
+                let mut s1 = be.zeros(n * inter, BufRole::Activation).unwrap();
+                let mut s2 = be.zeros(n * inter, BufRole::Activation).unwrap();
+                let mut s3 = be.zeros(n * 2 * inter, BufRole::Activation).unwrap();
+                let key = 20_000 + n * 4 + usize::from(q8) * 2 + usize::from(skinny);
+                be.run(key, &mut |b: &CudaBackend| {
+                    for (i, (dense, qw)) in weights.iter().enumerate() {
+                        let (k, m, epilogue, norm) = shapes[i % shapes.len()];
+                        let w = match (dense, qw) {
+                            (Some(d), _) => LinearWeight::Dense(d),
+                            (_, Some(q)) => LinearWeight::Q8 {
+                                weight: q,
+                                group: GROUP,
+                            },
+                            _ => unreachable!("every layer has one kind of weight"),
+                        };
+                        b.fused_linear(FusedLinearArgs {
+                            x: &x,
+                            norm: norm.then_some(RowNorm {
+                                weight: &gamma,
+                                eps: 1e-6,
+                            }),
+                            w,
+                            out: &mut out,
+                            scratch: LinearScratch {
+                                normed: &mut s1,
+                                rot: &mut s2,
+                                product: &mut s3,
+                            },
+                            n,
+                            k,
+                            m,
+                            epilogue,
+                        })?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+                let ms = median_ms(&be, key);
+                let path = if skinny { "skinny kernel" } else { "ops apart" };
+                let kind = if q8 { "int8" } else { "bf16" };
+                eprintln!(
+                    "fused products {kind} n={n:>3} ({path}): {ms:.3} ms for {:.2} GB of weights = {:.0} GB/s",
+                    bytes as f64 / 1e9,
+                    bytes as f64 / ms / 1e6
+                );
+                assert!(ms > 0.0);
+            }
+        }
+    }
+}
