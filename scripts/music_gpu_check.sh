@@ -5,7 +5,8 @@
 # and the CPU backend, the benchmarks (random weights of the real architecture) with the copy
 # bandwidth and the PyTorch seed design measured in the same call, then the LM ops against the
 # CPU backend. Expects the binaries of scripts/device/build_bins.sh in .device-bin/. Prints
-# labelled results; does not stop at a failure.
+# labelled results; does not stop at a failure. MUSIC_INVARIANT_SONGS and MUSIC_INT8_SONGS set the
+# song counts of the batch-invariant and int8 sweeps (empty: skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device-bin
@@ -36,11 +37,21 @@ if [ -x "$BIN"/chorus ]; then
   "$BIN"/chorus music-bench --device cuda --model random --songs ${MUSIC_SONGS:-1,2,4,8,16,32,64,128} --context 1000 \
     --contexts ${MUSIC_CONTEXTS:-300,4000,14000} --frames 10 2>&1 || status=1
 else echo "MISSING $BIN/chorus"; status=1; fi
+if [ -x "$BIN"/chorus ] && [ -n "${MUSIC_INVARIANT_SONGS-1,2,8,32}" ]; then
+  section "(c2) chorus music-bench --batch-invariant (bf16, every product on the skinny kernel, fixed attention splits)"
+  "$BIN"/chorus music-bench --device cuda --model random --batch-invariant --songs "${MUSIC_INVARIANT_SONGS-1,2,8,32}" \
+    --context 1000 --frames 10 2>&1 || status=1
+fi
+if [ -x "$BIN"/chorus ] && [ -n "${MUSIC_INT8_SONGS-1,2,8,16,32,64}" ]; then
+  section "(c3) chorus music-bench --model random-int8 (W8A16 on the skinny kernel)"
+  "$BIN"/chorus music-bench --device cuda --model random-int8 --songs "${MUSIC_INT8_SONGS-1,2,8,16,32,64}" \
+    --context 1000 --frames 10 2>&1 || status=1
+fi
 section "(d) the PyTorch seed design, same machine (one song; N songs take N times as long)"
 PYTHONUNBUFFERED=1 python3 bench/music_seed_baseline.py --context 1000 --frames 30 2>&1 | grep -v Warning || status=1
 if [ -n "${MUSIC_SKIP_OPS:-}" ]; then section "music_gpu_check exit status: $status"; exit $status; fi
-section "(e) LM ops: CUDA vs CPU backend (f32 <= 1e-4, bf16 <= 2e-2), skinny-product bandwidth, kernel compile check"
-for t in lm_gemv lm_rows lm_attention nvrtc_compile; do run_test "$t"; done
+section "(e) LM ops: CUDA vs CPU backend (f32 <= 1e-4, bf16 <= 2e-2), skinny-kernel batch invariance and bandwidth by row count, kernel compile check"
+for t in ${MUSIC_OP_TESTS:-lm_skinny lm_q8 lm_gemv lm_rows lm_attention nvrtc_compile}; do run_test "$t"; done
 section "(f) Mimi decoder still agrees (its linears now take the GEMV kernel for few rows)"
 run_test decoder
 section "music_gpu_check exit status: $status"

@@ -64,6 +64,8 @@ class MusicSemantic:
     safetensors files, a hub id ``owner/repo/subfolder``, or ``"random"`` / ``"random-small"``
     (random weights of the real or a tiny architecture: the music is noise). ``tokenizer`` is a
     ``tokenizer.json`` for captions and lyrics (found beside the weights if omitted).
+    ``batch_invariant`` (CUDA) makes a song's codes independent of the songs sharing its steps,
+    at a cost from two songs up (the CPU always is).
     """
 
     def __init__(
@@ -75,11 +77,14 @@ class MusicSemantic:
         max_context: Optional[int] = None,
         threads: Optional[int] = None,
         tokenizer: Optional[Union[str, "os.PathLike[str]"]] = None,
+        batch_invariant: bool = False,
     ) -> None:
         if isinstance(max_songs, bool) or not isinstance(max_songs, int) or max_songs < 1:
             raise ValueError(f"max_songs = {max_songs!r}: need a positive integer")
         tok = None if tokenizer is None else os.fspath(tokenizer)
-        self._core = MusicStage(model, device, precision, max_songs, max_context, threads, tok)
+        self._core = MusicStage(
+            model, device, precision, max_songs, max_context, threads, tok, bool(batch_invariant)
+        )
 
     @property
     def device(self) -> str:

@@ -68,9 +68,10 @@ fn end_name(r: EndReason) -> &'static str {
 #[pymethods]
 impl PyMusicStage {
     /// Loads `model` (a folder, `LM,DEPTH` files, a hub id, or `random`, `random-small`, ...)
-    /// and builds a stage for `max_songs` songs of up to `max_context` positions each.
+    /// and builds a stage for `max_songs` songs of up to `max_context` positions each;
+    /// `batch_invariant` (CUDA): a song's codes do not depend on the songs sharing its steps.
     #[new]
-    #[pyo3(signature = (model, device="auto", precision=None, max_songs=DEFAULT_MAX_SONGS, max_context=None, threads=None, tokenizer=None))]
+    #[pyo3(signature = (model, device="auto", precision=None, max_songs=DEFAULT_MAX_SONGS, max_context=None, threads=None, tokenizer=None, batch_invariant=false))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, mirrored one to one.
     fn new(
         py: Python<'_>,
@@ -81,6 +82,7 @@ impl PyMusicStage {
         max_context: Option<usize>,
         threads: Option<usize>,
         tokenizer: Option<PathBuf>,
+        batch_invariant: bool,
     ) -> PyResult<Self> {
         let spec = StageSpec {
             device: DeviceKind::parse(device).py_err()?,
@@ -88,6 +90,7 @@ impl PyMusicStage {
             songs: max_songs,
             max_context: max_context.unwrap_or(MAX_CONTEXT),
             threads,
+            batch_invariant,
         };
         let name = model.to_owned();
         let (actor, info, tok_path) = py

@@ -12,6 +12,8 @@
 //   w sums the columns [w k / 8, (w + 1) k / 8) chunk by chunk in order, and the eight partial sums
 //   are added in warp order through shared memory. The tile counts (NT activation tiles, MT weight
 //   tiles per block) only change which outputs a thread holds, never how one is summed.
+// - Each block reads all of its rows' activations from L2, so their traffic is n / (16 MT) times
+//   the weights': from 16 rows it, not HBM, bounds the kernel (docs/PERFORMANCE.md).
 // - Norm prologue: B = bf16(x * gamma) and the row's sum of squares of x accumulates beside the
 //   product; the epilogue multiplies by rsqrt(mean(x^2) + eps) (so the rows are never written
 //   normed). Epilogues: store, add to out (a residual update), or SwiGLU of a fused gate/up weight
@@ -21,27 +23,6 @@
 #define SK_STORE 0
 #define SK_ACC 1
 #define SK_SWIGLU 2
-
-// The block's weights are constants: ask L2 for the first 256 bytes of each of its rows' eight k
-// slices before waiting on the previous kernel (`m` as in the entry points).
-__device__ __forceinline__ void sk_prefetch_weights(const void* w, int k, int m, int epi, int mt, bool q8) {
-    const bool swiglu = epi == SK_SWIGLU;
-    const int per_block = swiglu ? 8 * mt : 16 * mt;
-    const int rows = 16 * mt;
-    const size_t esz = q8 ? 1 : 2;
-    for (int i = threadIdx.x; i < rows * SK_WARPS * 2; i += blockDim.x) {
-        const int line = i & 1, slice = (i >> 1) % SK_WARPS, tr = (i >> 1) / SK_WARPS;
-        int row;
-        if (swiglu) {
-            const int j = min((int)blockIdx.x * per_block + (tr / 16) * 8 + tr % 8, m - 1);
-            row = (tr % 16) >= 8 ? m + j : j;
-        } else {
-            row = min((int)blockIdx.x * per_block + tr, m - 1);
-        }
-        const char* p = static_cast<const char*>(w) + ((size_t)row * k + (size_t)slice * (k / SK_WARPS)) * esz + 128 * line;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    }
-}
 
 #if MMA_ENABLED
 __device__ __forceinline__ uint4 sk_ld_w(const unsigned char* p) {
@@ -53,11 +34,6 @@ __device__ __forceinline__ uint4 sk_ld_w(const unsigned char* p) {
 }
 
 __device__ __forceinline__ unsigned sk_word(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// Two bf16 (low half first) from two f32.
-__device__ __forceinline__ unsigned sk_pack2(float a, float b) {
-    return (unsigned)to_bf16_bits(a) | ((unsigned)to_bf16_bits(b) << 16);
-}
 
 // Bytes 2h and 2h + 1 of a word of four int8 as a bf16 pair, exactly: each int8 becomes f32 with
 // one byte permute and one subtraction (lm_q8.cu), and an integer below 2^8 keeps its f32 high
@@ -77,10 +53,10 @@ __device__ __forceinline__ uint4 sk_norm_in(uint4 xv, uint4 gv, float& sq) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) sq = fmaf(xf[e], xf[e], sq);
     uint4 o;
-    o.x = sk_pack2(xf[0] * gf[0], xf[1] * gf[1]);
-    o.y = sk_pack2(xf[2] * gf[2], xf[3] * gf[3]);
-    o.z = sk_pack2(xf[4] * gf[4], xf[5] * gf[5]);
-    o.w = sk_pack2(xf[6] * gf[6], xf[7] * gf[7]);
+    o.x = bf16x2_rn(xf[0] * gf[0], xf[1] * gf[1]);
+    o.y = bf16x2_rn(xf[2] * gf[2], xf[3] * gf[3]);
+    o.z = bf16x2_rn(xf[4] * gf[4], xf[5] * gf[5]);
+    o.w = bf16x2_rn(xf[6] * gf[6], xf[7] * gf[7]);
     return o;
 }
 
@@ -91,8 +67,10 @@ template <bool Q8, int NT, int MT>
 __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned char* __restrict__ w,
                                         const float* __restrict__ scale, const T* __restrict__ gamma,
                                         T* __restrict__ out, int n, int k, int m, float eps, int epi) {
-    // Chunks of 64 bytes per weight row in flight per warp: 64 registers of weights per lane.
-    constexpr int U = 8 / MT;
+    // Chunks of 64 bytes per weight row in a group; two groups in registers (the next loads
+    // while this one multiplies): 64 registers of weights per lane, 32 from 32 rows (whose
+    // accumulators and activations take the rest).
+    constexpr int U = NT >= 4 ? (MT >= 2 ? 1 : 2) : 4;
     constexpr int CH = Q8 ? 64 : 32;  // columns per chunk
     constexpr int ESZ = Q8 ? 1 : 2;   // weight bytes per element
     extern __shared__ float sk_smem[];
@@ -120,6 +98,21 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
             wrow[mt][h] = w + ((size_t)row * k + k0) * ESZ + 16 * t;
         }
     }
+    // Two named weight groups (not one array indexed by a variable, which would live in local
+    // memory): the loop body runs twice per iteration with their roles swapped.
+    uint4 wa[U][MT][2], wb[U][MT][2];
+    // The weights are constants: the first group loads before waiting on the previous kernel.
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        if (u < chunks) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                wa[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * u);
+                wa[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * u);
+            }
+        }
+    }
+    pdl_enter();
     float acc[MT][NT][4];
     float sq[NT];
 #pragma unroll
@@ -132,15 +125,15 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
         }
     }
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int c0 = 0; c0 < chunks; c0 += U) {
-        uint4 wv[U][MT][2];
+    // The group at chunk c0 multiplies `cur` while `nxt` loads the group after it.
+    auto group = [&](int c0, uint4 (&cur)[U][MT][2], uint4 (&nxt)[U][MT][2]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if (c0 + u < chunks) {
+            if (c0 + U + u < chunks) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    wv[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * (c0 + u));
-                    wv[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * (c0 + u));
+                    nxt[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * (c0 + U + u));
+                    nxt[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * (c0 + U + u));
                 }
             }
         }
@@ -148,41 +141,62 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
         for (int u = 0; u < U; ++u) {
             if (c0 + u >= chunks) break;
             const int kc = k0 + (c0 + u) * CH;
+            if (!Q8) {
+                uint4 xv[NT];
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int r = nt * 8 + g;
-                if (nt * 8 >= n) break;
-                if (!Q8) {
-                    const T* xp = x + (size_t)r * k + kc + 8 * t;
-                    uint4 xv = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
-                    if (gamma != nullptr) xv = sk_norm_in(xv, __ldg(reinterpret_cast<const uint4*>(gamma + kc + 8 * t)), sq[nt]);
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int r = nt * 8 + g;
+                    xv[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * k + kc + 8 * t)) : zero;
+                }
+                if (gamma != nullptr) {
+                    const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma + kc + 8 * t));
 #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const uint4 a0 = wv[u][mt][0], a1 = wv[u][mt][1];
-                        unsigned fa[4] = {a0.x, a1.x, a0.y, a1.y};
-                        mma_bf16(acc[mt][nt], fa, xv.x, xv.y);
-                        unsigned fb[4] = {a0.z, a1.z, a0.w, a1.w};
-                        mma_bf16(acc[mt][nt], fb, xv.z, xv.w);
+                    for (int nt = 0; nt < NT; ++nt) xv[nt] = sk_norm_in(xv[nt], gv, sq[nt]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const uint4 a0 = cur[u][mt][0], a1 = cur[u][mt][1];
+                    const unsigned fa[4] = {a0.x, a1.x, a0.y, a1.y};
+                    const unsigned fb[4] = {a0.z, a1.z, a0.w, a1.w};
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        if (nt * 8 < n) {
+                            mma_bf16(acc[mt][nt], fa, xv[nt].x, xv[nt].y);
+                            mma_bf16(acc[mt][nt], fb, xv[nt].z, xv[nt].w);
+                        }
                     }
-                } else {
+                }
+            } else {
+                uint4 xa[NT], xb[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int r = nt * 8 + g;
                     const T* xp = x + (size_t)r * k + kc + 16 * t;
-                    const uint4 xa = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
-                    const uint4 xb = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
+                    xa[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
+                    xb[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
+                }
 #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const unsigned w0 = sk_word(wv[u][mt][0], i), w1 = sk_word(wv[u][mt][1], i);
-                            unsigned fa[4] = {sk_q8_pair(w0, 0), sk_q8_pair(w1, 0), sk_q8_pair(w0, 1), sk_q8_pair(w1, 1)};
-                            const uint4 xs = i < 2 ? xa : xb;
-                            const unsigned b0 = (i & 1) ? xs.z : xs.x;
-                            const unsigned b1 = (i & 1) ? xs.w : xs.y;
-                            mma_bf16(acc[mt][nt], fa, b0, b1);
+                    for (int i = 0; i < 4; ++i) {
+                        // Dequantised once per chunk, used by every activation tile.
+                        const unsigned w0 = sk_word(cur[u][mt][0], i), w1 = sk_word(cur[u][mt][1], i);
+                        const unsigned fa[4] = {sk_q8_pair(w0, 0), sk_q8_pair(w1, 0), sk_q8_pair(w0, 1), sk_q8_pair(w1, 1)};
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) {
+                            if (nt * 8 < n) {
+                                const uint4 xs = i < 2 ? xa[nt] : xb[nt];
+                                mma_bf16(acc[mt][nt], fa, (i & 1) ? xs.z : xs.x, (i & 1) ? xs.w : xs.y);
+                            }
                         }
                     }
                 }
             }
         }
+    };
+    for (int c0 = 0; c0 < chunks; c0 += 2 * U) {
+        group(c0, wa, wb);
+        if (c0 + U < chunks) group(c0 + U, wb, wa);
     }
     // Partial sums to shared memory: [warp][MT * 16 tile rows][NT * 8 activation rows].
     constexpr int P = SK_PITCH(NT);
@@ -249,26 +263,23 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 }
 #endif
 
-// `m`: output columns (weight rows, or gate rows for SwiGLU, whose weight holds 2 m rows); `mt`:
-// weight tiles per block (1, 2 or 4, with mt * NT <= 8); k a multiple of 8 * (32 dense, 64 int8).
-// `scale` (int8) and `gamma` (norm prologue) may be null.
+// `m`: output columns (weight rows, or gate rows for SwiGLU, whose weight holds 2 m rows); k a
+// multiple of 8 * (32 dense, 64 int8); `scale` (int8) and `gamma` (norm prologue) may be null.
+// Each entry has its weight tiles per block fixed (SK_MT: two at 64 rows, where re-reading the
+// activations per block costs most), and its register budget with it.
+#define SK_MT(NT) ((NT) >= 8 ? 2 : 1)
+// Blocks per SM asked of the compiler: two up to 32 rows (at most 128 registers a thread).
+#define SK_MIN_BLOCKS(NT) ((NT) >= 8 ? 1 : 2)
 #if MMA_ENABLED
-#define SK_DISPATCH(Q8, NT)                                                                                       \
-    switch (mt) {                                                                                                 \
-        case 4: sk_body<Q8, NT, (NT <= 2 ? 4 : 1)>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi); break; \
-        case 2: sk_body<Q8, NT, (NT <= 4 ? 2 : 1)>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi); break; \
-        default: sk_body<Q8, NT, 1>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi); break;             \
-    }
+#define SK_DISPATCH(Q8, NT) sk_body<Q8, NT, SK_MT(NT)>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
 #else
-#define SK_DISPATCH(Q8, NT)
+#define SK_DISPATCH(Q8, NT) pdl_enter();
 #endif
 
 #define SK_ENTRY(NAME, Q8, NT)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(SK_WARPS * 32)                                                    \
+    extern "C" __global__ void __launch_bounds__(SK_WARPS * 32, SK_MIN_BLOCKS(NT))                                 \
         NAME(const T* __restrict__ x, const void* __restrict__ w, const float* __restrict__ scale,                 \
-             const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi, int mt) { \
-        sk_prefetch_weights(w, k, m, epi, mt, Q8);                                                                 \
-        pdl_enter();                                                                                                \
+             const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi) {          \
         SK_DISPATCH(Q8, NT)                                                                                         \
     }
 

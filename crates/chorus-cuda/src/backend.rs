@@ -72,12 +72,17 @@ pub struct CudaOptions {
     /// Products of at most two rows with rows of at least this many columns take the GEMV
     /// kernel (weight bandwidth bound); shorter ones take cuBLAS. For A/B measurements.
     pub gemv_min_k: usize,
-    /// bf16 LM products ([`chorus_core::LmOps::fused_linear`]) of at most
+    /// bf16 LM products ([`chorus_core::LmOps::fused_linear`]) of int8 weights and at most
     /// [`crate::SKINNY_MAX_ROWS`] rows run on the tensor-core skinny kernel
-    /// (`kernels/lm_skinny.cu`, sm_80+) with their norm and epilogue fused and one reduction order
-    /// per output whatever the row count; off (or `CHORUS_SKINNY=0`), as separate ops on the GEMV
-    /// kernel and cuBLAS. For A/B measurements.
+    /// (`kernels/lm_skinny.cu`, sm_80+: W8A16 with the weights dequantised in registers, the
+    /// epilogue fused, one reduction order per output whatever the row count); off (or
+    /// `CHORUS_SKINNY=0`), as separate ops on the GEMV kernel and cuBLAS. For A/B measurements.
     pub skinny_mma: bool,
+    /// Dense bf16 LM products of at most [`crate::SKINNY_MAX_ROWS`] rows take the skinny kernel
+    /// too (with their pre-norm fused), so that a row's bits do not depend on the other rows of
+    /// the call; off, they take the GEMV kernel and cuBLAS, faster from 2 rows up
+    /// (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the default on.
+    pub batch_invariant: bool,
 }
 
 impl Default for CudaOptions {
@@ -99,6 +104,7 @@ impl Default for CudaOptions {
             programmatic_launch: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
+            batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -106,6 +112,8 @@ impl Default for CudaOptions {
 /// Default [`CudaOptions::conv_mma_max_out`]: the phase convolutions (256 to 4,096 outputs) take
 /// cuBLAS, where the implicit GEMM's blocks would re-read their input 4 to 64 times.
 pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
+/// Environment switch of [`CudaOptions::batch_invariant`]'s default.
+pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -203,6 +211,8 @@ pub struct CudaBackend {
     pub(crate) skinny_mma: bool,
     /// Skinny-kernel launches enqueued so far (as `mma_launches`).
     pub(crate) skinny_launches: AtomicUsize,
+    /// See [`CudaOptions::batch_invariant`].
+    pub(crate) batch_invariant: bool,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -280,6 +290,9 @@ impl CudaBackend {
                 kernels.allow_dynamic_smem(k, mma_smem_limit)?;
             }
         }
+        if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
+            crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
+        }
         let blas = Blas::new(
             &ctx,
             stream.cu_stream(),
@@ -324,6 +337,7 @@ impl CudaBackend {
             gemv_min_k: options.gemv_min_k,
             skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
             skinny_launches: AtomicUsize::new(0),
+            batch_invariant: options.batch_invariant,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),

@@ -28,8 +28,8 @@ mod res_block_ops;
 mod wide_ops;
 
 pub use backend::{
-    CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, DEFAULT_CONV_MMA_MAX_OUT,
-    DEFAULT_CUBLAS_WORKSPACE, DEFAULT_WARMUP_RUNS, SKINNY_ENV,
+    CudaBackend, CudaBuf, CudaInts, CudaOptions, CudaStaging, BATCH_INVARIANT_ENV,
+    DEFAULT_CONV_MMA_MAX_OUT, DEFAULT_CUBLAS_WORKSPACE, DEFAULT_WARMUP_RUNS, SKINNY_ENV,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
 pub use lm::gemv::GEMV_MIN_K;

@@ -114,10 +114,12 @@ fn run<B: LmOps>(be: &B, c: &Case, d: &Data, key: usize) -> Vec<f32> {
     be.download(&out).unwrap()
 }
 
-fn cuda_skinny(precision: Precision, skinny_mma: bool) -> Option<CudaBackend> {
+/// A backend with the skinny kernel on or off, and dense products on it too (`invariant`).
+fn cuda_skinny(precision: Precision, skinny_mma: bool, invariant: bool) -> Option<CudaBackend> {
     cuda_with(CudaOptions {
         precision,
         skinny_mma,
+        batch_invariant: invariant,
         ..Default::default()
     })
 }
@@ -127,8 +129,8 @@ const EPILOGUES: [Epilogue; 3] = [Epilogue::Store, Epilogue::Accumulate, Epilogu
 #[test]
 fn fused_products_match_the_cpu() {
     let cpu = cpu();
-    for precision in PRECISIONS {
-        let Some(cuda) = cuda_skinny(precision, true) else {
+    for (precision, invariant) in PRECISIONS.iter().flat_map(|&p| [(p, false), (p, true)]) {
+        let Some(cuda) = cuda_skinny(precision, true, invariant) else {
             return;
         };
         let mut key = 0;
@@ -161,8 +163,11 @@ fn fused_products_match_the_cpu() {
                     let got = run(&cuda, &c, &d, key);
                     assert_parity(&c.name(), precision, &got, &want);
                     let took = cuda.skinny_products() > before;
-                    let expect = precision == Precision::Bf16 && n <= chorus_cuda::SKINNY_MAX_ROWS;
-                    assert_eq!(took, expect, "{}: skinny kernel taken", c.name());
+                    let expect = precision == Precision::Bf16
+                        && n <= chorus_cuda::SKINNY_MAX_ROWS
+                        && (q8 || invariant);
+                    let name = format!("{} invariant={invariant}", c.name());
+                    assert_eq!(took, expect, "{name}: skinny kernel taken");
                     key += 1;
                 }
             }
@@ -211,11 +216,11 @@ fn each_fusion_changes_the_result() {
 }
 
 /// A row's bits do not depend on the rows beside it: row `r` of a 64-row call equals the same
-/// input alone, first of 2, in the middle of 9 and of 33 rows (bf16, every epilogue, dense and
-/// int8).
+/// input alone, first of 2, in the middle of 9 and of 33 rows (bf16 in the batch-invariant mode,
+/// every epilogue, dense and int8).
 #[test]
 fn a_rows_bits_do_not_depend_on_the_other_rows() {
-    let Some(cuda) = cuda_skinny(Precision::Bf16, true) else {
+    let Some(cuda) = cuda_skinny(Precision::Bf16, true, true) else {
         return;
     };
     let (k, m) = (1024, 1000);
@@ -273,7 +278,8 @@ fn median_ms(be: &CudaBackend, key: usize) -> f64 {
 
 /// The weight bandwidth of one LM layer's four products (norm + q/k/v, o + residual, norm +
 /// gate/up + SwiGLU, down + residual) over four layers (1.55 GB bf16, far past the L2), per row
-/// count, on the skinny kernel and as the ops apart, dense and int8. Prints figures.
+/// count, on the skinny kernel (the batch-invariant mode) and as the ops apart, dense and int8.
+/// Prints figures.
 #[test]
 fn skinny_products_bandwidth_by_row_count() {
     let (h, qkv, inter) = (4096usize, 6144usize, 12288usize);
@@ -285,7 +291,7 @@ fn skinny_products_bandwidth_by_row_count() {
     ];
     let layers = 4;
     for skinny in [true, false] {
-        let Some(be) = cuda_skinny(Precision::Bf16, skinny) else {
+        let Some(be) = cuda_skinny(Precision::Bf16, skinny, true) else {
             return;
         };
         for q8 in [false, true] {

@@ -107,3 +107,85 @@ fn full_size_teacher_forcing_matches_the_oracle() {
         }
     }
 }
+
+/// The batch-invariant mode (`CudaOptions::batch_invariant`): a seeded song's codes and hiddens
+/// on CUDA bf16 are the same bits alone and beside 1, 7 and 30 other songs (buckets of 1 to 32),
+/// the others joining at other frames. The model is `random-small` with a depth MLP of 512, so
+/// that every product takes the skinny kernel.
+#[test]
+fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
+    use chorus_music::{Sampling, SongEvent, SongRequest};
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let depth = chorus_music::DepthConfig {
+        intermediate_size: 512,
+        ..chorus_music::DepthConfig::small()
+    };
+    let model =
+        chorus_music::load::random_model(chorus_music::Qwen3Config::small(), depth, 1.0).unwrap();
+    let be = CudaBackend::new(CudaOptions {
+        precision: Precision::Bf16,
+        batch_invariant: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let context = 160;
+    let opts = StageOptions::for_songs(32, context).unwrap();
+    let mut st = SemanticStage::new(be, &model, opts).unwrap();
+    st.warmup().unwrap();
+    let request = |seed: u64| {
+        let mut rng = chorus_core::rng::SplitMix64::new(seed);
+        let cond = (0..24).map(|_| (rng.next_u64() % 151_643) as u32).collect();
+        SongRequest {
+            prompt: chorus_music::prompt::PromptIds::from_cond(cond, 200_000).unwrap(),
+            max_frames: 12,
+            sampling: Sampling::Seeded(seed),
+            allow_end: false,
+            forced: None,
+        }
+    };
+    let mut runs = Vec::new();
+    for others in [0usize, 1, 7, 30] {
+        let mut outs: Vec<(Vec<[u32; 8]>, Vec<u32>)> = Vec::new();
+        let mine = st.add_song(request(7)).unwrap();
+        for s in 0..others {
+            st.add_song(request(100 + s as u64)).unwrap();
+        }
+        let mut frame = 0;
+        while st.active() > 0 {
+            if frame == 3 && others > 0 {
+                // One more joins mid-song (its prefill runs between this song's frames).
+                st.add_song(request(999)).unwrap();
+            }
+            st.step(&mut |ev| {
+                if let SongEvent::Frame {
+                    song,
+                    codes,
+                    hidden,
+                    ..
+                } = ev
+                {
+                    if song == mine {
+                        outs.push((vec![codes], hidden.iter().map(|x| x.to_bits()).collect()));
+                    }
+                }
+            })
+            .unwrap();
+            frame += 1;
+        }
+        eprintln!(
+            "bf16 invariant mode: song beside {others} others, {} frames",
+            outs.len()
+        );
+        runs.push(outs);
+    }
+    for (i, r) in runs.iter().enumerate().skip(1) {
+        assert_eq!(r.len(), runs[0].len());
+        for (f, (a, b)) in r.iter().zip(&runs[0]).enumerate() {
+            assert_eq!(a.0, b.0, "run {i}: codes of frame {f} differ");
+            assert!(a.1 == b.1, "run {i}: hiddens of frame {f} differ");
+        }
+    }
+}

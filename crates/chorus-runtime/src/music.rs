@@ -41,6 +41,9 @@ pub struct StageSpec {
     pub songs: usize,
     pub max_context: usize,
     pub threads: Option<usize>,
+    /// CUDA: every product and attention split in one order per row whatever the batch
+    /// ([`CudaOptions::batch_invariant`]); the CPU always is.
+    pub batch_invariant: bool,
 }
 
 macro_rules! each {
@@ -79,9 +82,11 @@ impl AnyStage {
     fn with_options(model: &MusicModel, spec: &StageSpec, opts: StageOptions) -> Result<Self> {
         match resolve(spec.device) {
             DeviceKind::Cuda => {
+                let defaults = CudaOptions::default();
                 let be = CudaBackend::new(CudaOptions {
                     precision: spec.precision.unwrap_or(Precision::Bf16),
-                    ..Default::default()
+                    batch_invariant: spec.batch_invariant || defaults.batch_invariant,
+                    ..defaults
                 })?;
                 let mut st = SemanticStage::new(be, model, opts)?;
                 st.warmup()?;

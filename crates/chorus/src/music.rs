@@ -56,6 +56,10 @@ pub struct MusicArgs {
     /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
     #[arg(long, value_parser = crate::decode::parse_precision)]
     pub precision: Option<chorus_core::Precision>,
+    /// CUDA: a song's codes do not depend on the songs sharing its steps (every product and
+    /// attention split summed in one order per row; slower from 2 songs, docs/PERFORMANCE.md).
+    #[arg(long)]
+    pub batch_invariant: bool,
 }
 
 pub fn run(args: MusicArgs) -> Result<()> {
@@ -69,6 +73,7 @@ pub fn run(args: MusicArgs) -> Result<()> {
         songs: 1,
         max_context: prompt.len() + max_frames + 1,
         threads: args.threads,
+        batch_invariant: args.batch_invariant,
     };
     let mut stage = AnyStage::open(&model, &spec)?;
     let hidden = model.lm_config.hidden_size;

@@ -52,6 +52,10 @@ pub struct MusicBenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// CUDA: a song's codes do not depend on the songs sharing its steps (every product and
+    /// attention split summed in one order per row; slower from 2 songs, docs/PERFORMANCE.md).
+    #[arg(long)]
+    pub batch_invariant: bool,
 }
 
 /// One point's figures.
@@ -104,6 +108,7 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
         songs: max_songs,
         max_context,
         threads: args.threads,
+        batch_invariant: args.batch_invariant,
     };
     let mut stage = AnyStage::open_sized(&model, &spec, kv_blocks, max_context)?;
     if !args.json {

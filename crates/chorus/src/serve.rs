@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// Device of the music stage (CUDA: bf16 unless `--precision f32`, one graph per frame).
     #[arg(long, value_enum, default_value = "cpu")]
     pub music_device: DeviceKind,
+    /// CUDA music stage: a song's codes do not depend on the songs sharing its steps (slower
+    /// from 2 songs, docs/PERFORMANCE.md).
+    #[arg(long)]
+    pub music_batch_invariant: bool,
     /// Milliseconds each step of `--model fake` takes (a stand-in for the device's step time,
     /// so that batches grow under load as they do on a GPU).
     #[arg(long, default_value_t = 0.0)]
@@ -370,11 +374,14 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
     );
     let music = if chorus_runtime::device::resolve(device) == DeviceKind::Cuda {
         let precision = args.precision;
+        let invariant = args.music_batch_invariant;
         let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
             let opts = StageOptions::for_songs(songs, context)?;
+            let defaults = chorus_cuda::CudaOptions::default();
             let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
                 precision: precision.unwrap_or(chorus_core::Precision::Bf16),
-                ..Default::default()
+                batch_invariant: invariant || defaults.batch_invariant,
+                ..defaults
             })?;
             let mut stage = chorus_music::SemanticStage::new(be, &model, opts.clone())?;
             stage.warmup()?;

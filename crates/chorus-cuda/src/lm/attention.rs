@@ -39,6 +39,10 @@ const DECODE_BLOCKS_PER_SM: usize = 4;
 /// only when there are enough (row, kv head) pairs to fill the GPU anyway).
 const SPLIT_QUANTUM: usize = 64;
 const SPLIT_MAX: usize = 2048;
+/// Positions per split in the batch-invariant mode ([`crate::CudaOptions::batch_invariant`]):
+/// fixed, so that a row's splits (and the order the combine adds them in) do not depend on the
+/// other rows of the call.
+const SPLIT_INVARIANT: usize = 512;
 /// Contexts of at most this many positions (`max_blocks * block_size`: the depth decoder's 16)
 /// without GQA take the decode kernel's `group_pairs` mode: one (row, kv head) pair per lane
 /// group, so that a block serves several pairs instead of idling most of its lanes on a handful of
@@ -112,12 +116,13 @@ pub(crate) struct DecodePlan {
 /// `rows * kv_heads * splits` blocks fill at most one wave of [`DECODE_BLOCKS_PER_SM`] per
 /// multiprocessor for contexts of `max_blocks * block_size` positions (blocks past a row's real
 /// context exit at once), each split a multiple of [`SPLIT_QUANTUM`] positions and at most
-/// [`SPLIT_MAX`].
+/// [`SPLIT_MAX`]; with `invariant`, every split is [`SPLIT_INVARIANT`] positions whatever the rows.
 pub(crate) fn decode_plan(
     sm_count: usize,
     g: &HeadGeom,
     block_size: usize,
     max_blocks: usize,
+    invariant: bool,
 ) -> DecodePlan {
     let max_ctx = (block_size * max_blocks).max(1);
     if max_ctx <= GROUP_PAIRS_MAX_CTX && g.q_heads == g.kv_heads {
@@ -129,10 +134,14 @@ pub(crate) fn decode_plan(
     }
     let pairs = (g.rows * g.kv_heads).max(1);
     let wanted = (DECODE_BLOCKS_PER_SM * sm_count / pairs).max(1);
-    let split_len = max_ctx
-        .div_ceil(wanted)
-        .next_multiple_of(SPLIT_QUANTUM)
-        .clamp(SPLIT_QUANTUM, SPLIT_MAX);
+    let split_len = if invariant {
+        SPLIT_INVARIANT
+    } else {
+        max_ctx
+            .div_ceil(wanted)
+            .next_multiple_of(SPLIT_QUANTUM)
+            .clamp(SPLIT_QUANTUM, SPLIT_MAX)
+    };
     DecodePlan {
         splits: max_ctx.div_ceil(split_len),
         split_len,
@@ -196,7 +205,13 @@ pub(crate) fn paged_attention(
         return Ok(());
     }
     let plan = if decode_fits(&g) {
-        decode_plan(be.sm_count, &g, a.block_size, a.max_blocks)
+        decode_plan(
+            be.sm_count,
+            &g,
+            a.block_size,
+            a.max_blocks,
+            be.batch_invariant,
+        )
     } else {
         DecodePlan {
             splits: 1,
@@ -310,7 +325,7 @@ mod tests {
         let wave = DECODE_BLOCKS_PER_SM * 132;
         for rows in [1, 2, 6, 16, 40, 64, 256] {
             for (max_blocks, bs) in [(55, 256), (12, 256), (188, 16), (3, 64)] {
-                let p = decode_plan(132, &geom(rows, 8), bs, max_blocks);
+                let p = decode_plan(132, &geom(rows, 8), bs, max_blocks, false);
                 let ctx = bs * max_blocks;
                 assert!(!p.group_pairs);
                 assert!(p.splits * p.split_len >= ctx && (p.splits - 1) * p.split_len < ctx);
@@ -322,18 +337,30 @@ mod tests {
             }
         }
         // Qwen3, one song (16 pairs) at 14,080 positions: 32 splits of 448, 512 blocks.
-        let p = decode_plan(132, &geom(2, 8), 256, 55);
+        let p = decode_plan(132, &geom(2, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (32, 448));
         // 128 songs: one pass per 2,048 positions.
-        let p = decode_plan(132, &geom(256, 8), 256, 55);
+        let p = decode_plan(132, &geom(256, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (7, 2048));
         // The depth decoder (16/16 heads): one block of 16 positions.
         let depth = HeadGeom {
             q_heads: 16,
             ..geom(256, 16)
         };
-        let p = decode_plan(132, &depth, 16, 1);
+        let p = decode_plan(132, &depth, 16, 1, false);
         assert!(p.group_pairs && p.splits == 1 && p.split_len == 16);
-        assert!(!decode_plan(132, &geom(256, 16), 16, 1).group_pairs);
+        assert!(!decode_plan(132, &geom(256, 16), 16, 1, false).group_pairs);
+    }
+
+    #[test]
+    fn invariant_plan_splits_by_position_alone() {
+        for rows in [1, 2, 16, 64, 256] {
+            let p = decode_plan(132, &geom(rows, 8), 256, 55, true);
+            assert_eq!(
+                (p.splits, p.split_len),
+                (28, SPLIT_INVARIANT),
+                "rows {rows}"
+            );
+        }
     }
 }

@@ -29,10 +29,6 @@ const SKINNY_WARPS: usize = 8;
 /// Columns per 64-byte weight chunk: bf16 and int8.
 const CHUNK_DENSE: usize = 32;
 const CHUNK_Q8: usize = 64;
-/// Weight tiles times activation tiles a block may hold (the kernel's register budget).
-const MAX_TILE_PRODUCT: usize = 8;
-/// A block takes more weight tiles only while the grid keeps at least this many blocks per SM.
-const MIN_BLOCKS_PER_SM: usize = 2;
 /// `epi` codes of the kernel (`SK_STORE`, `SK_ACC`, `SK_SWIGLU`).
 fn epi_code(e: Epilogue) -> i32 {
     match e {
@@ -68,6 +64,9 @@ impl CudaBackend {
             && a.m >= 1
             && (a.epilogue != Epilogue::Swiglu || a.m.is_multiple_of(2))
             && a.m * a.k <= i32::MAX as usize
+            // Dense bf16 products keep the GEMV kernel and cuBLAS unless every row must be
+            // summed in one order: those are faster from 2 rows up (docs/PERFORMANCE.md).
+            && (q8 || self.batch_invariant)
     }
 }
 
@@ -177,34 +176,59 @@ fn launch(
     (n, k, m, epilogue): (usize, usize, usize, Epilogue),
 ) -> Result<()> {
     let tiles = n.div_ceil(8).next_power_of_two();
+    let mt = weight_tiles(tiles);
     let swiglu = epilogue == Epilogue::Swiglu;
     let cols = if swiglu { m / 2 } else { m };
-    let per_tile = if swiglu { 8 } else { 16 };
-    // More weight tiles per block re-read the activations less, while the grid stays full.
-    let mut mt = 1;
-    for cand in [4usize, 2] {
-        let blocks = cols.div_ceil(per_tile * cand);
-        if cand * tiles <= MAX_TILE_PRODUCT && blocks >= MIN_BLOCKS_PER_SM * be.sm_count {
-            mt = cand;
-            break;
-        }
-    }
-    let pitch = tiles * 8 + 1;
-    let smem = (SKINNY_WARPS * (mt * 16 * pitch + tiles * 8)) * std::mem::size_of::<f32>();
+    let per_block = if swiglu { 8 } else { 16 } * mt;
     let cfg = Launch {
-        grid: cols.div_ceil(per_tile * mt) as u32,
+        grid: cols.div_ceil(per_block) as u32,
         block: (32 * SKINNY_WARPS) as u32,
-        smem: smem as u32,
+        smem: smem_bytes(tiles) as u32,
     };
     let (n32, k32, m32) = (n as i32, k as i32, cols as i32);
-    let (epi, mt32) = (epi_code(epilogue), mt as i32);
+    let epi = epi_code(epilogue);
     let (x, w, scale, gamma, out, eps) = (p.x, p.w, p.scale, p.gamma, p.out, p.eps);
     be.skinny_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
         kernel(p.q8, tiles),
         cfg,
-        &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi, &mt32],
+        &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi],
     )
+}
+
+/// Shared memory of a block with `tiles` activation tiles: each warp's partial sums (rows padded
+/// against bank conflicts, `SK_PITCH`) and its rows' sums of squares.
+fn smem_bytes(tiles: usize) -> usize {
+    let pitch = tiles * 8 + 1;
+    SKINNY_WARPS * (weight_tiles(tiles) * 16 * pitch + tiles * 8) * std::mem::size_of::<f32>()
+}
+
+/// Lets the entry points whose partial sums pass the default 48 KiB take them (at start-up).
+pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Result<()> {
+    let tiles = SKINNY_MAX_ROWS / 8;
+    let need = smem_bytes(tiles);
+    if need > limit {
+        return Err(cuda_error(
+            "fused_linear",
+            format!(
+                "the skinny kernel needs {need} bytes of shared memory, the device allows {limit}"
+            ),
+        ));
+    }
+    for q8 in [false, true] {
+        kernels.allow_dynamic_smem(kernel(q8, tiles), need)?;
+    }
+    Ok(())
+}
+
+/// Weight tiles per block of the entry point for `tiles` activation tiles (mirrors `SK_MT`):
+/// two at 64 rows, where re-reading the activations per block costs most.
+fn weight_tiles(tiles: usize) -> usize {
+    if tiles >= 8 {
+        2
+    } else {
+        1
+    }
 }
 
 /// The ops apart, each on its own kernel (or cuBLAS).
