@@ -12,6 +12,8 @@ mod attention;
 mod draw;
 #[path = "lm_ops/draw_cases.rs"]
 mod draw_cases;
+#[path = "lm_ops/fused.rs"]
+mod fused;
 #[path = "lm_ops/norm.rs"]
 mod norm;
 #[path = "lm_ops/q8.rs"]
