@@ -25,12 +25,9 @@
 #define SK_SWIGLU 2
 
 #if MMA_ENABLED
+// Weights are read once per product: lm_q8.cu's 16-byte load that bypasses L1.
 __device__ __forceinline__ uint4 sk_ld_w(const unsigned char* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+    return q8_ld_stream(reinterpret_cast<const signed char*>(p));
 }
 
 __device__ __forceinline__ unsigned sk_word(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
