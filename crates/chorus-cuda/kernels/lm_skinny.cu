@@ -13,7 +13,8 @@
 //   are added in warp order through shared memory. The tile counts (NT activation tiles, MT weight
 //   tiles per block) only change which outputs a thread holds, never how one is summed.
 // - Each block reads all of its rows' activations from L2, so their traffic is n / (16 MT) times
-//   the weights': from 16 rows it, not HBM, bounds the kernel (docs/PERFORMANCE.md).
+//   the weights' (twice that for int8): past 8 rows it, not HBM, bounds the kernel
+//   (docs/PERFORMANCE.md), hence two weight tiles per block wherever the grid stays full.
 // - Norm prologue: B = bf16(x * gamma) and the row's sum of squares of x accumulates beside the
 //   product; the epilogue multiplies by rsqrt(mean(x^2) + eps) (so the rows are never written
 //   normed). Epilogues: store, add to out (a residual update), or SwiGLU of a fused gate/up weight
@@ -67,7 +68,7 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
     // Chunks of 64 bytes per weight row in a group; two groups in registers (the next loads
     // while this one multiplies): 64 registers of weights per lane, 32 from 32 rows (whose
     // accumulators and activations take the rest).
-    constexpr int U = NT >= 4 ? (MT >= 2 ? 1 : 2) : 4;
+    constexpr int U = (NT >= 4 ? 2 : 4) / MT;
     constexpr int CH = Q8 ? 64 : 32;  // columns per chunk
     constexpr int ESZ = Q8 ? 1 : 2;   // weight bytes per element
     extern __shared__ float sk_smem[];
@@ -262,29 +263,34 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 
 // `m`: output columns (weight rows, or gate rows for SwiGLU, whose weight holds 2 m rows); k a
 // multiple of 8 * (32 dense, 64 int8); `scale` (int8) and `gamma` (norm prologue) may be null.
-// Each entry has its weight tiles per block fixed (SK_MT: two at 64 rows, where re-reading the
-// activations per block costs most), and its register budget with it.
-#define SK_MT(NT) ((NT) >= 8 ? 2 : 1)
+// Each entry point fixes its activation tiles NT and weight tiles per block MT, and with them its
+// register budget: two weight tiles halve the activations' L2 traffic where the grid stays full.
 // Blocks per SM asked of the compiler: two up to 32 rows (at most 128 registers a thread).
 #define SK_MIN_BLOCKS(NT) ((NT) >= 8 ? 1 : 2)
 #if MMA_ENABLED
-#define SK_DISPATCH(Q8, NT) sk_body<Q8, NT, SK_MT(NT)>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
+#define SK_DISPATCH(Q8, NT, MT) sk_body<Q8, NT, MT>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
 #else
-#define SK_DISPATCH(Q8, NT) pdl_enter();
+#define SK_DISPATCH(Q8, NT, MT) pdl_enter();
 #endif
 
-#define SK_ENTRY(NAME, Q8, NT)                                                                                     \
+#define SK_ENTRY(NAME, Q8, NT, MT)                                                                                 \
     extern "C" __global__ void __launch_bounds__(SK_WARPS * 32, SK_MIN_BLOCKS(NT))                                 \
         NAME(const T* __restrict__ x, const void* __restrict__ w, const float* __restrict__ scale,                 \
              const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi) {          \
-        SK_DISPATCH(Q8, NT)                                                                                         \
+        SK_DISPATCH(Q8, NT, MT)                                                                                     \
     }
 
-SK_ENTRY(lm_skinny_n8, false, 1)
-SK_ENTRY(lm_skinny_n16, false, 2)
-SK_ENTRY(lm_skinny_n32, false, 4)
-SK_ENTRY(lm_skinny_n64, false, 8)
-SK_ENTRY(lm_skinny_q8_n8, true, 1)
-SK_ENTRY(lm_skinny_q8_n16, true, 2)
-SK_ENTRY(lm_skinny_q8_n32, true, 4)
-SK_ENTRY(lm_skinny_q8_n64, true, 8)
+SK_ENTRY(lm_skinny_n8, false, 1, 1)
+SK_ENTRY(lm_skinny_n16, false, 2, 1)
+SK_ENTRY(lm_skinny_n32, false, 4, 1)
+SK_ENTRY(lm_skinny_n8_m2, false, 1, 2)
+SK_ENTRY(lm_skinny_n16_m2, false, 2, 2)
+SK_ENTRY(lm_skinny_n32_m2, false, 4, 2)
+SK_ENTRY(lm_skinny_n64_m2, false, 8, 2)
+SK_ENTRY(lm_skinny_q8_n8, true, 1, 1)
+SK_ENTRY(lm_skinny_q8_n16, true, 2, 1)
+SK_ENTRY(lm_skinny_q8_n32, true, 4, 1)
+SK_ENTRY(lm_skinny_q8_n8_m2, true, 1, 2)
+SK_ENTRY(lm_skinny_q8_n16_m2, true, 2, 2)
+SK_ENTRY(lm_skinny_q8_n32_m2, true, 4, 2)
+SK_ENTRY(lm_skinny_q8_n64_m2, true, 8, 2)

@@ -128,11 +128,17 @@ kernel_table! {
     LmSkinnyN8 => "lm_skinny_n8",
     LmSkinnyN16 => "lm_skinny_n16",
     LmSkinnyN32 => "lm_skinny_n32",
-    LmSkinnyN64 => "lm_skinny_n64",
+    LmSkinnyN8M2 => "lm_skinny_n8_m2",
+    LmSkinnyN16M2 => "lm_skinny_n16_m2",
+    LmSkinnyN32M2 => "lm_skinny_n32_m2",
+    LmSkinnyN64M2 => "lm_skinny_n64_m2",
     LmSkinnyQ8N8 => "lm_skinny_q8_n8",
     LmSkinnyQ8N16 => "lm_skinny_q8_n16",
     LmSkinnyQ8N32 => "lm_skinny_q8_n32",
-    LmSkinnyQ8N64 => "lm_skinny_q8_n64",
+    LmSkinnyQ8N8M2 => "lm_skinny_q8_n8_m2",
+    LmSkinnyQ8N16M2 => "lm_skinny_q8_n16_m2",
+    LmSkinnyQ8N32M2 => "lm_skinny_q8_n32_m2",
+    LmSkinnyQ8N64M2 => "lm_skinny_q8_n64_m2",
 }
 
 /// Grid and block of one launch.

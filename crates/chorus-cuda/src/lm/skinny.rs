@@ -38,17 +38,24 @@ fn epi_code(e: Epilogue) -> i32 {
     }
 }
 
-/// The kernel of `q8` weights and `tiles` activation tiles.
-fn kernel(q8: bool, tiles: usize) -> Kernel {
-    match (q8, tiles) {
-        (false, 1) => Kernel::LmSkinnyN8,
-        (false, 2) => Kernel::LmSkinnyN16,
-        (false, 4) => Kernel::LmSkinnyN32,
-        (false, _) => Kernel::LmSkinnyN64,
-        (true, 1) => Kernel::LmSkinnyQ8N8,
-        (true, 2) => Kernel::LmSkinnyQ8N16,
-        (true, 4) => Kernel::LmSkinnyQ8N32,
-        (true, _) => Kernel::LmSkinnyQ8N64,
+/// The entry point of `q8` weights, `tiles` activation tiles and `mt` weight tiles per block
+/// (64 rows take two).
+fn kernel(q8: bool, tiles: usize, mt: usize) -> Kernel {
+    match (q8, tiles, mt) {
+        (false, 1, 1) => Kernel::LmSkinnyN8,
+        (false, 2, 1) => Kernel::LmSkinnyN16,
+        (false, 4, 1) => Kernel::LmSkinnyN32,
+        (false, 1, _) => Kernel::LmSkinnyN8M2,
+        (false, 2, _) => Kernel::LmSkinnyN16M2,
+        (false, 4, _) => Kernel::LmSkinnyN32M2,
+        (false, _, _) => Kernel::LmSkinnyN64M2,
+        (true, 1, 1) => Kernel::LmSkinnyQ8N8,
+        (true, 2, 1) => Kernel::LmSkinnyQ8N16,
+        (true, 4, 1) => Kernel::LmSkinnyQ8N32,
+        (true, 1, _) => Kernel::LmSkinnyQ8N8M2,
+        (true, 2, _) => Kernel::LmSkinnyQ8N16M2,
+        (true, 4, _) => Kernel::LmSkinnyQ8N32M2,
+        (true, _, _) => Kernel::LmSkinnyQ8N64M2,
     }
 }
 
@@ -176,37 +183,37 @@ fn launch(
     (n, k, m, epilogue): (usize, usize, usize, Epilogue),
 ) -> Result<()> {
     let tiles = n.div_ceil(8).next_power_of_two();
-    let mt = weight_tiles(tiles);
     let swiglu = epilogue == Epilogue::Swiglu;
     let cols = if swiglu { m / 2 } else { m };
-    let per_block = if swiglu { 8 } else { 16 } * mt;
+    let per_tile = if swiglu { 8 } else { 16 };
+    let mt = weight_tiles(tiles, cols.div_ceil(2 * per_tile), be.sm_count);
     let cfg = Launch {
-        grid: cols.div_ceil(per_block) as u32,
+        grid: cols.div_ceil(per_tile * mt) as u32,
         block: (32 * SKINNY_WARPS) as u32,
-        smem: smem_bytes(tiles) as u32,
+        smem: smem_bytes(tiles, mt) as u32,
     };
     let (n32, k32, m32) = (n as i32, k as i32, cols as i32);
     let epi = epi_code(epilogue);
     let (x, w, scale, gamma, out, eps) = (p.x, p.w, p.scale, p.gamma, p.out, p.eps);
     be.skinny_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
-        kernel(p.q8, tiles),
+        kernel(p.q8, tiles, mt),
         cfg,
         &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi],
     )
 }
 
-/// Shared memory of a block with `tiles` activation tiles: each warp's partial sums (rows padded
-/// against bank conflicts, `SK_PITCH`) and its rows' sums of squares.
-fn smem_bytes(tiles: usize) -> usize {
+/// Shared memory of a block with `tiles` activation and `mt` weight tiles: each warp's partial
+/// sums (rows padded against bank conflicts, `SK_PITCH`) and its rows' sums of squares.
+fn smem_bytes(tiles: usize, mt: usize) -> usize {
     let pitch = tiles * 8 + 1;
-    SKINNY_WARPS * (weight_tiles(tiles) * 16 * pitch + tiles * 8) * std::mem::size_of::<f32>()
+    SKINNY_WARPS * (mt * 16 * pitch + tiles * 8) * std::mem::size_of::<f32>()
 }
 
 /// Lets the entry points whose partial sums pass the default 48 KiB take them (at start-up).
 pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Result<()> {
     let tiles = SKINNY_MAX_ROWS / 8;
-    let need = smem_bytes(tiles);
+    let need = smem_bytes(tiles, 2);
     if need > limit {
         return Err(cuda_error(
             "fused_linear",
@@ -216,20 +223,25 @@ pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Res
         ));
     }
     for q8 in [false, true] {
-        kernels.allow_dynamic_smem(kernel(q8, tiles), need)?;
+        kernels.allow_dynamic_smem(kernel(q8, tiles, 2), need)?;
     }
     Ok(())
 }
 
-/// Weight tiles per block of the entry point for `tiles` activation tiles (mirrors `SK_MT`):
-/// two at 64 rows, where re-reading the activations per block costs most.
-fn weight_tiles(tiles: usize) -> usize {
-    if tiles >= 8 {
+/// Weight tiles per block: two (half the activations' L2 traffic) at 64 rows, and below wherever
+/// the grid of `blocks_at_two` blocks still gives every multiprocessor [`MIN_BLOCKS_PER_SM`].
+/// The choice changes no output's summation order.
+fn weight_tiles(tiles: usize, blocks_at_two: usize, sm_count: usize) -> usize {
+    if tiles >= 8 || blocks_at_two >= MIN_BLOCKS_PER_SM * sm_count {
         2
     } else {
         1
     }
 }
+
+/// Resident blocks per multiprocessor the skinny kernel is built for up to 32 rows
+/// (`SK_MIN_BLOCKS`).
+const MIN_BLOCKS_PER_SM: usize = 2;
 
 /// The ops apart, each on its own kernel (or cuBLAS).
 fn apart(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>) -> Result<()> {
