@@ -80,8 +80,9 @@ pub struct CudaOptions {
     pub skinny_mma: bool,
     /// Dense bf16 LM products of at most [`crate::SKINNY_MAX_ROWS`] rows take the skinny kernel
     /// too (with their pre-norm fused), so that a row's bits do not depend on the other rows of
-    /// the call; off, they take the GEMV kernel and cuBLAS, faster from 2 rows up
-    /// (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the default on.
+    /// the call, and decode attention splits at fixed positions; off, they take the GEMV kernel and
+    /// cuBLAS, faster from 4 rows up (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the
+    /// default on.
     pub batch_invariant: bool,
 }
 

@@ -1,8 +1,8 @@
 //! Skinny LM products on the tensor cores (kernels/lm_skinny.cu): [`LmOps::fused_linear`] for at
 //! most [`SKINNY_MAX_ROWS`] rows in bf16, dense or int8 weights, the input's RMSNorm in the
-//! product's prologue and the residual add or SwiGLU in its epilogue. Shapes the kernel does not
-//! take (more rows, f32 storage, `k` not a multiple of its chunks) run the ops apart
-//! ([`fused_linear_apart`]).
+//! product's prologue and the residual add or SwiGLU in its epilogue. int8 products take it by
+//! default, dense ones in the batch-invariant mode; the rest (dense by default, more rows, f32
+//! storage, `k` not a multiple of its chunks) run the ops apart ([`fused_linear_apart`]).
 //!
 //! Every output is summed in one order fixed by `k` alone, so a row's bits do not depend on the
 //! other rows of the call (the batch invariance of `docs/protocol.md`).
@@ -72,7 +72,7 @@ impl CudaBackend {
             && (a.epilogue != Epilogue::Swiglu || a.m.is_multiple_of(2))
             && a.m * a.k <= i32::MAX as usize
             // Dense bf16 products keep the GEMV kernel and cuBLAS unless every row must be
-            // summed in one order: those are faster from 2 rows up (docs/PERFORMANCE.md).
+            // summed in one order: those are faster from 4 rows up (docs/PERFORMANCE.md).
             && (q8 || self.batch_invariant)
     }
 }
