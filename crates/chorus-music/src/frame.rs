@@ -8,10 +8,11 @@
 //! aliasing bug of §9.1 cannot happen).
 
 use chorus_core::lm_ops::{
-    CfgDrawArgs, CopyRowsArgs, Epilogue, FeedbackArgs, FusedLinearArgs, GatherArgs, LinearScratch,
-    LinearWeight, ScatterArgs,
+    CfgDrawArgs, CopyRowsArgs, Epilogue, FeedbackArgs, FusedLinearArgs, GatherArgs, LinearWeight,
+    ScatterArgs,
 };
 use chorus_core::{BufRole, LmOps, Result};
+use chorus_lm::{linear, DecoderCall, LayerCache, LinearIo, PagedShape};
 
 use crate::config::{
     DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_LOGITS, CFG_SCALE, CFG_TOP_K, END_COLUMN,
@@ -20,8 +21,7 @@ use crate::config::{
 use crate::device::DeviceWeights;
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::model::depth::{depth_acts, depth_caches, depth_forward, DepthActs, DepthCall};
-use crate::model::linear::{linear, LinearIo};
-use crate::model::qwen3::{lm_acts, lm_forward, LayerCache, LmActs, LmCall, LmShape};
+use crate::model::qwen3::{lm_acts, lm_forward, LmActs};
 
 /// Buffers every bucket shares (sized for the largest), read back by traces after a step.
 pub struct FrameBufs<B: LmOps> {
@@ -139,11 +139,7 @@ pub fn frame_program<B: LmOps>(
         norm: None,
         w: LinearWeight::Dense(&m.w.audio_head),
         out: &mut bufs.logits,
-        scratch: LinearScratch {
-            normed: &mut bufs.depth.normed,
-            rot: &mut bufs.depth.rot,
-            product: &mut bufs.depth.gate_up,
-        },
+        scratch: bufs.depth.scratch.view(),
         n: rows,
         k: h,
         m: AUDIO_LOGITS,
@@ -193,24 +189,14 @@ pub fn frame_program<B: LmOps>(
         )?;
         if pos > 0 {
             let logits = &mut bufs.head_logits[pos - 1];
-            linear(
-                be,
-                &m.w.audio_heads[pos - 1],
-                LinearIo {
-                    x: &bufs.depth_out[pos],
-                    norm: None,
-                    out: logits,
-                    scratch: LinearScratch {
-                        normed: &mut bufs.depth.normed,
-                        rot: &mut bufs.depth.rot,
-                        product: &mut bufs.depth.gate_up,
-                    },
-                    n: rows,
-                    k: h,
-                    m: vocab,
-                    epilogue: Epilogue::Store,
-                },
-            )?;
+            let io = LinearIo::new(
+                &bufs.depth_out[pos],
+                logits,
+                bufs.depth.scratch.view(),
+                [rows, h, vocab],
+                Epilogue::Store,
+            );
+            linear(be, &m.w.audio_heads[pos - 1], io)?;
             cfg_draw(be, inputs, logits, songs, draw(pos, None, None, vocab))?;
         }
     }
@@ -261,21 +247,22 @@ pub fn frame_program<B: LmOps>(
         be,
         m.lm,
         m.w,
-        LmCall {
+        DecoderCall {
             caches: lm_caches,
             acts: &mut bufs.lm,
             start: &inputs.start.dev,
             block_tables: &inputs.tables.dev,
-            shape: LmShape {
+            shape: PagedShape {
                 rows,
                 time: 1,
                 block_size,
                 max_blocks,
             },
+            out: None,
         },
     )?;
     be.scatter_rows(ScatterArgs {
-        src: &bufs.lm.normed,
+        src: &bufs.lm.scratch.normed,
         ids: &inputs.slots.dev,
         table: hidden_state,
         rows: songs,

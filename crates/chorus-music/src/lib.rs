@@ -9,7 +9,9 @@
 //! Design: the model code (`model/`, `frame.rs`, `prefill.rs`) states each step as ops of
 //! [`chorus_core::LmOps`] over device buffers, with no allocation, host sync or data-dependent
 //! branch, so a backend can capture it as one graph per bucket of song counts. The host side
-//! (`stage.rs`, `kv.rs`) only moves integers: slots, positions, block tables, draw counters.
+//! (`stage/`, over chorus-lm's KV block pool) only moves integers: slots, positions, block tables,
+//! draw counters. The transformer machinery itself (linears, activations, the decoder layer stack,
+//! the KV pool, the RoPE table) is chorus-lm's, shared with the other model families.
 //! Weights are fused once at load (`weights.rs`): q/k/v, gate/up, and the LM head cut to its
 //! 16,385 audio rows.
 
@@ -18,13 +20,11 @@ pub mod device;
 pub mod files;
 pub mod frame;
 pub mod io;
-pub mod kv;
 pub mod linear_source;
 pub mod load;
 pub mod model;
 pub mod prefill;
 pub mod prompt;
-pub mod quant;
 pub mod random;
 pub mod song;
 pub mod stage;

@@ -10,8 +10,8 @@
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
 use chorus_core::convrot::{check_group, writer_group};
 use chorus_core::{Error, HostTensor, Result};
+use chorus_lm::{HostLinear, Q8Tensor};
 
-use crate::quant::{HostLinear, Q8Tensor};
 use crate::weights::Spec;
 
 /// The `format` of a ConvRot `comfy_quant` entry.

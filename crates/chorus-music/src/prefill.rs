@@ -5,10 +5,11 @@
 
 use chorus_core::lm_ops::{CopyRowsArgs, GatherArgs, ScatterArgs};
 use chorus_core::{BufRole, LmOps, Result};
+use chorus_lm::{DecoderCall, LayerCache, PagedShape};
 
 use crate::frame::Models;
 use crate::io::IntInput;
-use crate::model::qwen3::{lm_acts, lm_forward, LayerCache, LmActs, LmCall, LmShape};
+use crate::model::qwen3::{lm_acts, lm_forward, LmActs};
 
 /// Buffers of the prefill program, sized for the longest prompt.
 pub struct PrefillBufs<B: LmOps> {
@@ -85,21 +86,22 @@ pub fn prefill_program<B: LmOps>(
         be,
         m.lm,
         m.w,
-        LmCall {
+        DecoderCall {
             caches: lm_caches,
             acts: &mut bufs.acts,
             start: &bufs.start,
             block_tables: &bufs.tables.dev,
-            shape: LmShape {
+            shape: PagedShape {
                 rows: 2,
                 time: len,
                 block_size,
                 max_blocks,
             },
+            out: None,
         },
     )?;
     be.copy_rows(CopyRowsArgs {
-        src: &bufs.acts.normed,
+        src: &bufs.acts.scratch.normed,
         dst: &mut bufs.last,
         rows: 2,
         len: h,

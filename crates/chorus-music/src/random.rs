@@ -7,8 +7,8 @@
 //! variance in, unit variance out), heads twice that (logits of std ~2, like the real model's).
 //!
 //! The int8 variants (`random-int8`, `random-small-int8`) quantize the linears [`is_q8_linear`]
-//! names by the ConvRot writer's formula (`quant.rs`), tensor by tensor as they are drawn, exactly
-//! as `tools/fixtures/music_int8.py` writes its `*_int8_convrot.safetensors` files.
+//! names by the ConvRot writer's formula (`chorus_lm::Q8Tensor`), tensor by tensor as they are
+//! drawn, exactly as `tools/fixtures/music_int8.py` writes its `*_int8_convrot.safetensors` files.
 
 use std::collections::HashMap;
 
@@ -16,10 +16,10 @@ use chorus_core::checkpoint::TensorSource;
 use chorus_core::convrot::writer_group;
 use chorus_core::rng::uniform_range;
 use chorus_core::{Error, HostTensor, Result};
+use chorus_lm::{HostLinear, Q8Tensor};
 
 use crate::config::{DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_END_TOKEN, SEMANTIC_VOCAB};
 use crate::linear_source::{load_checked, LinearSource};
-use crate::quant::{HostLinear, Q8Tensor};
 use crate::weights::{depth_tensor_specs, lm_tensor_specs, Spec, LM_HEAD};
 
 /// Seed of the `random` and `random-small` model specs.

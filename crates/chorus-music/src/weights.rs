@@ -4,14 +4,14 @@
 //! [`depth_tensor_specs`] before reading data, and `random.rs` draws weights from the same lists.
 //! Fusion happens here, once: q/k/v and gate/up concatenate along the output axis, and the LM
 //! head keeps only the audio rows (codes `151675..168059`, then END `151670`). Linears come from a
-//! [`LinearSource`], dense or int8 ConvRot per tensor (`quant.rs`).
+//! [`LinearSource`], dense or int8 ConvRot per tensor (`chorus_lm::HostLinear`).
 
 use chorus_core::checkpoint::TensorSource;
 use chorus_core::{Error, HostTensor, Result};
+use chorus_lm::HostLinear;
 
 use crate::config::{DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_END_TOKEN, SEMANTIC_VOCAB};
 use crate::linear_source::{LinearSource, Loader};
-use crate::quant::HostLinear;
 
 /// One checkpoint tensor: its name and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]

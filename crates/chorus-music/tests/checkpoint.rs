@@ -67,7 +67,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 }
 
 /// The weights of a dense linear.
-fn dense(l: &chorus_music::quant::HostLinear) -> &[f32] {
+fn dense(l: &chorus_lm::HostLinear) -> &[f32] {
     &l.dense().expect("a dense linear").data
 }
 

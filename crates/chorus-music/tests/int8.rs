@@ -8,9 +8,9 @@ mod common;
 
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
 use chorus_core::LmOps;
+use chorus_lm::HostLinear;
 use chorus_music::linear_source::LinearSource;
 use chorus_music::load::random_int8_model;
-use chorus_music::quant::HostLinear;
 use chorus_music::random::{RandomSource, RANDOM_MUSIC_SEED};
 use chorus_music::{DepthConfig, Qwen3Config, SemanticStage, SongEvent, SongRequest};
 use common::oracle::CONTEXT;

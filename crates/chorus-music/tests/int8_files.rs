@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 
 use chorus_core::checkpoint::{write_tensors, Dtype, TensorData, TensorSource};
 use chorus_core::HostTensor;
+use chorus_lm::{HostLinear, Q8Tensor};
 use chorus_music::load::{
     load_music_model, random_int8_model, DEPTH_CONFIG, DEPTH_WEIGHTS, DEPTH_WEIGHTS_INT8,
     LM_CONFIG, LM_WEIGHTS_INT8,
 };
-use chorus_music::quant::{HostLinear, Q8Tensor};
 use chorus_music::random::{is_q8_linear, RandomSource, RANDOM_MUSIC_SEED};
 use chorus_music::weights::{depth_tensor_specs, lm_tensor_specs, Spec};
 use chorus_music::MusicModel;

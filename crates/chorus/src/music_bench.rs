@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use chorus_core::rng::SplitMix64;
 use chorus_core::Buckets;
+use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_music::config::{DRAWS_PER_FRAME, FRAME_RATE};
-use chorus_music::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_music::prompt::PromptIds;
 use chorus_music::prompt::CFG_FILLER;
 use chorus_music::{MusicModel, Sampling, SongRequest};
@@ -224,7 +224,7 @@ fn frame_bytes(model: &MusicModel, songs: usize, context: usize, bytes_per_weigh
     let lm = &model.lm_config;
     let h = lm.hidden_size;
     let b = bytes_per_weight;
-    let lin = |l: &chorus_music::quant::HostLinear| l.bytes(b);
+    let lin = |l: &chorus_lm::HostLinear| l.bytes(b);
     let lm_w: usize = model
         .lm
         .layers

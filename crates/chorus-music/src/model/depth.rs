@@ -4,19 +4,18 @@
 //!
 //! The cache is the paged attention op's layout with one block of `max_position_embeddings`
 //! entries per row (block table = row index), rewritten from position 0 every frame; positions
-//! past `p` are never read, so no mask and no clearing is needed. Linears are dense or int8
-//! ConvRot (`linear.rs`).
+//! past `p` are never read, so no mask and no clearing is needed. The blocks are chorus-lm's
+//! decoder stack without q/k norm or RoPE; linears are dense or int8 ConvRot.
 
-use chorus_core::lm_ops::{
-    AddRowArgs, Epilogue, HeadGeom, LinearScratch, PagedAttentionArgs, RmsNormArgs, RowNorm,
-};
+use chorus_core::lm_ops::{AddRowArgs, Epilogue};
 use chorus_core::{LmOps, Result};
+use chorus_lm::{
+    decoder_stack, layer_caches, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache,
+    LinearIo, PagedShape,
+};
 
 use crate::config::{DepthConfig, DEPTH_RMS_EPS};
 use crate::device::DeviceWeights;
-use crate::model::block::{mlp_half, ActDims, Acts, Mlp};
-use crate::model::linear::{linear, LinearIo};
-use crate::model::qwen3::LayerCache;
 
 /// Activation buffers of the depth decoder.
 pub type DepthActs<B> = Acts<B>;
@@ -39,17 +38,11 @@ pub fn depth_acts<B: LmOps>(
     Acts::new(be, rows, dims)
 }
 
-/// Per-layer caches `[rows, max_position_embeddings, hidden]` for up to `rows` rows.
+/// Per-layer caches `[rows, max_position_embeddings, hidden]` for up to `rows` rows (one block
+/// per row).
 pub fn depth_caches<B: LmOps>(be: &B, c: &DepthConfig, rows: usize) -> Result<Vec<LayerCache<B>>> {
-    let len = rows * c.max_position_embeddings * c.hidden_size;
-    (0..c.num_layers)
-        .map(|_| {
-            Ok(LayerCache {
-                k: be.zeros(len, chorus_core::BufRole::Pool)?,
-                v: be.zeros(len, chorus_core::BufRole::Pool)?,
-            })
-        })
-        .collect()
+    let (layers, positions) = (c.num_layers, c.max_position_embeddings);
+    layer_caches(be, layers, rows, positions, c.hidden_size)
 }
 
 /// What one depth position reads and writes besides the weights.
@@ -86,31 +79,14 @@ pub fn depth_forward<B: LmOps>(
         rows,
     } = call;
     let (h, inter) = (c.hidden_size, c.intermediate_size);
-    let geom = HeadGeom {
-        rows,
-        time: 1,
-        q_heads: c.num_attention_heads,
-        kv_heads: c.num_attention_heads,
-        head_dim: c.head_dim(),
-    };
-    linear(
-        be,
-        &w.projection,
-        LinearIo {
-            x: input,
-            norm: None,
-            out: &mut acts.residual,
-            scratch: LinearScratch {
-                normed: &mut acts.normed,
-                rot: &mut acts.rot,
-                product: &mut acts.gate_up,
-            },
-            n: rows,
-            k: h,
-            m: h,
-            epilogue: Epilogue::Store,
-        },
-    )?;
+    let io = LinearIo::new(
+        input,
+        &mut acts.residual,
+        acts.scratch.view(),
+        [rows, h, h],
+        Epilogue::Store,
+    );
+    linear(be, &w.projection, io)?;
     be.add_row(AddRowArgs {
         x: &mut acts.residual,
         table: &w.pos_embedding,
@@ -118,72 +94,29 @@ pub fn depth_forward<B: LmOps>(
         n: rows,
         dim: h,
     })?;
-    for (l, cache) in w.depth_layers.iter().zip(caches.iter_mut()) {
-        linear(
-            be,
-            &l.qkv,
-            LinearIo {
-                x: &acts.residual,
-                norm: Some(RowNorm {
-                    weight: &l.input_layernorm,
-                    eps: DEPTH_RMS_EPS,
-                }),
-                out: &mut acts.qkv,
-                scratch: LinearScratch {
-                    normed: &mut acts.normed,
-                    rot: &mut acts.rot,
-                    product: &mut acts.gate_up,
-                },
-                n: rows,
-                k: h,
-                m: 3 * h,
-                epilogue: Epilogue::Store,
-            },
-        )?;
-        be.paged_attention(PagedAttentionArgs {
-            qkv: &acts.qkv,
-            k_cache: &mut cache.k,
-            v_cache: &mut cache.v,
-            block_tables: table,
-            start,
-            out: &mut acts.attn,
-            geom,
+    let stack = DecoderStack {
+        layers: &w.depth_layers,
+        norm: &w.depth_norm,
+        rope: None,
+        hidden: h,
+        inter,
+        q_heads: c.num_attention_heads,
+        kv_heads: c.num_attention_heads,
+        head_dim: c.head_dim(),
+        eps: DEPTH_RMS_EPS,
+    };
+    let call = DecoderCall {
+        caches,
+        acts,
+        start,
+        block_tables: table,
+        shape: PagedShape {
+            rows,
+            time: 1,
             block_size: c.max_position_embeddings,
             max_blocks: 1,
-        })?;
-        linear(
-            be,
-            &l.to_out,
-            LinearIo {
-                x: &acts.attn,
-                norm: None,
-                out: &mut acts.residual,
-                scratch: LinearScratch {
-                    normed: &mut acts.normed,
-                    rot: &mut acts.rot,
-                    product: &mut acts.gate_up,
-                },
-                n: rows,
-                k: h,
-                m: h,
-                epilogue: Epilogue::Accumulate,
-            },
-        )?;
-        let mlp = Mlp {
-            norm: &l.post_attention_layernorm,
-            gate_up: &l.gate_up,
-            down: &l.down,
-            eps: DEPTH_RMS_EPS,
-        };
-        mlp_half(be, acts, mlp, (rows, h, inter))?;
-    }
-    be.rms_norm(RmsNormArgs {
-        residual: &mut acts.residual,
-        delta: None,
-        weight: &w.depth_norm,
-        out,
-        n: rows,
-        dim: h,
-        eps: DEPTH_RMS_EPS,
-    })
+        },
+        out: Some(out),
+    };
+    decoder_stack(be, &stack, call)
 }

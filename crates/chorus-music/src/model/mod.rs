@@ -1,5 +1,3 @@
-//! The two networks as functions over [`chorus_core::LmOps`].
-pub mod block;
+//! The two networks as functions over [`chorus_core::LmOps`], on chorus-lm's shared layer.
 pub mod depth;
-pub mod linear;
 pub mod qwen3;

@@ -9,6 +9,8 @@
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
+use chorus_lm::kv::{blocks_for, fill_tables, BlockPool, Reservation, DEFAULT_BLOCK_SIZE};
+use chorus_lm::{layer_caches, LayerCache};
 
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
@@ -18,9 +20,7 @@ use crate::io::{FrameInputs, FrameOutputs};
 mod step;
 mod trace;
 
-use crate::kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
 use crate::load::MusicModel;
-use crate::model::qwen3::LayerCache;
 use crate::prefill::{prefill_program, PrefillBufs, PrefillCall};
 use crate::prompt::MAX_PROMPT_TOKENS;
 use crate::song::{SongId, SongRequest, LEVELS};
@@ -156,15 +156,9 @@ impl<B: LmOps> SemanticStage<B> {
         let (lm, depth) = (model.lm_config.clone(), model.depth_config.clone());
         let max_blocks = blocks_for(opts.max_context, opts.block_size);
         let w = DeviceWeights::upload(&be, model)?;
-        let kv_len = opts.kv_blocks * opts.block_size * lm.num_key_value_heads * lm.head_dim;
-        let lm_caches = (0..lm.num_hidden_layers)
-            .map(|_| {
-                Ok(LayerCache {
-                    k: be.zeros(kv_len, BufRole::Pool)?,
-                    v: be.zeros(kv_len, BufRole::Pool)?,
-                })
-            })
-            .collect::<Result<_>>()?;
+        let kv_width = lm.num_key_value_heads * lm.head_dim;
+        let (layers, blocks) = (lm.num_hidden_layers, opts.kv_blocks);
+        let lm_caches = layer_caches(&be, layers, blocks, opts.block_size, kv_width)?;
         let largest = opts.buckets.largest();
         let models = Models {
             lm: &lm,
@@ -310,13 +304,9 @@ impl<B: LmOps> SemanticStage<B> {
             forced: req.forced,
         };
         // Blocks for the prompt and for the first feedback position P.
-        Self::grow(
-            &mut self.pool,
-            &mut reservation,
-            &mut song.blocks,
-            p + 1,
-            self.opts.block_size,
-        );
+        let block_size = self.opts.block_size;
+        self.pool
+            .grow(&mut reservation, &mut song.blocks, p + 1, block_size);
         song.reservation = reservation;
         if let Err(e) = self.run_prefill(&song, &req.prompt) {
             self.finish(song);
@@ -326,26 +316,6 @@ impl<B: LmOps> SemanticStage<B> {
         let id = song.id;
         self.songs.push(song);
         Ok(id)
-    }
-
-    /// Takes blocks until both rows hold `positions` positions (covered by the reservation).
-    fn grow(
-        pool: &mut BlockPool,
-        r: &mut Reservation,
-        blocks: &mut [Vec<u32>; 2],
-        positions: usize,
-        block_size: usize,
-    ) {
-        let need = blocks_for(positions, block_size);
-        for row in blocks.iter_mut() {
-            while row.len() < need {
-                // The reservation covers the worst case, so a take cannot fail here.
-                match pool.take(r) {
-                    Some(b) => row.push(b),
-                    None => break,
-                }
-            }
-        }
     }
 
     fn run_prefill(&mut self, song: &Song, prompt: &crate::prompt::PromptIds) -> Result<()> {
@@ -399,16 +369,5 @@ impl<B: LmOps> SemanticStage<B> {
         let frames = song.emitted;
         self.finish(song);
         Ok(frames)
-    }
-}
-
-/// Writes both rows' block tables (`[2, max_blocks]`) of a song, unused entries the null block.
-pub(crate) fn fill_tables(dst: &mut [i32], blocks: &[Vec<u32>; 2], max_blocks: usize) {
-    for (r, row) in blocks.iter().enumerate() {
-        let t = &mut dst[r * max_blocks..(r + 1) * max_blocks];
-        t.fill(NULL_BLOCK as i32);
-        for (d, &b) in t.iter_mut().zip(row) {
-            *d = b as i32;
-        }
     }
 }

@@ -6,11 +6,11 @@
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Error, LmOps, Result};
+use chorus_lm::kv::{fill_tables, NULL_BLOCK};
 
-use super::{fill_tables, Pending, SemanticStage};
+use super::{Pending, SemanticStage};
 use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
 use crate::frame::{frame_program, FrameCall, Models};
-use crate::kv::NULL_BLOCK;
 use crate::song::{EndReason, SongEvent, LEVELS};
 
 impl<B: LmOps> SemanticStage<B> {
@@ -84,13 +84,8 @@ impl<B: LmOps> SemanticStage<B> {
         for &i in &self.launch {
             let s = &mut self.songs[i];
             let pos = s.prompt_len + s.frame;
-            Self::grow(
-                &mut self.pool,
-                &mut s.reservation,
-                &mut s.blocks,
-                pos + 1,
-                bs,
-            );
+            self.pool
+                .grow(&mut s.reservation, &mut s.blocks, pos + 1, bs);
         }
         self.stage_inputs(bucket, half)?;
         self.run_frame(bucket, half)?;

@@ -2,7 +2,7 @@
 //! slot or KV blocks are free); nothing waits in line for a slot.
 
 use chorus_core::{Error, LmOps};
-use chorus_music::kv::blocks_for;
+use chorus_lm::kv::blocks_for;
 use chorus_music::EndReason;
 
 use super::error::{MusicError, MusicErrorCode};

@@ -1,5 +1,5 @@
-//! A linear on the device, dense or int8 ConvRot, and the one helper every projection of both
-//! models goes through.
+//! A linear on the device, dense or int8 ConvRot, and the one helper every projection of every
+//! model goes through.
 //!
 //! Every projection is one `LmOps::fused_linear`: the pre-norm before it, the int8 rotation, and
 //! the residual add or SwiGLU after it belong to the op, so a backend can run them in the
@@ -10,7 +10,7 @@
 use chorus_core::lm_ops::{Epilogue, FusedLinearArgs, LinearScratch, LinearWeight, RowNorm};
 use chorus_core::{BufRole, LmOps, Result};
 
-use crate::quant::HostLinear;
+use crate::host_linear::HostLinear;
 
 /// A linear's device weights `[out, in]`.
 pub enum Linear<B: LmOps> {
@@ -53,6 +53,34 @@ pub struct LinearIo<'a, B: LmOps> {
     pub k: usize,
     pub m: usize,
     pub epilogue: Epilogue,
+}
+
+impl<'a, B: LmOps> LinearIo<'a, B> {
+    /// `out = epilogue(x · W^T)` for `[n, k, m]`, with no pre-norm.
+    pub fn new(
+        x: &'a B::Buf,
+        out: &'a mut B::Buf,
+        scratch: LinearScratch<'a, B>,
+        [n, k, m]: [usize; 3],
+        epilogue: Epilogue,
+    ) -> Self {
+        Self {
+            x,
+            norm: None,
+            out,
+            scratch,
+            n,
+            k,
+            m,
+            epilogue,
+        }
+    }
+
+    /// The same product of an RMSNorm (`weight`, `eps`) of `x`'s rows.
+    pub fn normed(self, weight: &'a B::Buf, eps: f32) -> Self {
+        let norm = Some(RowNorm { weight, eps });
+        Self { norm, ..self }
+    }
 }
 
 /// The product of `io` with either kind of weights, as one [`LmOps::fused_linear`].

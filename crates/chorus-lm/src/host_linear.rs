@@ -1,6 +1,7 @@
-//! Host weights of a linear, dense or int8 ConvRot (`MUSIC_SEMANTIC.md` §5.6,
-//! `chorus_core::convrot`): quantization by the writer's formula (rows in parallel), the
-//! dequantized form, and row concatenation for the fused projections.
+//! Host weights of a linear, dense or int8 ConvRot (`chorus_core::convrot`; MiniMax's recipe in
+//! `MUSIC_SEMANTIC.md` §5.6): quantization by the writer's formula (rows in parallel), the
+//! dequantized form, and row concatenation for the fused projections. Which linears of a model
+//! are int8 is the model crate's business; these types only hold and fuse them.
 //!
 //! Fusion and int8: q/k/v (and gate/up) concatenate along the output axis, int8 rows and their
 //! scales alike, so one rotation of the shared input serves the whole fused product. Parts of one

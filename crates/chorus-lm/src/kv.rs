@@ -1,13 +1,15 @@
-//! The KV block pool: integers only (the device tensors live in the stage).
+//! The KV block pool: integers only (the device tensors are [`crate::LayerCache`]s, owned by the
+//! model's stage).
 //!
 //! Block 0 is the null block: padded rows of a bucket point at it and it is never handed out.
-//! A song reserves its worst case at admission (counts only), then takes real blocks as its
-//! positions grow; since every take is covered by a reservation, a take never fails and no song
-//! can run out of blocks halfway. Ending a song returns its blocks and the unused reservation.
+//! A sequence (a song, with one block table per CFG row) reserves its worst case at admission
+//! (counts only), then takes real blocks as its positions grow; since every take is covered by a
+//! reservation, a take never fails and no sequence can run out of blocks halfway. Ending it
+//! returns its blocks and the unused reservation.
 
 use chorus_core::{Error, Result};
 
-/// The block every padded row points at; never allocated to a song.
+/// The block every padded row points at; never allocated to a sequence.
 pub const NULL_BLOCK: u32 = 0;
 /// Positions per KV block (FlashAttention's paged layout wants a multiple of 256).
 pub const DEFAULT_BLOCK_SIZE: usize = 256;
@@ -16,12 +18,12 @@ pub const DEFAULT_BLOCK_SIZE: usize = 256;
 #[derive(Debug)]
 pub struct BlockPool {
     free: Vec<u32>,
-    /// Blocks promised to songs and not yet taken.
+    /// Blocks promised to sequences and not yet taken.
     reserved: usize,
     usable: usize,
 }
 
-/// A song's claim on the pool: how many more blocks it may take.
+/// A sequence's claim on the pool: how many more blocks it may take.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reservation {
     left: usize,
@@ -52,7 +54,7 @@ impl BlockPool {
         })
     }
 
-    /// Blocks a song may use at most (all but the null block).
+    /// Blocks a sequence may use at most (all but the null block).
     pub fn usable(&self) -> usize {
         self.usable
     }
@@ -62,7 +64,7 @@ impl BlockPool {
         self.free.len() - self.reserved
     }
 
-    /// Blocks taken by songs.
+    /// Blocks taken by sequences.
     pub fn in_use(&self) -> usize {
         self.usable - self.free.len()
     }
@@ -95,7 +97,29 @@ impl BlockPool {
         Some(block)
     }
 
-    /// Returns a song's blocks and the rest of its reservation.
+    /// Takes blocks under `r` until each of `rows` (one block table per row) holds `positions`
+    /// positions; a spent reservation stops it early (see [`BlockPool::take`]).
+    pub fn grow(
+        &mut self,
+        r: &mut Reservation,
+        rows: &mut [Vec<u32>],
+        positions: usize,
+        block_size: usize,
+    ) {
+        let need = blocks_for(positions, block_size);
+        for row in rows.iter_mut() {
+            while row.len() < need {
+                // A reservation for the worst case covers every take, so this only stops on a
+                // caller bug, never on a shortage.
+                match self.take(r) {
+                    Some(b) => row.push(b),
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Returns a sequence's blocks and the rest of its reservation.
     pub fn release(&mut self, blocks: impl IntoIterator<Item = u32>, r: Reservation) {
         self.reserved -= r.left;
         self.free
@@ -106,6 +130,17 @@ impl BlockPool {
 /// Blocks needed to hold `positions` positions.
 pub fn blocks_for(positions: usize, block_size: usize) -> usize {
     positions.div_ceil(block_size)
+}
+
+/// Writes the block tables of `rows` (`[rows.len(), max_blocks]` at the front of `dst`), unused
+/// entries the null block.
+pub fn fill_tables(dst: &mut [i32], rows: &[Vec<u32>], max_blocks: usize) {
+    for (t, row) in dst.chunks_mut(max_blocks).zip(rows) {
+        t.fill(NULL_BLOCK as i32);
+        for (d, &b) in t.iter_mut().zip(row) {
+            *d = b as i32;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +179,48 @@ mod tests {
         let err = pool.reserve(3).unwrap_err().to_string();
         assert!(err.contains("needs 3 blocks, 2 of 2"), "{err}");
         assert!(BlockPool::new(1).is_err());
+    }
+
+    #[test]
+    fn grow_fills_every_row_and_stops_at_the_reservation() {
+        let mut pool = BlockPool::new(8).unwrap();
+        let mut r = pool.reserve(2 * blocks_for(600, 256)).unwrap();
+        let mut rows = [Vec::new(), Vec::new()];
+        pool.grow(&mut r, &mut rows, 257, 256);
+        assert_eq!(rows, [vec![1, 2], vec![3, 4]]);
+        assert_eq!(r.left(), 2);
+        // Already long enough: nothing is taken.
+        pool.grow(&mut r, &mut rows, 300, 256);
+        assert_eq!(r.left(), 2);
+        // Past the reservation: the first row gets the last two blocks, the second none.
+        pool.grow(&mut r, &mut rows, 1024, 256);
+        assert_eq!(rows, [vec![1, 2, 5, 6], vec![3, 4]]);
+        assert_eq!(r.left(), 0);
+        assert_eq!(pool.in_use(), 6);
+        pool.release(rows.into_iter().flatten(), r);
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.available(), 7);
+    }
+
+    #[test]
+    fn fill_tables_pads_with_the_null_block() {
+        let mut dst = [-1i32; 7];
+        fill_tables(&mut dst, &[vec![4, 5], vec![6]], 3);
+        assert_eq!(dst, [4, 5, 0, 6, 0, 0, -1]);
+    }
+
+    #[test]
+    fn released_blocks_are_handed_out_again() {
+        let mut pool = BlockPool::new(3).unwrap();
+        let mut a = pool.reserve(2).unwrap();
+        let taken = [pool.take(&mut a).unwrap(), pool.take(&mut a).unwrap()];
+        // The null block in a released table is never put back on the free list.
+        pool.release(taken.into_iter().chain([NULL_BLOCK]), a);
+        let mut b = pool.reserve(2).unwrap();
+        let mut again = [pool.take(&mut b).unwrap(), pool.take(&mut b).unwrap()];
+        again.sort_unstable();
+        assert_eq!(again, [1, 2]);
+        assert!(pool.reserve(1).is_err());
     }
 
     #[test]

@@ -1,0 +1,34 @@
+//! The decoder-only LM layer that every model family shares (MiniMax Music's Qwen3 and depth
+//! decoder today; Llama-style TTS and STT models next).
+//!
+//! Design: a model crate owns what is its own (config, weight names and fusion, the frame
+//! program) and states its transformer through these pieces, so each mechanism exists once:
+//! - host weights of a linear, dense or int8 ConvRot (`host_linear`), uploaded to a device
+//!   [`Linear`] that every projection runs through as one `LmOps::fused_linear` (`linear`);
+//! - activation buffers allocated once per call size (`acts`), the MLP half (`mlp`);
+//! - one pre-norm decoder layer's weights (`layer`) and the layer stack over a paged KV cache
+//!   (`decoder`, `cache`), with the rotate-half RoPE table it reads (`rope`);
+//! - the KV block pool (`kv`), integers only, which the model's scheduler drives.
+//!
+//! Everything on the device is ops of [`chorus_core::LmOps`] with no allocation, host sync or
+//! data-dependent branch, so a backend can capture a step as one graph.
+
+pub mod acts;
+pub mod cache;
+pub mod decoder;
+pub mod host_linear;
+pub mod kv;
+pub mod layer;
+pub mod linear;
+pub mod mlp;
+pub mod rope;
+
+pub use acts::{ActDims, Acts, Scratch};
+pub use cache::{layer_caches, LayerCache};
+pub use decoder::{decoder_stack, DecoderCall, DecoderStack, PagedShape};
+pub use host_linear::{HostLinear, Q8Tensor};
+pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
+pub use layer::{DecoderLayer, QkNorm};
+pub use linear::{linear, Linear, LinearIo};
+pub use mlp::{mlp_half, Mlp};
+pub use rope::rope_table;
