@@ -31,4 +31,4 @@ pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK}
 pub use layer::{DecoderLayer, QkNorm};
 pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
-pub use rope::rope_table;
+pub use rope::{inv_freq, rope_table, rope_table_scaled, Llama3Scaling, RopeScaling};
