@@ -61,7 +61,6 @@ pub fn decoder_stack<B: LmOps>(
     s: &DecoderStack<'_, B>,
     call: DecoderCall<'_, B>,
 ) -> Result<()> {
-    check_positional(s)?;
     let DecoderCall {
         caches,
         acts,
@@ -92,7 +91,7 @@ pub fn decoder_stack<B: LmOps>(
         linear(be, &l.qkv, io.normed(&l.input_layernorm, eps))?;
         // 3-4. per-head q/k RMSNorm, then rotate-half RoPE at each token's position.
         // A model with RoPE and no q/k norm (Llama-style) plugs in here, as a RoPE-only op once
-        // `LmOps` has one; until then `check_positional` refuses that pairing.
+        // `LmOps` has one; until then `check_positional` refuses that pairing at load.
         if let (Some(qk), Some(rope)) = (&l.qk_norm, s.rope) {
             be.qk_norm_rope(QkNormRopeArgs {
                 qkv: &mut acts.qkv,
@@ -149,11 +148,11 @@ pub fn decoder_stack<B: LmOps>(
     })
 }
 
-/// The q/k pairings `LmOps` can run: q/k norm with RoPE (one op), or neither. Checked before any
-/// op, so a refused stack writes nothing.
-fn check_positional<B: LmOps>(s: &DecoderStack<'_, B>) -> Result<()> {
-    let with_rope = s.rope.is_some();
-    let Some(i) = (s.layers.iter()).position(|l| l.qk_norm.is_some() != with_rope) else {
+/// The q/k pairings `LmOps` can run: q/k norm with RoPE (one op), or neither. A model checks its
+/// layers once when it loads them (`with_rope`: its stack has a RoPE table); `decoder_stack`,
+/// on the step path, does not check again.
+pub fn check_positional<B: LmOps>(layers: &[DecoderLayer<B>], with_rope: bool) -> Result<()> {
+    let Some(i) = layers.iter().position(|l| l.qk_norm.is_some() != with_rope) else {
         return Ok(());
     };
     let (norm, rope) = if with_rope {
@@ -244,11 +243,14 @@ mod tests {
     fn a_q_k_norm_without_its_rope_partner_is_refused() {
         let be = CpuBackend::new(Some(1)).unwrap();
         let mixed = [layer(&be, true), layer(&be, false)];
-        let x = [1.0; 4];
-        let err = run(&be, &mixed, true, &x).unwrap_err().to_string();
+        let err = check_positional(&mixed, true).unwrap_err().to_string();
         assert!(err.contains("layer 1 has no q/k norm with RoPE"), "{err}");
-        let err = run(&be, &mixed[..1], false, &x).unwrap_err().to_string();
+        let err = check_positional(&mixed[..1], false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("layer 0 has q/k norms with no RoPE"), "{err}");
+        assert!(check_positional(&mixed[..1], true).is_ok());
+        assert!(check_positional(&mixed[1..], false).is_ok());
     }
 
     /// Zero weights add nothing to the residual stream, so either pairing leaves the final norm

@@ -25,7 +25,7 @@ pub mod rope;
 
 pub use acts::{ActDims, Acts, Scratch};
 pub use cache::{layer_caches, LayerCache};
-pub use decoder::{decoder_stack, DecoderCall, DecoderStack, PagedShape};
+pub use decoder::{check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape};
 pub use host_linear::{HostLinear, Q8Tensor};
 pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
 pub use layer::{DecoderLayer, QkNorm};

@@ -3,7 +3,7 @@
 //! are chorus-lm's [`DecoderLayer`], the depth decoder's without q/k norms.
 
 use chorus_core::{BufRole, LmOps, Result};
-use chorus_lm::{rope_table, DecoderLayer, HostLinear, Linear, QkNorm};
+use chorus_lm::{check_positional, rope_table, DecoderLayer, HostLinear, Linear, QkNorm};
 
 use crate::config::ROPE_POSITIONS;
 use crate::load::MusicModel;
@@ -55,9 +55,19 @@ impl<B: LmOps> DeviceWeights<B> {
                 down: lin(&l.down)?,
             })
         };
+        let lm_layers: Vec<_> = m.lm.layers.iter().map(lm_layer).collect::<Result<_>>()?;
+        let depth_layers: Vec<_> = m
+            .depth
+            .layers
+            .iter()
+            .map(depth_layer)
+            .collect::<Result<_>>()?;
+        // Qwen3: q/k norms with RoPE; the depth decoder: neither (learnt positions).
+        check_positional(&lm_layers, true)?;
+        check_positional(&depth_layers, false)?;
         Ok(Self {
             embed_tokens: w(&m.lm.embed_tokens)?,
-            lm_layers: m.lm.layers.iter().map(lm_layer).collect::<Result<_>>()?,
+            lm_layers,
             norm: w(&m.lm.norm)?,
             audio_head: w(&m.lm.audio_head)?,
             rope: be.upload(
@@ -67,12 +77,7 @@ impl<B: LmOps> DeviceWeights<B> {
             audio_embeddings: w(&m.depth.audio_embeddings)?,
             projection: lin(&m.depth.projection)?,
             pos_embedding: w(&m.depth.pos_embedding)?,
-            depth_layers: m
-                .depth
-                .layers
-                .iter()
-                .map(depth_layer)
-                .collect::<Result<_>>()?,
+            depth_layers,
             depth_norm: w(&m.depth.norm)?,
             audio_heads: m.depth.audio_heads.iter().map(lin).collect::<Result<_>>()?,
         })
