@@ -28,6 +28,9 @@ use clap::{Parser, Subcommand};
     about = "Streaming Mimi decoding for many concurrent streams"
 )]
 struct Cli {
+    /// On an error, also print where it was raised (the backtrace, with `RUST_BACKTRACE=1`).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -72,8 +75,24 @@ pub(crate) fn load_music(spec: &str) -> Result<chorus_music::MusicModel> {
     Ok(model)
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // A user's mistake reads as its message chain, never as a stack trace, whatever
+            // RUST_BACKTRACE the shell has; `-v` adds the trace.
+            eprintln!("error: {e:#}");
+            if cli.verbose {
+                eprintln!("{}", e.backtrace());
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Decode(a) => decode::run(a),
         Command::Encode(a) => encode::run(a),
         Command::Info(a) => info::run(a),

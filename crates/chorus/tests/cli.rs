@@ -155,3 +155,27 @@ fn a_missing_model_is_a_clear_error() {
         stderr(&o)
     );
 }
+
+/// A user's mistake prints its message and no stack trace, also with `RUST_BACKTRACE=1` in the
+/// shell; `-v` adds the trace.
+#[test]
+fn errors_print_no_backtrace_unless_verbose() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["info", "--model", "/nonexistent/model.safetensors"];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_chorus"))
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run chorus")
+    };
+    let o = run(&[]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.starts_with("error: "), "{e}");
+    assert!(e.contains("/nonexistent/model.safetensors"), "{e}");
+    assert!(!e.to_lowercase().contains("backtrace"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    let v = stderr(&run(&["-v"]));
+    assert!(v.lines().count() > 1, "-v adds the trace: {v}");
+}
