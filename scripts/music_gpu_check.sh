@@ -37,14 +37,16 @@ if [ -x "$BIN"/chorus ]; then
   "$BIN"/chorus music-bench --device cuda --model random --songs ${MUSIC_SONGS:-1,2,4,8,16,32,64,128} --context 1000 \
     --contexts ${MUSIC_CONTEXTS:-300,4000,14000} --frames 10 2>&1 || status=1
 else echo "MISSING $BIN/chorus"; status=1; fi
-if [ -x "$BIN"/chorus ] && [ -n "${MUSIC_INVARIANT_SONGS-1,2,8,32}" ]; then
+INVARIANT_SONGS=${MUSIC_INVARIANT_SONGS-1,2,8,32}
+INT8_SONGS=${MUSIC_INT8_SONGS-1,2,8,16,32,64}
+if [ -x "$BIN"/chorus ] && [ -n "$INVARIANT_SONGS" ]; then
   section "(c2) chorus music-bench --batch-invariant (bf16, every product on the skinny kernel, fixed attention splits)"
-  "$BIN"/chorus music-bench --device cuda --model random --batch-invariant --songs "${MUSIC_INVARIANT_SONGS-1,2,8,32}" \
+  "$BIN"/chorus music-bench --device cuda --model random --batch-invariant --songs "$INVARIANT_SONGS" \
     --context 1000 --frames 10 2>&1 || status=1
 fi
-if [ -x "$BIN"/chorus ] && [ -n "${MUSIC_INT8_SONGS-1,2,8,16,32,64}" ]; then
+if [ -x "$BIN"/chorus ] && [ -n "$INT8_SONGS" ]; then
   section "(c3) chorus music-bench --model random-int8 (W8A16 on the skinny kernel)"
-  "$BIN"/chorus music-bench --device cuda --model random-int8 --songs "${MUSIC_INT8_SONGS-1,2,8,16,32,64}" \
+  "$BIN"/chorus music-bench --device cuda --model random-int8 --songs "$INT8_SONGS" \
     --context 1000 --frames 10 2>&1 || status=1
 fi
 section "(d) the PyTorch seed design, same machine (one song; N songs take N times as long)"

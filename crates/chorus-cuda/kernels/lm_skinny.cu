@@ -242,7 +242,7 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
         float y = 0.f;
 #pragma unroll
         for (int v = 0; v < SK_WARPS; ++v) y += sk_smem[v * WARP_FLOATS + tr * P + r];
-        if (Q8) y *= scale[swiglu ? j : j];
+        if (Q8) y *= scale[j];
         y *= inv;
         T* o = out + (size_t)r * m + j;
         if (swiglu) {
