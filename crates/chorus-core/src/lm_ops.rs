@@ -134,25 +134,26 @@ impl HeadGeom {
     }
 }
 
-/// Per-head RMSNorm of q and k, then rotate-half RoPE (Qwen3, `MUSIC_SEMANTIC.md` §1.3 steps 3-4),
-/// in place on the q and k heads of `qkv`; v is untouched.
+/// Optional per-head RMSNorm of q and k, then rotate-half RoPE, in place on the q and k heads of
+/// `qkv`; v is untouched. Qwen3 norms (`MUSIC_SEMANTIC.md` §1.3 steps 3-4); Llama-style models
+/// (CSM, `CSM.md` §1.1) rotate only.
 ///
-/// For token `t` of row `r` at position `p = start[r] + t`: each head `x` (q heads with `q_norm`,
-/// k heads with `k_norm`) becomes `y = x * rsqrt(mean(x^2) + eps) * norm`, then for `j < half =
-/// head_dim / 2`: `y'[j] = y[j] cos - y[j + half] sin`, `y'[j + half] = y[j + half] cos + y[j] sin`
-/// with `cos = rope[p, 0, j]`, `sin = rope[p, 1, j]`.
+/// For token `t` of row `r` at position `p = start[r] + t`: each head `x` becomes, with
+/// `qk_norm = Some([q_norm, k_norm])`, `y = x * rsqrt(mean(x^2) + eps) * norm` (q heads with
+/// `q_norm`, k heads with `k_norm`), else `y = x`; then for `j < half = head_dim / 2`:
+/// `y'[j] = y[j] cos - y[j + half] sin`, `y'[j + half] = y[j + half] cos + y[j] sin` with
+/// `cos = rope[p, 0, j]`, `sin = rope[p, 1, j]`.
 pub struct QkNormRopeArgs<'a, B: Backend + ?Sized> {
     /// `[tokens, qkv_width]`.
     pub qkv: &'a mut B::Buf,
-    /// `[head_dim]`.
-    pub q_norm: &'a B::Buf,
-    /// `[head_dim]`.
-    pub k_norm: &'a B::Buf,
+    /// `[q_norm, k_norm]`, each `[head_dim]`; `None`: RoPE only.
+    pub qk_norm: Option<[&'a B::Buf; 2]>,
     /// `[max_positions, 2, head_dim / 2]`: cos, then sin (f32 on every backend).
     pub rope: &'a B::Buf,
     /// `[rows]`.
     pub start: &'a B::Ints,
     pub geom: HeadGeom,
+    /// Of the q/k norm (unused without one).
     pub eps: f32,
 }
 
@@ -382,11 +383,14 @@ pub enum DrawMode {
     Noise = 1,
 }
 
-/// Classifier-free guidance, tie-inclusive top-k and the draw for each song
-/// (`MUSIC_SEMANTIC.md` §3 steps 2-4 and §3.1; §4.2 for the depth levels).
+/// Optional classifier-free guidance, tie-inclusive top-k and the draw for each song
+/// (`MUSIC_SEMANTIC.md` §3 steps 2-4 and §3.1; §4.2 for the depth levels; `CSM.md` §4.2 without
+/// guidance).
 ///
-/// For song `s` with `c = logits[2s]` (conditional) and `u = logits[2s + 1]` (unconditional), all f32:
-/// 1. `g[i] = u[i] + (c[i] - u[i]) * cfg_scale`;
+/// With `cfg_scale = Some(scale)`, song `s` has `c = logits[2s]` (conditional) and
+/// `u = logits[2s + 1]` (unconditional); with `None`, `c = logits[s]` and no `u`. All f32:
+/// 1. `g[i] = u[i] + (c[i] - u[i]) * scale`, or `g[i] = c[i]` without guidance; in
+///    [`DrawMode::Noise`] then `g[i] = g[i] / temperature` (greedy ignores the temperature);
 /// 2. with `cond_top_k = Some(k)`: `g[i] = -inf` where `c[i] < kth_largest(c, k)` (ties kept);
 /// 3. with `end = Some(e)` and `allow_end[s] == 0`: `g[e] = -inf`;
 /// 4. `v = nan_to_num(g)` (NaN -> -1e9, +inf -> 1e9, -inf -> -1e9); candidates are the `i` with
@@ -395,7 +399,7 @@ pub enum DrawMode {
 ///    and `draw = draws[s] + draw_offset`, written to `codes[s * codes_stride + col]`, unless that
 ///    entry already holds a code (>= 0: teacher forcing), which is kept.
 pub struct CfgDrawArgs<'a, B: Backend + ?Sized> {
-    /// `[2 * songs, vocab]`.
+    /// `[2 * songs, vocab]` with guidance, `[songs, vocab]` without.
     pub logits: &'a B::Buf,
     /// `[songs, codes_stride]`.
     pub codes: &'a mut B::Ints,
@@ -412,7 +416,10 @@ pub struct CfgDrawArgs<'a, B: Backend + ?Sized> {
     pub codes_stride: usize,
     pub col: usize,
     pub draw_offset: u32,
-    pub cfg_scale: f32,
+    /// `None`: one logits row per song, no guidance.
+    pub cfg_scale: Option<f32>,
+    /// Divides the values of [`DrawMode::Noise`] draws (1.0 leaves them as they are).
+    pub temperature: f32,
     pub cond_top_k: Option<usize>,
     pub top_k: usize,
     pub end: Option<usize>,

@@ -1,4 +1,5 @@
-// Classifier-free guidance, tie-inclusive top-k and the draw (CfgDrawArgs): one block per song.
+// Optional classifier-free guidance, tie-inclusive top-k and the draw (CfgDrawArgs): one block per
+// song.
 //
 // Each k-th largest value (torch.topk(x, k).values[-1]: duplicates counted, NaN above everything)
 // is found exactly on an order-preserving 32-bit key: the largest key t with count(key >= t) >= k,
@@ -13,6 +14,8 @@ struct DrawDims {
     int songs, vocab, codes_stride, col;
     unsigned draw_offset;
     float cfg_scale;
+    int cfg;            // 0: one logits row per song, no guidance
+    float temperature;  // divides noise-mode values
     int cond_top_k;  // 0: no conditional prefilter (also for k >= vocab: it would mask nothing)
     int top_k;       // 0: every element a candidate (k >= vocab)
     int end;  // -1: no END column
@@ -133,6 +136,7 @@ __device__ __forceinline__ void draw_song(const T* __restrict__ cp, const T* __r
     constexpr int R = E > 0 ? E : 1;
     const int n = d.vocab;
     const float scale = d.cfg_scale;
+    const bool cfg = d.cfg != 0;
 
     // Step 2's threshold over the conditional logits as stored.
     bool use_cond = d.cond_top_k > 0;
@@ -155,8 +159,14 @@ __device__ __forceinline__ void draw_song(const T* __restrict__ cp, const T* __r
     // decodes back to it bit for bit (v is never NaN).
     auto value_at = [&](int i) -> float {
         float c = ld(cp + i);
-        float u = ld(up + i);
-        float g = __fadd_rn(u, __fmul_rn(__fsub_rn(c, u), scale));
+        float g = c;
+        if (cfg) {
+            float u = ld(up + i);
+            g = __fadd_rn(u, __fmul_rn(__fsub_rn(c, u), scale));
+        }
+        if (noise) {
+            g = __fdiv_rn(g, d.temperature);
+        }
         if ((use_cond && c < cond_thr) || i == masked_end) {
             g = NEG_INF;
         }
@@ -241,8 +251,8 @@ extern "C" __global__ void __launch_bounds__(DRAW_MAX_THREADS)
     if (*code >= 0) {
         return;  // teacher forcing: the given code is kept
     }
-    const T* cp = logits + (long long)(2 * s) * d.vocab;
-    const T* up = cp + d.vocab;
+    const T* cp = logits + (long long)((d.cfg ? 2 : 1) * s) * d.vocab;
+    const T* up = d.cfg ? cp + d.vocab : cp;
     bool noise = mode[s] == 1;
     int masked_end = (d.end >= 0 && allow_end[s] == 0) ? d.end : -1;
     unsigned long long seed = (unsigned long long)(unsigned)seeds[2 * s] |

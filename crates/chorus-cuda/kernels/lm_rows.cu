@@ -370,8 +370,8 @@ extern "C" __global__ void lm_swiglu(const T* __restrict__ x, T* __restrict__ ou
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-head q/k RMSNorm, then rotate-half RoPE, in place on the q heads then the k heads of each
-// token (v is untouched). Two layouts: the vector layout below (groups of lanes per head, 16-byte
+// Per-head q/k RMSNorm (when `normed`; else none: Llama-style models), then rotate-half RoPE, in
+// place on the q heads then the k heads of each token (v is untouched). Two layouts: the vector layout below (groups of lanes per head, 16-byte
 // accesses) for the usual head sizes, and a fallback of one warp per head in which lane l holds E
 // consecutive elements of each half at j = l * E + 32 * E * i (E == 2, one 4-byte bf16 pair or
 // 8-byte float pair, when the half is a multiple of 64; else E == 1).
@@ -439,7 +439,7 @@ template <int E>
 __device__ __forceinline__ void lmr_qk_norm_rope_body(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                                       const float* __restrict__ rope, const int* __restrict__ start, int tokens,
                                                       int time, int q_heads, int kv_heads, int head_dim, int max_pos,
-                                                      float eps) {
+                                                      float eps, bool normed) {
     int heads = q_heads + kv_heads;
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
@@ -456,25 +456,33 @@ __device__ __forceinline__ void lmr_qk_norm_rope_body(T* qkv, const T* __restric
     p = min(max(p, 0), max_pos - 1);
     const float* cs = rope + (long long)p * head_dim;
     const float* sn = cs + half;
-    float ss = 0.f;
     float a[E], b[E];
-    for (int j = lane * E; j < half; j += 32 * E) {
-        lmr_load_e<E>(x + j, a);
-        lmr_load_e<E>(x + half + j, b);
+    float inv = 1.f;
+    if (normed) {
+        float ss = 0.f;
+        for (int j = lane * E; j < half; j += 32 * E) {
+            lmr_load_e<E>(x + j, a);
+            lmr_load_e<E>(x + half + j, b);
 #pragma unroll
-        for (int e = 0; e < E; ++e) ss += a[e] * a[e] + b[e] * b[e];
+            for (int e = 0; e < E; ++e) ss += a[e] * a[e] + b[e] * b[e];
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        }
+        inv = rsqrtf(ss / (float)head_dim + eps);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    }
-    float inv = rsqrtf(ss / (float)head_dim + eps);
     // Each lane rewrites only the elements it read: no hazard between lanes.
     for (int j = lane * E; j < half; j += 32 * E) {
         float w1[E], w2[E], c[E], s[E];
         lmr_load_e<E>(x + j, a);
         lmr_load_e<E>(x + half + j, b);
-        lmr_load_e<E>(w + j, w1);
-        lmr_load_e<E>(w + half + j, w2);
+        if (normed) {
+            lmr_load_e<E>(w + j, w1);
+            lmr_load_e<E>(w + half + j, w2);
+        } else {
+#pragma unroll
+            for (int e = 0; e < E; ++e) w1[e] = w2[e] = 1.f;
+        }
         lmr_load_f32_e<E>(cs + j, c);
         lmr_load_f32_e<E>(sn + j, s);
         lmr_rope_store<E>(x + j, x + half + j, a, b, w1, w2, c, s, inv);
@@ -489,7 +497,7 @@ __device__ __forceinline__ void lmr_qk_norm_rope_body(T* qkv, const T* __restric
 __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                                 const float* __restrict__ rope, const int* __restrict__ start, int tokens,
                                                 int time, int q_heads, int kv_heads, int head_dim, int max_pos, float eps,
-                                                int group) {
+                                                bool normed, int group) {
     int heads = q_heads + kv_heads;
     long long total = (long long)tokens * heads;
     long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -508,7 +516,7 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
     int width = (q_heads + 2 * kv_heads) * head_dim;
     T* x1 = qkv + (long long)tok * width + (long long)h * head_dim + g * VEC;
     T* x2 = x1 + half;
-    const T* w = (h < q_heads ? q_norm : k_norm) + g * VEC;
+    const T* w = normed ? (h < q_heads ? q_norm : k_norm) + g * VEC : nullptr;
     int p = start[tok / time] + tok % time;
     p = min(max(p, 0), max_pos - 1);
     const float* cs = rope + (long long)p * head_dim + g * VEC;
@@ -516,8 +524,13 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
     float a[VEC], b[VEC], w1[VEC], w2[VEC], c[VEC], sv[VEC];
     load_c<VEC>(x1, a);
     load_c<VEC>(x2, b);
-    load_c<VEC>(w, w1);
-    load_c<VEC>(w + half, w2);
+    if (normed) {
+        load_c<VEC>(w, w1);
+        load_c<VEC>(w + half, w2);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) w1[e] = w2[e] = 1.f;
+    }
 #pragma unroll
     for (int q = 0; q < VEC / 4; ++q) {
         float4 cq = reinterpret_cast<const float4*>(cs)[q];
@@ -525,13 +538,16 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
         c[4 * q] = cq.x, c[4 * q + 1] = cq.y, c[4 * q + 2] = cq.z, c[4 * q + 3] = cq.w;
         sv[4 * q] = sq.x, sv[4 * q + 1] = sq.y, sv[4 * q + 2] = sq.z, sv[4 * q + 3] = sq.w;
     }
-    float ss = 0.f;
+    float inv = 1.f;
+    if (normed) {
+        float ss = 0.f;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) ss += a[e] * a[e] + b[e] * b[e];
-    for (int o = group / 2; o > 0; o >>= 1) {
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        for (int e = 0; e < VEC; ++e) ss += a[e] * a[e] + b[e] * b[e];
+        for (int o = group / 2; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        }
+        inv = rsqrtf(ss / (float)head_dim + eps);
     }
-    float inv = rsqrtf(ss / (float)head_dim + eps);
     float y1[VEC], y2[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -547,12 +563,13 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
 }
 
 // group > 0: the vector layout with `group` lanes per head; else the fallback with E == 2 when
-// `pair` (else 1).
+// `pair` (else 1). normed == 0: q_norm and k_norm are not read (they may be null).
 extern "C" __global__ void lm_qk_norm_rope(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                            const float* __restrict__ rope, const int* __restrict__ start, int tokens, int time,
-                                           int q_heads, int kv_heads, int head_dim, int max_pos, float eps, int group, int pair) {
+                                           int q_heads, int kv_heads, int head_dim, int max_pos, float eps, int normed,
+                                           int group, int pair) {
     pdl_enter();
-#define LMR_QK_ARGS qkv, q_norm, k_norm, rope, start, tokens, time, q_heads, kv_heads, head_dim, max_pos, eps
+#define LMR_QK_ARGS qkv, q_norm, k_norm, rope, start, tokens, time, q_heads, kv_heads, head_dim, max_pos, eps, normed != 0
     if (group > 0) {
         lmr_qk_vec_body(LMR_QK_ARGS, group);
     } else if (pair) {

@@ -89,14 +89,12 @@ pub fn decoder_stack<B: LmOps>(
             Epilogue::Store,
         );
         linear(be, &l.qkv, io.normed(&l.input_layernorm, eps))?;
-        // 3-4. per-head q/k RMSNorm, then rotate-half RoPE at each token's position.
-        // A model with RoPE and no q/k norm (Llama-style) plugs in here, as a RoPE-only op once
-        // `LmOps` has one; until then `check_positional` refuses that pairing at load.
-        if let (Some(qk), Some(rope)) = (&l.qk_norm, s.rope) {
+        // 3-4. per-head q/k RMSNorm (Qwen3) if the layer has one, then rotate-half RoPE at each
+        // token's position (Llama-style models rotate only).
+        if let Some(rope) = s.rope {
             be.qk_norm_rope(QkNormRopeArgs {
                 qkv: &mut acts.qkv,
-                q_norm: &qk.q,
-                k_norm: &qk.k,
+                qk_norm: l.qk_norm.as_ref().map(|qk| [&qk.q, &qk.k]),
                 rope,
                 start,
                 geom,
@@ -148,21 +146,20 @@ pub fn decoder_stack<B: LmOps>(
     })
 }
 
-/// The q/k pairings `LmOps` can run: q/k norm with RoPE (one op), or neither. A model checks its
-/// layers once when it loads them (`with_rope`: its stack has a RoPE table); `decoder_stack`,
-/// on the step path, does not check again.
+/// The q/k pairings `LmOps` can run: RoPE with or without a q/k norm before it
+/// (`qk_norm_rope`), or neither; a q/k norm without RoPE is refused. A model checks its layers once
+/// when it loads them (`with_rope`: its stack has a RoPE table); `decoder_stack`, on the step path,
+/// does not check again.
 pub fn check_positional<B: LmOps>(layers: &[DecoderLayer<B>], with_rope: bool) -> Result<()> {
-    let Some(i) = layers.iter().position(|l| l.qk_norm.is_some() != with_rope) else {
+    if with_rope {
         return Ok(());
-    };
-    let (norm, rope) = if with_rope {
-        ("no q/k norm", "RoPE")
-    } else {
-        ("q/k norms", "no RoPE")
+    }
+    let Some(i) = layers.iter().position(|l| l.qk_norm.is_some()) else {
+        return Ok(());
     };
     Err(Error::config(
         "decoder_stack",
-        format!("layer {i} has {norm} with {rope}: LmOps runs q/k norm and RoPE together (qk_norm_rope) or neither"),
+        format!("layer {i} has q/k norms with no RoPE: LmOps runs a q/k norm only before RoPE (qk_norm_rope)"),
     ))
 }
 
@@ -240,29 +237,26 @@ mod tests {
     }
 
     #[test]
-    fn a_q_k_norm_without_its_rope_partner_is_refused() {
+    fn a_q_k_norm_without_rope_is_refused_and_rope_alone_runs() {
         let be = CpuBackend::new(Some(1)).unwrap();
-        let mixed = [layer(&be, true), layer(&be, false)];
-        let err = check_positional(&mixed, true).unwrap_err().to_string();
-        assert!(err.contains("layer 1 has no q/k norm with RoPE"), "{err}");
-        let err = check_positional(&mixed[..1], false)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("layer 0 has q/k norms with no RoPE"), "{err}");
-        assert!(check_positional(&mixed[..1], true).is_ok());
-        assert!(check_positional(&mixed[1..], false).is_ok());
+        let mixed = [layer(&be, false), layer(&be, true)];
+        let err = check_positional(&mixed, false).unwrap_err().to_string();
+        assert!(err.contains("layer 1 has q/k norms with no RoPE"), "{err}");
+        assert!(check_positional(&mixed, true).is_ok());
+        assert!(check_positional(&mixed[..1], false).is_ok());
     }
 
-    /// Zero weights add nothing to the residual stream, so either pairing leaves the final norm
+    /// Zero weights add nothing to the residual stream, so every pairing leaves the final norm
     /// of the input: the residual adds and the output buffer are wired through.
     #[test]
     fn both_or_neither_run_and_zero_layers_pass_the_input_through() {
         let be = CpuBackend::new(Some(1)).unwrap();
         let x = [1.0, -2.0, 3.0, -4.0];
         let rms = (x.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-6).sqrt();
-        for qk in [true, false] {
+        // q/k norm + RoPE (Qwen3), RoPE alone (Llama), neither (MiniMax's depth decoder).
+        for (qk, rope) in [(true, true), (false, true), (false, false)] {
             let layers = [layer(&be, qk), layer(&be, qk)];
-            let got = run(&be, &layers, qk, &x).unwrap();
+            let got = run(&be, &layers, rope, &x).unwrap();
             for (g, v) in got.iter().zip(x) {
                 assert!((g - v / rms).abs() < 1e-3, "{got:?}");
             }

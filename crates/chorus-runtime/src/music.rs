@@ -152,4 +152,23 @@ impl AnyStage {
         ms.sort_by(f32::total_cmp);
         Ok(ms.get(ms.len() / 2).map(|&m| f64::from(m)))
     }
+
+    /// CUDA only: times every op of the work `f` runs (eagerly, one event pair per op) and returns
+    /// the device ms per op name with its call count; `None` on the CPU (after running `f`).
+    pub fn profile_ops<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<(T, Option<Vec<chorus_cuda::OpTime>>)> {
+        if let AnyStage::Cuda(s) = self {
+            s.backend().set_profiling(true);
+        }
+        let out = f(self);
+        let AnyStage::Cuda(s) = self else {
+            return Ok((out?, None));
+        };
+        s.backend().set_profiling(false);
+        // Taken even when `f` failed, so no samples stay behind for a later profile.
+        let ops = s.backend().take_profile()?;
+        Ok((out?, Some(ops)))
+    }
 }

@@ -56,7 +56,18 @@ pub struct MusicBenchArgs {
     /// attention split summed in one order per row; slower from 2 songs, docs/PERFORMANCE.md).
     #[arg(long)]
     pub batch_invariant: bool,
+    /// After the points: time the prefill of one song with a prompt of this many tokens per row
+    /// on the warm stage (median of `PREFILL_REPEATS`), then, on CUDA, each of its ops.
+    #[arg(long)]
+    pub prefill_tokens: Option<usize>,
+    /// CUDA: after each point's timed frames, run one more frame op by op and print each op's
+    /// device time (kernels one at a time: no overlap, unlike the graph).
+    #[arg(long)]
+    pub profile_frame: bool,
 }
+
+/// Timed prefills per `--prefill-tokens` measurement.
+const PREFILL_REPEATS: usize = 5;
 
 /// One point's figures.
 #[derive(Debug, serde::Serialize)]
@@ -126,8 +137,13 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
             "nodes"
         );
     }
-    for (songs, context) in points {
-        let row = bench_point(&mut stage, &model, songs, context, args.frames)?;
+    for &(songs, context) in &points {
+        let row = bench_point(
+            &mut stage,
+            &model,
+            (songs, context, args.frames),
+            args.profile_frame,
+        )?;
         if args.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
@@ -146,36 +162,87 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
             );
         }
     }
+    if let Some(tokens) = args.prefill_tokens {
+        if tokens < 3 || tokens >= max_context {
+            bail!("--prefill-tokens must be 3..{max_context} (the largest context)");
+        }
+        bench_prefill(&mut stage, tokens)?;
+    }
     Ok(())
+}
+
+/// A synthetic song of `tokens` prompt tokens per row and one frame.
+fn synthetic_song(
+    rng: &mut SplitMix64,
+    tokens: usize,
+    seed: u64,
+    max_frames: usize,
+) -> SongRequest {
+    let cond: Vec<u32> = (0..tokens)
+        .map(|_| (rng.next_u64() % BASE_VOCAB) as u32)
+        .collect();
+    // Built directly: a benchmark may fill contexts past the 5,000-token user prompt limit.
+    let mut uncond = cond.clone();
+    uncond[1..tokens - 2].fill(CFG_FILLER);
+    SongRequest {
+        prompt: PromptIds { cond, uncond },
+        max_frames,
+        sampling: Sampling::Seeded(seed),
+        allow_end: false,
+        forced: None,
+    }
+}
+
+/// Prints the warm prefill time of one `tokens`-token song (both rows), then its ops on CUDA.
+fn bench_prefill(stage: &mut AnyStage, tokens: usize) -> Result<()> {
+    let mut rng = SplitMix64::new(tokens as u64);
+    let mut ms = Vec::with_capacity(PREFILL_REPEATS);
+    for i in 0..PREFILL_REPEATS {
+        let req = synthetic_song(&mut rng, tokens, i as u64, 1);
+        let t = Instant::now();
+        let id = stage.add_song(req)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        stage.cancel(id)?;
+    }
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "prefill of {tokens} tokens (x2 rows): median {:.2} ms, min {:.2} ms over {PREFILL_REPEATS} warm runs",
+        ms[ms.len() / 2],
+        ms[0]
+    );
+    let req = synthetic_song(&mut rng, tokens, 99, 1);
+    let (id, ops) = stage.profile_ops(|s| s.add_song(req))?;
+    stage.cancel(id)?;
+    print_ops(&format!("prefill ops, {tokens} tokens"), ops);
+    Ok(())
+}
+
+/// Prints profiled ops, the costliest first (CUDA; nothing on the CPU).
+fn print_ops(what: &str, ops: Option<Vec<chorus_cuda::OpTime>>) {
+    let Some(mut ops) = ops else { return };
+    ops.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
+    let total: f32 = ops.iter().map(|o| o.total_ms).sum();
+    println!("{what} (device ms, one op at a time): total {total:.3}");
+    for o in ops {
+        println!("  {:<24} {:>5} calls {:>9.3} ms", o.op, o.calls, o.total_ms);
+    }
 }
 
 /// `songs` songs at `context` positions: prefill, warm-up, timed steps, device replays, cancel.
 fn bench_point(
     stage: &mut AnyStage,
     model: &MusicModel,
-    songs: usize,
-    context: usize,
-    frames: usize,
+    (songs, context, frames): (usize, usize, usize),
+    profile_frame: bool,
 ) -> Result<MusicBenchRow> {
-    let prompt_len = context - WARMUP_FRAMES - frames - 1;
-    let max_frames = WARMUP_FRAMES + frames + 1;
+    let prompt_len = context - WARMUP_FRAMES - frames - 2;
+    // One frame more than stepped, and one for the profiled frame.
+    let max_frames = WARMUP_FRAMES + frames + 2;
     let mut rng = SplitMix64::new(songs as u64 ^ context as u64);
     let t0 = Instant::now();
     let mut ids = Vec::with_capacity(songs);
     for s in 0..songs {
-        let cond: Vec<u32> = (0..prompt_len)
-            .map(|_| (rng.next_u64() % BASE_VOCAB) as u32)
-            .collect();
-        // Built directly: a benchmark may fill contexts past the 5,000-token user prompt limit.
-        let mut uncond = cond.clone();
-        uncond[1..prompt_len - 2].fill(CFG_FILLER);
-        let req = SongRequest {
-            prompt: PromptIds { cond, uncond },
-            max_frames,
-            sampling: Sampling::Seeded(s as u64),
-            allow_end: false,
-            forced: None,
-        };
+        let req = synthetic_song(&mut rng, prompt_len, s as u64, max_frames);
         ids.push(stage.add_song(req)?);
     }
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / songs as f64;
@@ -190,8 +257,12 @@ fn bench_point(
     }
     let device_ms = stage.device_ms(songs, DEVICE_REPLAYS)?;
     let graph_nodes = stage.graph_nodes(songs);
+    if profile_frame {
+        let (_, ops) = stage.profile_ops(|s| s.step(&mut |_| {}))?;
+        print_ops(&format!("frame ops, {songs} songs at {context}"), ops);
+    }
     for id in ids {
-        // Every song has one frame left (max_frames = warm-up + timed + 1), so each is still running.
+        // Every song has a frame left (max_frames = warm-up + timed + 2), so each is still running.
         stage.cancel(id)?;
     }
     let mean = times.iter().sum::<f64>() / times.len() as f64;

@@ -1,4 +1,4 @@
-//! Classifier-free guidance, tie-inclusive top-k and the draw, one song per task.
+//! Optional classifier-free guidance, tie-inclusive top-k and the draw, one song per task.
 //!
 //! A song's guided value `v[i]` is a pure function of its two logits at `i` and the song's two
 //! thresholds, so it is recomputed wherever needed instead of stored: the only vocab-sized memory
@@ -61,7 +61,9 @@ fn nan_to_num(g: f32) -> f32 {
 
 /// The per-call constants.
 struct Params {
-    cfg_scale: f32,
+    /// `None`: no guidance (`Song::u` is unused).
+    cfg_scale: Option<f32>,
+    temperature: f32,
     cond_top_k: Option<usize>,
     top_k: usize,
     end: Option<usize>,
@@ -72,7 +74,7 @@ struct Params {
 struct Song<'a> {
     /// Conditional logits `[vocab]`.
     c: &'a [f32],
-    /// Unconditional logits `[vocab]`.
+    /// Unconditional logits `[vocab]` (`c` again without guidance).
     u: &'a [f32],
     mode: DrawMode,
     seed: u64,
@@ -89,8 +91,14 @@ fn draw_song(p: &Params, s: &Song<'_>, buf: &mut [f32]) -> usize {
     });
     let masked_end = if s.mask_end { p.end } else { None };
     let v = |i: usize| -> f32 {
-        let (c, u) = (s.c[i], s.u[i]);
-        let mut g = u + (c - u) * p.cfg_scale;
+        let c = s.c[i];
+        let mut g = p.cfg_scale.map_or(c, |scale| {
+            let u = s.u[i];
+            u + (c - u) * scale
+        });
+        if s.mode == DrawMode::Noise {
+            g /= p.temperature;
+        }
         if cond_thr.is_some_and(|t| c < t) || masked_end == Some(i) {
             g = f32::NEG_INFINITY;
         }
@@ -137,7 +145,14 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
             ),
         ));
     }
-    check::at_least(OP, "logits", a.logits.len(), 2 * songs * vocab)?;
+    if !(a.temperature.is_finite() && a.temperature > 0.0) {
+        return Err(Error::input(
+            OP,
+            format!("temperature {} must be finite and positive", a.temperature),
+        ));
+    }
+    let per_song = if a.cfg_scale.is_some() { 2 } else { 1 };
+    check::at_least(OP, "logits", a.logits.len(), per_song * songs * vocab)?;
     check::at_least(OP, "codes", a.codes.len(), songs * stride)?;
     check::at_least(OP, "mode", a.mode.len(), songs)?;
     check::at_least(OP, "seeds", a.seeds.len(), 2 * songs)?;
@@ -158,12 +173,14 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
     }
     let p = Params {
         cfg_scale: a.cfg_scale,
+        temperature: a.temperature,
         cond_top_k: a.cond_top_k,
         top_k: a.top_k,
         end: a.end,
         draw_offset: a.draw_offset,
     };
-    let (logits, mode, seeds) = (&a.logits.0[..2 * songs * vocab], &a.mode.0, &a.seeds.0);
+    let rows = per_song * songs;
+    let (logits, mode, seeds) = (&a.logits.0[..rows * vocab], &a.mode.0, &a.seeds.0);
     let (draws, allow_end) = (&a.draws.0, &a.allow_end.0);
     be.scratch.with(songs * vocab, |scratch| {
         be.install(|| {
@@ -175,9 +192,11 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
                     if code[col] >= 0 {
                         return; // Teacher forcing: the given code is kept.
                     }
+                    let c = per_song * s * vocab;
+                    let u = (per_song * s + per_song - 1) * vocab;
                     let song = Song {
-                        c: &logits[2 * s * vocab..(2 * s + 1) * vocab],
-                        u: &logits[(2 * s + 1) * vocab..(2 * s + 2) * vocab],
+                        c: &logits[c..c + vocab],
+                        u: &logits[u..u + vocab],
                         // Checked above for every song that draws.
                         mode: draw_mode(OP, s, mode[s]).unwrap_or(DrawMode::Greedy),
                         seed: u64::from(seeds[2 * s] as u32)

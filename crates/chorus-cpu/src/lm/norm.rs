@@ -122,6 +122,20 @@ dispatch! {
     }
 }
 
+dispatch! {
+    /// One head in place: rotate-half RoPE with `tab = [cos; sin]` (no norm).
+    fn rope_head(x: &mut [f32], tab: &[f32]) {
+        let half = x.len() / 2;
+        let (cos, sin) = tab.split_at(half);
+        let (x1, x2) = x.split_at_mut(half);
+        for j in 0..half {
+            let (a, b) = (x1[j], x2[j]);
+            x1[j] = a * cos[j] - b * sin[j];
+            x2[j] = b * cos[j] + a * sin[j];
+        }
+    }
+}
+
 pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -> Result<()> {
     const OP: &str = "qk_norm_rope";
     let g = a.geom;
@@ -134,8 +148,10 @@ pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -
     }
     let (tokens, width) = (g.tokens(), g.qkv_width());
     check::at_least(OP, "qkv", a.qkv.len(), tokens * width)?;
-    check::at_least(OP, "q_norm", a.q_norm.len(), hd)?;
-    check::at_least(OP, "k_norm", a.k_norm.len(), hd)?;
+    if let Some([q, k]) = a.qk_norm {
+        check::at_least(OP, "q_norm", q.len(), hd)?;
+        check::at_least(OP, "k_norm", k.len(), hd)?;
+    }
     check::at_least(OP, "start", a.start.len(), g.rows)?;
     if tokens == 0 {
         return Ok(());
@@ -146,7 +162,7 @@ pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -
             .map_err(|_| Error::input(OP, format!("negative start position {s}")))?;
         check::at_least(OP, "rope", a.rope.len(), (s + time) * hd)?;
     }
-    let (q_norm, k_norm) = (&a.q_norm.0[..hd], &a.k_norm.0[..hd]);
+    let norms = a.qk_norm.map(|[q, k]| (&q.0[..hd], &k.0[..hd]));
     let (rope, eps, q_heads) = (&a.rope.0, a.eps, g.q_heads);
     let normed_heads = g.q_heads + g.kv_heads;
     let qkv = &mut a.qkv.0[..tokens * width];
@@ -159,8 +175,12 @@ pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -
                 let p = start[tok / time] as usize + tok % time;
                 let tab = &rope[p * hd..(p + 1) * hd];
                 for (h, x) in row[..normed_heads * hd].chunks_exact_mut(hd).enumerate() {
-                    let w = if h < q_heads { q_norm } else { k_norm };
-                    norm_rope_head(x, w, tab, eps);
+                    match norms {
+                        Some((q, k)) => {
+                            norm_rope_head(x, if h < q_heads { q } else { k }, tab, eps)
+                        }
+                        None => rope_head(x, tab),
+                    }
                 }
             });
     });

@@ -9,7 +9,9 @@ use chorus_core::rng::exp_noise;
 /// The per-call settings of a test call.
 #[derive(Clone, Copy)]
 pub struct Cfg {
-    pub cfg_scale: f32,
+    /// `None`: one logits row per song (the first half of `Songs::logits`).
+    pub cfg_scale: Option<f32>,
+    pub temperature: f32,
     pub cond_top_k: Option<usize>,
     pub top_k: usize,
     pub end: Option<usize>,
@@ -17,7 +19,8 @@ pub struct Cfg {
 }
 
 pub const CFG: Cfg = Cfg {
-    cfg_scale: 1.5,
+    cfg_scale: Some(1.5),
+    temperature: 1.0,
     cond_top_k: Some(50),
     top_k: 50,
     end: None,
@@ -71,6 +74,7 @@ impl Songs {
             col: COL,
             draw_offset: c.draw_offset,
             cfg_scale: c.cfg_scale,
+            temperature: c.temperature,
             cond_top_k: c.cond_top_k,
             top_k: c.top_k,
             end: c.end,
@@ -92,17 +96,23 @@ impl Songs {
             return self.codes[s * STRIDE + COL];
         }
         let vocab = self.logits.len() / (2 * self.songs());
+        let per_song = if c.cfg_scale.is_some() { 2 } else { 1 };
         let (cond, unc) = (
-            &self.logits[2 * s * vocab..][..vocab],
-            &self.logits[(2 * s + 1) * vocab..][..vocab],
+            &self.logits[per_song * s * vocab..][..vocab],
+            &self.logits[(per_song * s + per_song - 1) * vocab..][..vocab],
         );
         let kth = |x: &[f32], k: usize| {
             let mut sorted = x.to_vec();
             sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
             sorted[k.min(x.len()) - 1]
         };
+        let noise = self.mode[s] == DrawMode::Noise as i32;
         let mut g: Vec<f32> = (0..vocab)
-            .map(|i| unc[i] + (cond[i] - unc[i]) * c.cfg_scale)
+            .map(|i| match c.cfg_scale {
+                Some(scale) => unc[i] + (cond[i] - unc[i]) * scale,
+                None => cond[i],
+            })
+            .map(|x| if noise { x / c.temperature } else { x })
             .collect();
         if let Some(k) = c.cond_top_k {
             let thr = kth(cond, k);
@@ -170,7 +180,14 @@ fn cfg_draw_matches_reference_in_both_modes() {
         Cfg {
             cond_top_k: Some(vocab + 5),
             top_k: vocab + 5,
-            cfg_scale: 3.0,
+            cfg_scale: Some(3.0),
+            ..CFG
+        },
+        // CSM's draw: no guidance, temperature 0.9, top-50.
+        Cfg {
+            cfg_scale: None,
+            temperature: 0.9,
+            cond_top_k: None,
             ..CFG
         },
     ];
@@ -251,6 +268,7 @@ fn cfg_draw_rejects_bad_arguments() {
             col: COL,
             draw_offset: 0,
             cfg_scale: c.cfg_scale,
+            temperature: c.temperature,
             cond_top_k: c.cond_top_k,
             top_k: c.top_k,
             end: c.end,
@@ -272,4 +290,28 @@ fn cfg_draw_rejects_bad_arguments() {
         "end past vocab"
     );
     assert!(try_draw(&bad_mode, CFG, 4).is_err(), "unknown mode");
+    let plain = Cfg {
+        cfg_scale: None,
+        ..CFG
+    };
+    assert!(
+        try_draw(&s, plain, 8).is_ok(),
+        "one row of 8 without guidance"
+    );
+    assert!(
+        try_draw(&s, plain, 9).is_err(),
+        "logits too short without guidance"
+    );
+    for t in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let err = try_draw(
+            &s,
+            Cfg {
+                temperature: t,
+                ..CFG
+            },
+            4,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("temperature"), "{err}");
+    }
 }

@@ -103,6 +103,13 @@ fn rms_norm_rows_are_batch_invariant() {
 
 #[test]
 fn qk_norm_rope_matches_f64_reference() {
+    // With the q/k norm (Qwen3) and RoPE alone (Llama-style models).
+    for with_norm in [true, false] {
+        qk_norm_rope_case(with_norm);
+    }
+}
+
+fn qk_norm_rope_case(with_norm: bool) {
     let be = common::backend();
     let mut rng = Rng::new(12);
     let g = HeadGeom {
@@ -135,8 +142,7 @@ fn qk_norm_rope_matches_f64_reference() {
     );
     be.qk_norm_rope(QkNormRopeArgs {
         qkv: &mut qkv,
-        q_norm: &qnb,
-        k_norm: &knb,
+        qk_norm: with_norm.then_some([&qnb, &knb]),
         rope: &rb,
         start: &start,
         geom: g,
@@ -151,7 +157,12 @@ fn qk_norm_rope_matches_f64_reference() {
         let row = &qkv_host[tok * width..(tok + 1) * width];
         for h in 0..g.q_heads + g.kv_heads {
             let w = if h < g.q_heads { &qn } else { &kn };
-            let y = rms_ref(&row[h * hd..(h + 1) * hd], w, eps);
+            let x = &row[h * hd..(h + 1) * hd];
+            let y: Vec<f64> = if with_norm {
+                rms_ref(x, w, eps)
+            } else {
+                x.iter().map(|&v| v as f64).collect()
+            };
             for j in 0..half {
                 let (c, s) = (rope[p * hd + j] as f64, rope[p * hd + half + j] as f64);
                 want.push(y[j] * c - y[j + half] * s);
@@ -174,8 +185,7 @@ fn qk_norm_rope_matches_f64_reference() {
     let short = buf(&be, &rope[..8 * hd]);
     let r = be.qk_norm_rope(QkNormRopeArgs {
         qkv: &mut qkv,
-        q_norm: &qnb,
-        k_norm: &knb,
+        qk_norm: with_norm.then_some([&qnb, &knb]),
         rope: &short,
         start: &start,
         geom: g,

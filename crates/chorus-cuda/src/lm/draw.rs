@@ -32,6 +32,9 @@ struct DrawDims {
     col: i32,
     draw_offset: u32,
     cfg_scale: f32,
+    /// 0: one logits row per song, no guidance.
+    cfg: i32,
+    temperature: f32,
     /// 0: no conditional prefilter.
     cond_top_k: i32,
     top_k: i32,
@@ -74,7 +77,14 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
             ),
         ));
     }
-    need("logits", a.logits.len, 2 * songs * vocab)?;
+    if !(a.temperature.is_finite() && a.temperature > 0.0) {
+        return Err(cuda_error(
+            OP,
+            format!("temperature {} must be finite and positive", a.temperature),
+        ));
+    }
+    let per_song = if a.cfg_scale.is_some() { 2 } else { 1 };
+    need("logits", a.logits.len, per_song * songs * vocab)?;
     need("codes", a.codes.len, songs * stride)?;
     need("mode", a.mode.len, songs)?;
     need("seeds", a.seeds.len, 2 * songs)?;
@@ -86,7 +96,7 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
             "`logits` must be stored in bf16 like every activation, not as an f32 table",
         ));
     }
-    i32_of("logits elements", 2 * songs * vocab)?;
+    i32_of("logits elements", per_song * songs * vocab)?;
     i32_of("codes elements", songs * stride)?;
     // k >= vocab makes the k-th largest the smallest element: the conditional prefilter masks
     // nothing and every element is a candidate, so neither selection runs (0).
@@ -106,7 +116,9 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
         codes_stride: stride as i32,
         col: col as i32,
         draw_offset: a.draw_offset,
-        cfg_scale: a.cfg_scale,
+        cfg_scale: a.cfg_scale.unwrap_or(1.0),
+        cfg: i32::from(a.cfg_scale.is_some()),
+        temperature: a.temperature,
         cond_top_k: a.cond_top_k.map_or(0, select_k),
         top_k: select_k(a.top_k),
         end: a.end.map_or(-1, |e| e as i32),

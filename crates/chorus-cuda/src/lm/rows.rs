@@ -436,8 +436,10 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
     }
     let (tokens, width) = (g.tokens(), g.qkv_width());
     check_len(OP, "qkv", a.qkv.len, tokens * width)?;
-    check_len(OP, "q_norm", a.q_norm.len, hd)?;
-    check_len(OP, "k_norm", a.k_norm.len, hd)?;
+    if let Some([q, k]) = a.qk_norm {
+        check_len(OP, "q_norm", q.len, hd)?;
+        check_len(OP, "k_norm", k.len, hd)?;
+    }
     check_len(OP, "start", a.start.len, g.rows)?;
     let heads = g.q_heads + g.kv_heads;
     if tokens == 0 || heads == 0 {
@@ -452,8 +454,12 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
         ));
     }
     let qkv = t_ptr(be, OP, "qkv", a.qkv)?;
-    let q_norm = t_ptr(be, OP, "q_norm", a.q_norm)?;
-    let k_norm = t_ptr(be, OP, "k_norm", a.k_norm)?;
+    // Without norms the kernel reads neither pointer; 0 keeps the alignment tests below true.
+    let (q_norm, k_norm) = match a.qk_norm {
+        Some([q, k]) => (t_ptr(be, OP, "q_norm", q)?, t_ptr(be, OP, "k_norm", k)?),
+        None => (0, 0),
+    };
+    let normed = i32::from(a.qk_norm.is_some());
     let (rope, start) = (a.rope.mem.ptr(), a.start.mem.ptr());
     let half = hd / 2;
     // The vector layout: `group` lanes per head, one 16-byte access per lane and half.
@@ -493,7 +499,7 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
         cfg,
         &mut kargs![
             &qkv, &q_norm, &k_norm, &rope, &start, &tokens, &time, &q_heads, &kv_heads, &hd32,
-            &max_pos, &eps, &group, &pair
+            &max_pos, &eps, &normed, &group, &pair
         ],
     )
 }

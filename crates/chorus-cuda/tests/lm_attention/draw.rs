@@ -7,7 +7,9 @@ use chorus_core::lm_ops::{CfgDrawArgs, DrawMode};
 /// Per-call settings.
 #[derive(Clone, Copy, Debug)]
 struct DrawCfg {
-    cfg_scale: f32,
+    /// `None`: no guidance, one logits row per song.
+    cfg_scale: Option<f32>,
+    temperature: f32,
     cond_top_k: Option<usize>,
     top_k: usize,
     end: Option<usize>,
@@ -55,6 +57,7 @@ impl Songs {
                 col: COL,
                 draw_offset: c.draw_offset,
                 cfg_scale: c.cfg_scale,
+                temperature: c.temperature,
                 cond_top_k: c.cond_top_k,
                 top_k: c.top_k,
                 end: c.end,
@@ -190,7 +193,8 @@ fn draw_configs(vocab: usize) -> Vec<DrawCfg> {
     let mut cfgs = Vec::new();
     for draw_offset in 0..8 {
         cfgs.push(DrawCfg {
-            cfg_scale: 1.5,
+            cfg_scale: Some(1.5),
+            temperature: 1.0,
             cond_top_k: Some(50),
             top_k: 50,
             end: Some(vocab - 1),
@@ -198,26 +202,40 @@ fn draw_configs(vocab: usize) -> Vec<DrawCfg> {
         });
     }
     cfgs.push(DrawCfg {
-        cfg_scale: 3.0,
+        cfg_scale: Some(3.0),
+        temperature: 1.0,
         cond_top_k: None,
         top_k: 1,
         end: Some(vocab - 1),
         draw_offset: 3,
     });
     cfgs.push(DrawCfg {
-        cfg_scale: 1.0,
+        cfg_scale: Some(1.0),
+        temperature: 1.0,
         cond_top_k: Some(vocab + 5),
         top_k: vocab,
         end: None,
         draw_offset: 5,
     });
     cfgs.push(DrawCfg {
-        cfg_scale: 0.0,
+        cfg_scale: Some(0.0),
+        temperature: 1.0,
         cond_top_k: Some(1),
         top_k: 2,
         end: Some(0),
         draw_offset: 7,
     });
+    // CSM's draw (`CSM.md` §4.2): no guidance, temperature 0.9, top-50, no END column.
+    for draw_offset in [0, 31] {
+        cfgs.push(DrawCfg {
+            cfg_scale: None,
+            temperature: 0.9,
+            cond_top_k: None,
+            top_k: 50,
+            end: None,
+            draw_offset,
+        });
+    }
     cfgs
 }
 
@@ -322,7 +340,8 @@ fn cfg_draw_timing() {
                 codes_stride: STRIDE,
                 col: COL,
                 draw_offset: 0,
-                cfg_scale: 1.5,
+                cfg_scale: Some(1.5),
+                temperature: 1.0,
                 cond_top_k: Some(50),
                 top_k: 50,
                 end: Some(vocab - 1),

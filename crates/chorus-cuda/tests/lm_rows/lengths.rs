@@ -36,8 +36,7 @@ fn length_errors_name_op_and_buffer() {
         let err = be
             .qk_norm_rope(QkNormRopeArgs {
                 qkv: &mut qkv,
-                q_norm: &norm,
-                k_norm: &norm,
+                qk_norm: Some([&norm, &norm]),
                 rope: &rope,
                 start: &start,
                 geom: HeadGeom {

@@ -1,5 +1,5 @@
-//! `qk_norm_rope`: head norms and rotary embedding over every head-dim path of the kernel, with
-//! start positions changed between replays.
+//! `qk_norm_rope`: head norms (or none) and rotary embedding over every head-dim path of the
+//! kernel, with start positions changed between replays.
 
 use super::*;
 use chorus_core::lm_ops::{HeadGeom, QkNormRopeArgs};
@@ -23,6 +23,7 @@ fn run_qk<B: LmOps>(
     starts: [&[i32]; 2],
     max_pos: usize,
     seed: u64,
+    normed: bool,
 ) -> Result<Vec<Vec<f32>>> {
     let mut r = Rng::new(seed);
     let hd = geom.head_dim;
@@ -44,8 +45,7 @@ fn run_qk<B: LmOps>(
         be.run(0, &mut |b: &B| {
             b.qk_norm_rope(QkNormRopeArgs {
                 qkv: &mut qkv,
-                q_norm: &q_norm,
-                k_norm: &k_norm,
+                qk_norm: normed.then_some([&q_norm, &k_norm]),
                 rope: &rope,
                 start: &start,
                 geom,
@@ -58,7 +58,15 @@ fn run_qk<B: LmOps>(
 }
 
 fn check_qk(name: &str, geom: HeadGeom, starts: [&[i32]; 2], max_pos: usize) {
-    let want = run_qk(&cpu(), geom, starts, max_pos, 8).expect("cpu qk_norm_rope");
+    // With the q/k norm (Qwen3) and RoPE alone (Llama-style models).
+    for normed in [true, false] {
+        let name = &format!("{name}{}", if normed { "" } else { ", RoPE only" });
+        check_qk_case(name, geom, starts, max_pos, normed);
+    }
+}
+
+fn check_qk_case(name: &str, geom: HeadGeom, starts: [&[i32]; 2], max_pos: usize, normed: bool) {
+    let want = run_qk(&cpu(), geom, starts, max_pos, 8, normed).expect("cpu qk_norm_rope");
     check(
         name,
         &[
@@ -66,12 +74,12 @@ fn check_qk(name: &str, geom: HeadGeom, starts: [&[i32]; 2], max_pos: usize) {
             ("qkv, replay 2", Exact::Never),
         ],
         &want,
-        |be| run_qk(be, geom, starts, max_pos, 8),
+        |be| run_qk(be, geom, starts, max_pos, 8, normed),
     );
     // v is untouched: exact on the CUDA side too.
     for precision in PRECISIONS {
         let Some(be) = cuda(precision) else { return };
-        let got = run_qk(&be, geom, starts, max_pos, 8).expect("cuda qk_norm_rope");
+        let got = run_qk(&be, geom, starts, max_pos, 8, normed).expect("cuda qk_norm_rope");
         let (hd, width) = (geom.head_dim, geom.qkv_width());
         let v0 = (geom.q_heads + geom.kv_heads) * hd;
         let same = got[0]

@@ -167,8 +167,7 @@ fn replay_timing_decode_shapes() {
         let us = time_op(&be, 7, REPS, &mut |b| {
             b.qk_norm_rope(QkNormRopeArgs {
                 qkv: &mut qkv,
-                q_norm: &w,
-                k_norm: &w,
+                qk_norm: Some([&w, &w]),
                 rope: &rope,
                 start: &start,
                 geom,
