@@ -8,7 +8,9 @@
 //! - activation buffers allocated once per call size (`acts`), the MLP half (`mlp`);
 //! - one pre-norm decoder layer's weights (`layer`) and the layer stack over a paged KV cache
 //!   (`decoder`, `cache`), with the rotate-half RoPE table it reads (`rope`);
-//! - the KV block pool (`kv`), integers only, which the model's scheduler drives.
+//! - the KV block pool (`kv`), integers only, and admission over it (`seats`: a state slot and a
+//!   worst-case KV reservation per request), which the model's scheduler drives;
+//! - per-step integer inputs with their pinned host side (`io`).
 //!
 //! Everything on the device is ops of [`chorus_core::LmOps`] with no allocation, host sync or
 //! data-dependent branch, so a backend can capture a step as one graph.
@@ -17,18 +19,22 @@ pub mod acts;
 pub mod cache;
 pub mod decoder;
 pub mod host_linear;
+pub mod io;
 pub mod kv;
 pub mod layer;
 pub mod linear;
 pub mod mlp;
 pub mod rope;
+pub mod seats;
 
 pub use acts::{ActDims, Acts, Scratch};
 pub use cache::{layer_caches, LayerCache};
 pub use decoder::{check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape};
 pub use host_linear::{HostLinear, Q8Tensor};
+pub use io::IntInput;
 pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
 pub use layer::{DecoderLayer, QkNorm};
 pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
 pub use rope::{inv_freq, rope_table, rope_table_scaled, Llama3Scaling, RopeScaling};
+pub use seats::{Seat, Seats};

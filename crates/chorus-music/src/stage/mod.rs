@@ -9,8 +9,8 @@
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
-use chorus_lm::kv::{blocks_for, fill_tables, BlockPool, Reservation, DEFAULT_BLOCK_SIZE};
-use chorus_lm::{layer_caches, LayerCache};
+use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
+use chorus_lm::{layer_caches, LayerCache, Seat, Seats};
 
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
@@ -68,15 +68,13 @@ pub const MAX_CONTEXT: usize = MAX_PROMPT_TOKENS + MAX_AUDIO_FRAMES + 1;
 
 struct Song {
     id: SongId,
-    slot: usize,
+    /// State slot and the block tables of the conditional and unconditional rows.
+    seat: Seat,
     prompt_len: usize,
     /// Loop frames run so far (frame 0 is fed back, not emitted).
     frame: usize,
     emitted: usize,
     max_frames: usize,
-    /// Block ids of the conditional and unconditional rows.
-    blocks: [Vec<u32>; 2],
-    reservation: Reservation,
     mode: DrawMode,
     seed: u64,
     allow_end: bool,
@@ -115,9 +113,9 @@ pub struct SemanticStage<B: LmOps> {
     bufs: FrameBufs<B>,
     buckets: Vec<Bucket<B>>,
     prefill: PrefillBufs<B>,
-    pool: BlockPool,
+    /// Song slots and the KV pool.
+    seats: Seats,
     songs: Vec<Song>,
-    free_slots: Vec<usize>,
     next_id: SongId,
     opts: StageOptions,
     max_blocks: usize,
@@ -187,8 +185,13 @@ impl<B: LmOps> SemanticStage<B> {
         let marks = [be.mark()?, be.mark()?];
         Ok(Self {
             hidden_state: be.zeros((opts.max_songs + 1) * 2 * lm.hidden_size, BufRole::State)?,
-            pool: BlockPool::new(opts.kv_blocks)?,
-            free_slots: (0..opts.max_songs).rev().collect(),
+            seats: Seats::new(
+                opts.max_songs,
+                2,
+                opts.kv_blocks,
+                opts.block_size,
+                opts.max_context,
+            )?,
             be,
             lm,
             depth,
@@ -226,11 +229,7 @@ impl<B: LmOps> SemanticStage<B> {
 
     /// KV blocks `(in use, available to new songs, usable in all)`.
     pub fn kv_blocks(&self) -> (usize, usize, usize) {
-        (
-            self.pool.in_use(),
-            self.pool.available(),
-            self.pool.usable(),
-        )
+        self.seats.kv_blocks()
     }
 
     /// Positions per row a song of `prompt_len` and `max_frames` may write.
@@ -278,36 +277,22 @@ impl<B: LmOps> SemanticStage<B> {
         if positions > self.opts.max_context {
             return Err(Error::input(OP, format!("prompt {p} + {} frames + 1 = {positions} positions exceed the stage's max context {}", req.max_frames, self.opts.max_context)));
         }
-        let Some(&slot) = self.free_slots.last() else {
-            return Err(Error::input(
-                OP,
-                format!("busy: all {} song slots are in use", self.opts.max_songs),
-            ));
-        };
-        let mut reservation = self
-            .pool
-            .reserve(2 * blocks_for(positions, self.opts.block_size))?;
-        self.free_slots.pop();
+        let mut seat = self.seats.admit(positions, "song")?;
+        // Blocks for the prompt and for the first feedback position P.
+        self.seats.grow(&mut seat, p + 1);
         let (mode, seed) = req.sampling.device();
-        let mut song = Song {
+        let song = Song {
             id: self.next_id,
-            slot,
+            seat,
             prompt_len: p,
             frame: 0,
             emitted: 0,
             max_frames: req.max_frames,
-            blocks: [Vec::new(), Vec::new()],
-            reservation: Reservation::default(),
             mode,
             seed,
             allow_end: req.allow_end,
             forced: req.forced,
         };
-        // Blocks for the prompt and for the first feedback position P.
-        let block_size = self.opts.block_size;
-        self.pool
-            .grow(&mut reservation, &mut song.blocks, p + 1, block_size);
-        song.reservation = reservation;
         if let Err(e) = self.run_prefill(&song, &req.prompt) {
             self.finish(song);
             return Err(e);
@@ -325,8 +310,9 @@ impl<B: LmOps> SemanticStage<B> {
         for (dst, &src) in ids.iter_mut().zip(prompt.cond.iter().chain(&prompt.uncond)) {
             *dst = src as i32;
         }
-        fill_tables(self.prefill.tables.host(be)?, &song.blocks, self.max_blocks);
-        self.prefill.slot.host(be)?[0] = song.slot as i32;
+        self.seats
+            .fill_tables(Some(&song.seat), self.prefill.tables.host(be)?);
+        self.prefill.slot.host(be)?[0] = song.seat.slot as i32;
         let models = Models {
             lm: &self.lm,
             depth: &self.depth,
@@ -352,9 +338,7 @@ impl<B: LmOps> SemanticStage<B> {
 
     /// Returns a song's blocks and slot.
     fn finish(&mut self, song: Song) {
-        let [a, b] = song.blocks;
-        self.pool.release(a.into_iter().chain(b), song.reservation);
-        self.free_slots.push(song.slot);
+        self.seats.release(song.seat);
     }
 
     /// Cancels a song; its blocks return to the pool at once.

@@ -6,7 +6,6 @@
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Error, LmOps, Result};
-use chorus_lm::kv::{fill_tables, NULL_BLOCK};
 
 use super::{Pending, SemanticStage};
 use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
@@ -80,12 +79,10 @@ impl<B: LmOps> SemanticStage<B> {
             .position(|b| b.songs == size)
             .unwrap_or(0);
         let half = self.half;
-        let bs = self.opts.block_size;
         for &i in &self.launch {
             let s = &mut self.songs[i];
             let pos = s.prompt_len + s.frame;
-            self.pool
-                .grow(&mut s.reservation, &mut s.blocks, pos + 1, bs);
+            self.seats.grow(&mut s.seat, pos + 1);
         }
         self.stage_inputs(bucket, half)?;
         self.run_frame(bucket, half)?;
@@ -142,7 +139,7 @@ impl<B: LmOps> SemanticStage<B> {
             .iter_mut()
             .enumerate()
         {
-            *v = get(i).map_or(dummy, |s| s.slot as i32);
+            *v = get(i).map_or(dummy, |s| s.seat.slot as i32);
         }
         for (r, v) in be
             .pinned_ints_nowait(&mut inputs.start.host)
@@ -152,15 +149,8 @@ impl<B: LmOps> SemanticStage<B> {
             *v = get(r / 2).map_or(0, |s| (s.prompt_len + s.frame) as i32);
         }
         let tables = be.pinned_ints_nowait(&mut inputs.tables.host);
-        tables.fill(NULL_BLOCK as i32);
-        for i in 0..launch.len() {
-            if let Some(s) = get(i) {
-                fill_tables(
-                    &mut tables[2 * i * self.max_blocks..],
-                    &s.blocks,
-                    self.max_blocks,
-                );
-            }
+        for (i, t) in tables.chunks_exact_mut(2 * self.max_blocks).enumerate() {
+            self.seats.fill_tables(get(i).map(|s| &s.seat), t);
         }
         for (i, v) in be
             .pinned_ints_nowait(&mut inputs.mode.host)
