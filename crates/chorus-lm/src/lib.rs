@@ -10,7 +10,8 @@
 //!   (`decoder`, `cache`), with the rotate-half RoPE table it reads (`rope`);
 //! - the KV block pool (`kv`), integers only, and admission over it (`seats`: a state slot and a
 //!   worst-case KV reservation per request), which the model's scheduler drives;
-//! - per-step integer inputs with their pinned host side (`io`).
+//! - per-step integer inputs with their pinned host side (`io`), and the step loop's buckets,
+//!   double-buffered I/O and frame in flight (`pipeline`).
 //!
 //! Everything on the device is ops of [`chorus_core::LmOps`] with no allocation, host sync or
 //! data-dependent branch, so a backend can capture a step as one graph.
@@ -24,6 +25,7 @@ pub mod kv;
 pub mod layer;
 pub mod linear;
 pub mod mlp;
+pub mod pipeline;
 pub mod rope;
 pub mod seats;
 
@@ -36,5 +38,6 @@ pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK}
 pub use layer::{DecoderLayer, QkNorm};
 pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
+pub use pipeline::{Bucket, Pending, Pipeline};
 pub use rope::{inv_freq, rope_table, rope_table_scaled, Llama3Scaling, RopeScaling};
 pub use seats::{Seat, Seats};

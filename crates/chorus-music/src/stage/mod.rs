@@ -10,7 +10,7 @@
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
-use chorus_lm::{layer_caches, LayerCache, Seat, Seats};
+use chorus_lm::{layer_caches, LayerCache, Pipeline, Seat, Seats};
 
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
@@ -81,25 +81,15 @@ struct Song {
     forced: Option<Vec<[u32; LEVELS]>>,
 }
 
-/// One bucket's step I/O, twice: frame `f` uses half `f % 2`, so the host fills the next
-/// frame's inputs and reads the last frame's outputs while the device runs the current one.
-struct Bucket<B: LmOps> {
-    songs: usize,
-    halves: [Half<B>; 2],
-}
-
+/// One half of a bucket's step I/O (chorus-lm's [`Pipeline`] keeps two per bucket).
 struct Half<B: LmOps> {
     inputs: FrameInputs<B>,
     outputs: FrameOutputs<B>,
 }
 
-/// A launched frame whose outputs the host has not read yet.
-struct Pending {
-    bucket: usize,
-    half: usize,
-    /// The songs of the frame in row order, with the loop frame each ran.
-    rows: Vec<(SongId, usize)>,
-}
+/// What the host needs to read a launched frame: its songs in row order, with the loop frame
+/// each ran.
+type Launched = Vec<(SongId, usize)>;
 
 /// The stage over backend `B`.
 pub struct SemanticStage<B: LmOps> {
@@ -111,7 +101,8 @@ pub struct SemanticStage<B: LmOps> {
     /// `[max_songs + 1, 2 * hidden]`; the last row is the dummy slot.
     hidden_state: B::Buf,
     bufs: FrameBufs<B>,
-    buckets: Vec<Bucket<B>>,
+    /// Per bucket two halves of step I/O, and the frame in flight.
+    pipe: Pipeline<B, Half<B>, Launched>,
     prefill: PrefillBufs<B>,
     /// Song slots and the KV pool.
     seats: Seats,
@@ -119,11 +110,6 @@ pub struct SemanticStage<B: LmOps> {
     next_id: SongId,
     opts: StageOptions,
     max_blocks: usize,
-    /// Completion markers of the two halves' last frames.
-    marks: [B::Mark; 2],
-    /// The half the next frame uses.
-    half: usize,
-    pending: Option<Pending>,
     /// The last launched frame (for traces): songs in row order, bucket, half.
     last: (Vec<SongId>, usize, usize),
     /// Indices into `songs` of the songs the next frame runs (kept to avoid a per-step allocation).
@@ -164,25 +150,13 @@ impl<B: LmOps> SemanticStage<B> {
             w: &w,
         };
         let bufs = FrameBufs::new(&be, &models, largest)?;
-        let buckets = opts
-            .buckets
-            .sizes()
-            .iter()
-            .map(|&songs| {
-                let half = || -> Result<Half<B>> {
-                    Ok(Half {
-                        inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
-                        outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
-                    })
-                };
-                Ok(Bucket {
-                    songs,
-                    halves: [half()?, half()?],
-                })
+        let pipe = Pipeline::new(&be, &opts.buckets, |songs| {
+            Ok(Half {
+                inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
+                outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
             })
-            .collect::<Result<_>>()?;
+        })?;
         let prefill = PrefillBufs::new(&be, &models, opts.max_prompt, max_blocks)?;
-        let marks = [be.mark()?, be.mark()?];
         Ok(Self {
             hidden_state: be.zeros((opts.max_songs + 1) * 2 * lm.hidden_size, BufRole::State)?,
             seats: Seats::new(
@@ -198,15 +172,12 @@ impl<B: LmOps> SemanticStage<B> {
             w,
             lm_caches,
             bufs,
-            buckets,
+            pipe,
             prefill,
             songs: Vec::new(),
             next_id: 0,
             opts,
             max_blocks,
-            marks,
-            half: 0,
-            pending: None,
             last: (Vec::new(), 0, 0),
             launch: Vec::new(),
         })

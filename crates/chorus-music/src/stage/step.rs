@@ -7,7 +7,9 @@
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Error, LmOps, Result};
 
-use super::{Pending, SemanticStage};
+use chorus_lm::Pending;
+
+use super::{Launched, SemanticStage};
 use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
 use crate::frame::{frame_program, FrameCall, Models};
 use crate::song::{EndReason, SongEvent, LEVELS};
@@ -19,12 +21,13 @@ impl<B: LmOps> SemanticStage<B> {
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
         // The frame in flight is read even when the launch fails, so no output is lost and the
         // halves stay in step (a failed launch advances neither the half nor any song).
+        let prev = self.pipe.take();
         let launched = self.launch_frame();
-        if let Some(prev) = self.pending.take() {
-            self.be.wait(&self.marks[prev.half])?;
+        if let Some(prev) = prev {
+            self.pipe.wait(&self.be, prev.half)?;
             self.collect(&prev, sink)?;
         }
-        self.pending = launched?;
+        launched?;
         Ok(self.last.0.len())
     }
 
@@ -39,11 +42,11 @@ impl<B: LmOps> SemanticStage<B> {
             ));
         }
         self.launch.clear();
-        for bucket in 0..self.buckets.len() {
+        for bucket in 0..self.pipe.buckets.len() {
             for half in 0..2 {
                 self.stage_inputs(bucket, half)?;
                 self.run_frame(bucket, half)?;
-                self.be.wait(&self.marks[half])?;
+                self.pipe.wait(&self.be, half)?;
             }
         }
         Ok(())
@@ -51,15 +54,12 @@ impl<B: LmOps> SemanticStage<B> {
 
     /// Bucket sizes and the backend's program key of each (half 0), for device timing.
     pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(k, b)| (b.songs, 2 * k))
-            .collect()
+        self.pipe.keys()
     }
 
-    /// Picks the songs with a frame left, stages their inputs and launches the frame.
-    fn launch_frame(&mut self) -> Result<Option<Pending>> {
+    /// Picks the songs with a frame left, stages their inputs and launches the frame (the
+    /// pipeline then holds it as the frame in flight).
+    fn launch_frame(&mut self) -> Result<()> {
         self.launch.clear();
         for (i, s) in self.songs.iter().enumerate() {
             let forced_left = s.forced.as_ref().is_none_or(|f| s.frame < f.len());
@@ -70,15 +70,10 @@ impl<B: LmOps> SemanticStage<B> {
         }
         self.last.0.clear();
         if self.launch.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
-        let size = self.opts.buckets.pick(self.launch.len())?;
-        let bucket = self
-            .buckets
-            .iter()
-            .position(|b| b.songs == size)
-            .unwrap_or(0);
-        let half = self.half;
+        let bucket = self.pipe.pick(self.launch.len())?;
+        let half = self.pipe.half();
         for &i in &self.launch {
             let s = &mut self.songs[i];
             let pos = s.prompt_len + s.frame;
@@ -86,7 +81,6 @@ impl<B: LmOps> SemanticStage<B> {
         }
         self.stage_inputs(bucket, half)?;
         self.run_frame(bucket, half)?;
-        self.half ^= 1;
         let mut rows = Vec::with_capacity(self.launch.len());
         for &i in &self.launch {
             let s = &mut self.songs[i];
@@ -96,21 +90,22 @@ impl<B: LmOps> SemanticStage<B> {
         }
         self.last.1 = bucket;
         self.last.2 = half;
-        Ok(Some(Pending { bucket, half, rows }))
+        self.pipe.launched(bucket, rows);
+        Ok(())
     }
 
     /// Queues bucket `bucket`'s frame program on half `half` and records that half's marker.
     fn run_frame(&mut self, bucket: usize, half: usize) -> Result<()> {
-        let size = self.buckets[bucket].songs;
+        let size = self.pipe.buckets[bucket].size;
         let models = Models {
             lm: &self.lm,
             depth: &self.depth,
             w: &self.w,
         };
-        let (bufs, io) = (&mut self.bufs, &mut self.buckets[bucket].halves[half]);
+        let bufs = &mut self.bufs;
         let (lm_caches, hidden_state) = (&mut self.lm_caches, &mut self.hidden_state);
         let (block_size, max_blocks) = (self.opts.block_size, self.max_blocks);
-        let mut program = |be: &B| {
+        let mut program = |be: &B, io: &mut super::Half<B>| {
             let call = FrameCall {
                 inputs: &mut io.inputs,
                 outputs: &mut io.outputs,
@@ -122,15 +117,14 @@ impl<B: LmOps> SemanticStage<B> {
             };
             frame_program(be, &models, bufs, call)
         };
-        self.be
-            .launch(2 * bucket + half, &mut program, &mut self.marks[half])
+        self.pipe.run(&self.be, (bucket, half), &mut program)
     }
 
     /// Writes the per-song inputs of the songs in `self.launch`; padding rows get the dummy slot
     /// and the null block. The half's previous frame finished before the last step returned.
     fn stage_inputs(&mut self, bucket: usize, half: usize) -> Result<()> {
         let be = &self.be;
-        let inputs = &mut self.buckets[bucket].halves[half].inputs;
+        let inputs = &mut self.pipe.buckets[bucket].halves[half].inputs;
         let dummy = self.opts.max_songs as i32;
         let (songs, launch) = (&self.songs, &self.launch);
         let get = |i: usize| launch.get(i).map(|&j| &songs[j]);
@@ -193,13 +187,17 @@ impl<B: LmOps> SemanticStage<B> {
     }
 
     /// Reads a finished frame's outputs, emits frames and ends, and retires ended songs.
-    fn collect(&mut self, prev: &Pending, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<()> {
+    fn collect(
+        &mut self,
+        prev: &Pending<Launched>,
+        sink: &mut dyn FnMut(SongEvent<'_>),
+    ) -> Result<()> {
         let h8 = LEVELS * self.lm.hidden_size;
-        let out = &mut self.buckets[prev.bucket].halves[prev.half].outputs;
+        let out = &mut self.pipe.buckets[prev.bucket].halves[prev.half].outputs;
         let codes = self.be.pinned_ints_nowait(&mut out.codes);
         let hiddens = self.be.pinned_floats_nowait(&out.hiddens);
         let mut ended = Vec::new();
-        for (i, &(id, f)) in prev.rows.iter().enumerate() {
+        for (i, &(id, f)) in prev.payload.iter().enumerate() {
             // A song cancelled since the launch is gone; its row is discarded.
             let Some(song) = self.songs.iter_mut().find(|s| s.id == id) else {
                 continue;

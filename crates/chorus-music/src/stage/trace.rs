@@ -37,7 +37,8 @@ impl<B: LmOps> SemanticStage<B> {
             Ok(v)
         };
         let vocab = self.depth.audio_vocab_size;
-        let mut codes = be.download_ints(&self.buckets[*bucket].halves[*half].inputs.codes.dev)?;
+        let mut codes =
+            be.download_ints(&self.pipe.buckets[*bucket].halves[*half].inputs.codes.dev)?;
         codes.truncate(songs.len() * LEVELS);
         Ok(FrameTrace {
             songs: songs.clone(),
