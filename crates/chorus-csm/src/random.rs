@@ -100,16 +100,57 @@ impl RandomSource {
         }
     }
 
-    /// Applies [`RandomOptions::zero_gain`] to a drawn head.
-    fn scale_eos(&self, name: &str, t: &mut HostTensor) {
+    /// Rows `rows` of tensor `name` (its leading axis), drawn alone (the zero gain applied).
+    pub fn rows(&self, name: &str, rows: std::ops::Range<usize>) -> Result<HostTensor> {
+        let (shape, role) = self.spec(name)?;
+        if rows.start > rows.end || rows.end > shape[0] {
+            return Err(Error::input(
+                "RandomSource::rows",
+                format!(
+                    "rows {rows:?} of `{name}` are outside its {} rows",
+                    shape[0]
+                ),
+            ));
+        }
+        let cols = shape.iter().skip(1).product::<usize>();
+        let first = rows.start;
+        let data = draw_rows(
+            self.opts.seed,
+            name,
+            rows.clone(),
+            cols,
+            init_for(role, &shape),
+        );
+        let mut out_shape = shape;
+        out_shape[0] = rows.len();
+        let mut t = HostTensor::new(out_shape, data)?;
+        self.scale_eos(name, first, &mut t);
+        Ok(t)
+    }
+
+    fn spec(&self, name: &str) -> Result<(Vec<usize>, Role)> {
+        self.specs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::MissingTensor {
+                op: "RandomSource::load",
+                name: name.into(),
+                source_name: self.name.clone(),
+            })
+    }
+
+    /// Applies [`RandomOptions::zero_gain`] to drawn head rows starting at row `first`.
+    fn scale_eos(&self, name: &str, first: usize, t: &mut HostTensor) {
         let g = self.opts.zero_gain;
         if g == 1.0 {
             return;
         }
         if name == LM_HEAD {
             let h = t.shape[1];
-            for x in &mut t.data[self.eos * h..(self.eos + 1) * h] {
-                *x *= g;
+            if let Some(r) = self.eos.checked_sub(first).filter(|&r| r < t.shape[0]) {
+                for x in &mut t.data[r * h..(r + 1) * h] {
+                    *x *= g;
+                }
             }
         } else if name == CODEBOOKS_HEAD {
             let v = t.shape[2];
@@ -136,21 +177,8 @@ impl TensorSource for RandomSource {
     }
 
     fn load(&self, name: &str) -> Result<HostTensor> {
-        let (shape, role) = self
-            .specs
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::MissingTensor {
-                op: "RandomSource::load",
-                name: name.into(),
-                source_name: self.name.clone(),
-            })?;
-        let rows = shape.first().copied().unwrap_or(1);
-        let cols = shape.iter().skip(1).product::<usize>();
-        let data = draw_rows(self.opts.seed, name, 0..rows, cols, init_for(role, &shape));
-        let mut t = HostTensor::new(shape, data)?;
-        self.scale_eos(name, &mut t);
-        Ok(t)
+        let rows = self.spec(name)?.0[0];
+        self.rows(name, 0..rows)
     }
 }
 

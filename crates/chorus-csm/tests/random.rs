@@ -94,3 +94,53 @@ fn zero_gain_scales_only_the_code_0_logit_weights() {
     }
     assert_eq!(plain.text_embeddings, tweaked.text_embeddings);
 }
+
+/// `tests/fixtures/csm/weights_golden.json`, written by `tools/fixtures/csm_weights.py`.
+fn golden() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/csm/weights_golden.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn random_weights_match_the_python_generator_bit_for_bit() {
+    use chorus_csm::random::RandomSource;
+    let doc = golden();
+    assert_eq!(doc["seed"].as_u64().unwrap(), RANDOM_CSM_SEED);
+    let entries = doc["tensors"].as_array().unwrap();
+    assert!(entries.len() >= 10);
+    for e in entries {
+        let config = match e["config"].as_str().unwrap() {
+            "random-small" => CsmConfig::random_small(),
+            "random" => CsmConfig::csm_1b(),
+            other => panic!("unknown config {other}"),
+        };
+        let name = e["name"].as_str().unwrap();
+        let rows: Vec<usize> = serde_json::from_value(e["rows"].clone()).unwrap();
+        let shape: Vec<usize> = serde_json::from_value(e["shape"].clone()).unwrap();
+        let opts = RandomOptions {
+            zero_gain: e["zero_gain"].as_f64().unwrap() as f32,
+            ..Default::default()
+        };
+        let src = RandomSource::new(&config, opts);
+        let spec = tensor_specs(&config)
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap();
+        assert_eq!(spec.shape, shape, "{name}");
+        let t = src.rows(name, rows[0]..rows[1]).unwrap();
+        let first: Vec<u32> = serde_json::from_value(e["first_bits"].clone()).unwrap();
+        let bits: Vec<u32> = t.data.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(&bits[..first.len()], &first[..], "{name} first values");
+        let bit_sum: u64 = bits.iter().map(|&b| u64::from(b)).sum();
+        assert_eq!(bit_sum, e["bit_sum"].as_u64().unwrap(), "{name} bit sum");
+        let sum: f64 = t.data.iter().map(|&x| f64::from(x)).sum();
+        let expected = e["sum_f64"].as_f64().unwrap();
+        assert!(
+            (sum - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+            "{name}: {sum} vs {expected}"
+        );
+    }
+}
