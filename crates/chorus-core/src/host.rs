@@ -108,6 +108,15 @@ impl HostTensor {
     }
 }
 
+/// `MemAvailable` from /proc/meminfo, in bytes (None where unknown): lets a loader refuse a model
+/// whose host copy cannot fit instead of dying of memory exhaustion.
+pub fn mem_available() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,41 @@ pub fn uniform(seed: u64, name: &str, n: usize) -> Vec<f32> {
     uniform_range(seed, name, 0, n)
 }
 
+/// How one seeded weight tensor is drawn: element value `u * scale + offset` in f32 (two
+/// roundings, no FMA), `u` from [`uniform_range`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Init {
+    pub scale: f32,
+    pub offset: f32,
+}
+
+/// Elements drawn per parallel task (the draw is a pure function of the index, so chunks can go
+/// to any thread in any order).
+const DRAW_CHUNK: usize = 1 << 20;
+
+/// Rows `rows` of tensor `name` (row width `cols`) under `init`, drawn on every core.
+pub fn draw_rows(
+    seed: u64,
+    name: &str,
+    rows: std::ops::Range<usize>,
+    cols: usize,
+    init: Init,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let (start, n) = (rows.start * cols, rows.len() * cols);
+    let mut data = vec![0f32; n];
+    data.par_chunks_mut(DRAW_CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let first = start + c * DRAW_CHUNK;
+            let len = chunk.len();
+            for (x, u) in chunk.iter_mut().zip(uniform_range(seed, name, first, len)) {
+                *x = u * init.scale + init.offset;
+            }
+        });
+    data
+}
+
 /// The Exp(1) variate for element `index` of draw `draw` under `seed`:
 /// `U = ((z >> 11) + 0.5) * 2^-53` with `z` the mixed counter, then `-ln U` in f64, rounded to f32.
 /// Equals `exp_noise(seed, draw, n)[index]` of the oracle (`tools/fixtures/music_oracle.py`).

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 
+use chorus_core::host::mem_available;
 use chorus_core::{Error, Result};
 
 use crate::config::{DepthConfig, Qwen3Config, SEMANTIC_VOCAB};
@@ -180,12 +181,4 @@ fn check_host_memory(lm: &Qwen3Config, depth: &DepthConfig, int8: bool) -> Resul
         ));
     }
     Ok(())
-}
-
-/// `MemAvailable` from /proc/meminfo, in bytes (None where unknown).
-fn mem_available() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use chorus_core::checkpoint::TensorSource;
 use chorus_core::convrot::writer_group;
-use chorus_core::rng::uniform_range;
+pub use chorus_core::rng::{draw_rows, Init};
 use chorus_core::{Error, HostTensor, Result};
 use chorus_lm::{HostLinear, Q8Tensor};
 
@@ -26,13 +26,6 @@ use crate::weights::{depth_tensor_specs, lm_tensor_specs, Spec, LM_HEAD};
 pub const RANDOM_MUSIC_SEED: u64 = 0x6d75_7369_632d_726e;
 /// Gain of the LM head and the depth heads over a unit-variance init.
 const HEAD_GAIN: f64 = 2.0;
-
-/// `u * scale + offset`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Init {
-    pub scale: f32,
-    pub offset: f32,
-}
 
 /// The init of a tensor of either model, by role (name) and fan-in (shape).
 pub fn init_for(name: &str, shape: &[usize]) -> Init {
@@ -84,33 +77,6 @@ pub fn is_q8_linear(name: &str) -> bool {
         })
     };
     name == "projection.weight" || layer("model.layers.", &LM) || layer("layers.", &DEPTH)
-}
-
-/// Elements drawn per parallel task (the draw is a pure function of the index, so chunks can go
-/// to any thread in any order).
-const DRAW_CHUNK: usize = 1 << 20;
-
-/// Rows `rows` of tensor `name` (row width `cols`), drawn on every core.
-pub fn draw_rows(
-    seed: u64,
-    name: &str,
-    rows: std::ops::Range<usize>,
-    cols: usize,
-    init: Init,
-) -> Vec<f32> {
-    use rayon::prelude::*;
-    let (start, n) = (rows.start * cols, rows.len() * cols);
-    let mut data = vec![0f32; n];
-    data.par_chunks_mut(DRAW_CHUNK)
-        .enumerate()
-        .for_each(|(c, chunk)| {
-            let first = start + c * DRAW_CHUNK;
-            let len = chunk.len();
-            for (x, u) in chunk.iter_mut().zip(uniform_range(seed, name, first, len)) {
-                *x = u * init.scale + init.offset;
-            }
-        });
-    data
 }
 
 /// A tensor source that draws each tensor on demand.
