@@ -83,6 +83,31 @@ pub struct FeedbackArgs<'a, B: Backend + ?Sized> {
     pub scale: f32,
 }
 
+/// The input row of a multi-codebook LM (CSM's backbone, `CSM.md` §3.2): one text embedding and
+/// one audio embedding per codebook, each present or not, summed. For row `r` with
+/// `t = ids[r * stride + text_col]` and `c_l = ids[r * stride + codes_col + l]`:
+/// `out[r] = (text and t >= 0 ? text[t] : 0) + sum_{l < levels, c_l >= 0} audio[l * cardinality + c_l]`,
+/// in f32, the text row first and then the codebooks in order, rounded once. A negative entry is
+/// absent; a present one past its table is a caller bug (the CPU backend names it, CUDA adds
+/// nothing for it).
+pub struct EmbedSumArgs<'a, B: Backend + ?Sized> {
+    /// `[text_vocab, dim]`; `None`: no text column.
+    pub text: Option<&'a B::Buf>,
+    /// `[levels * cardinality, dim]`: codebook `l`'s code `c` is row `l * cardinality + c`.
+    pub audio: &'a B::Buf,
+    /// `[rows, stride]`.
+    pub ids: &'a B::Ints,
+    /// `[rows, dim]`.
+    pub out: &'a mut B::Buf,
+    pub rows: usize,
+    pub dim: usize,
+    pub stride: usize,
+    pub text_col: usize,
+    pub codes_col: usize,
+    pub levels: usize,
+    pub cardinality: usize,
+}
+
 /// Fused residual add and RMSNorm over `n` rows of `dim`: first `residual += delta` (when given),
 /// then `out = residual * rsqrt(mean(residual^2) + eps) * weight`, all in f32.
 pub struct RmsNormArgs<'a, B: Backend + ?Sized> {
@@ -519,6 +544,8 @@ pub trait LmOps: Backend {
     fn copy_rows(&self, args: CopyRowsArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`FeedbackArgs`].
     fn feedback_embed(&self, args: FeedbackArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`EmbedSumArgs`].
+    fn embed_sum(&self, args: EmbedSumArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`RmsNormArgs`].
     fn rms_norm(&self, args: RmsNormArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`AddRowArgs`].

@@ -193,6 +193,55 @@ extern "C" __global__ void lm_feedback_embed(const T* __restrict__ embed, const 
 }
 
 // ---------------------------------------------------------------------------------------------
+// embed_sum (EmbedSumArgs): out[r] = text[t] (when given and t >= 0) + sum_l audio[l * card + c_l]
+// over the present codes, in f32 in that order, rounded once; an entry past its table adds nothing.
+
+template <int C>
+__device__ __forceinline__ void lmr_embed_sum_body(const T* __restrict__ text, const T* __restrict__ audio,
+                                                   const int* __restrict__ ids, T* __restrict__ out, int dim, int stride,
+                                                   int text_col, int codes_col, int levels, int card, int text_rows,
+                                                   int segs) {
+    int r, c;
+    if (!lmr_row_chunk(segs, dim / C, r, c)) {
+        return;
+    }
+    const int* row = ids + (long long)r * stride;
+    long long at = (long long)c * C;
+    float acc[C], x[C];
+#pragma unroll
+    for (int e = 0; e < C; ++e) acc[e] = 0.f;
+    if (text != nullptr) {
+        int t = row[text_col];
+        if (t >= 0 && t < text_rows) {
+            load_c<C>(text + (long long)t * dim + at, x);
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] += x[e];
+        }
+    }
+#pragma unroll 4
+    for (int l = 0; l < levels; ++l) {
+        int code = row[codes_col + l];
+        if (code >= 0 && code < card) {
+            load_c<C>(audio + ((long long)l * card + code) * dim + at, x);
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[e] += x[e];
+        }
+    }
+    store_c<C>(out + (long long)r * dim + at, acc);
+}
+
+extern "C" __global__ void lm_embed_sum(const T* __restrict__ text, const T* __restrict__ audio, const int* __restrict__ ids,
+                                        T* __restrict__ out, int dim, int stride, int text_col, int codes_col, int levels,
+                                        int card, int text_rows, int segs, int vec) {
+    pdl_enter();
+    if (vec) {
+        lmr_embed_sum_body<VEC>(text, audio, ids, out, dim, stride, text_col, codes_col, levels, card, text_rows, segs);
+    } else {
+        lmr_embed_sum_body<1>(text, audio, ids, out, dim, stride, text_col, codes_col, levels, card, text_rows, segs);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Fused residual add + RMSNorm: one block per row.
 
 // Sum of v over the block, the same value in every thread, in a fixed order for a given block

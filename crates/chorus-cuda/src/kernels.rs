@@ -106,6 +106,7 @@ kernel_table! {
     LmScatterRows => "lm_scatter_rows",
     LmCopyRows => "lm_copy_rows",
     LmFeedbackEmbed => "lm_feedback_embed",
+    LmEmbedSum => "lm_embed_sum",
     LmRmsNorm => "lm_rms_norm",
     LmAddRow => "lm_add_row",
     LmSwiglu => "lm_swiglu",

@@ -22,8 +22,8 @@ pub use q8::CpuQWeight;
 use crate::{check, CpuBackend, CpuBuf, CpuInts};
 use chorus_core::lm_ops::{fused_linear_apart, FusedLinearArgs, HadamardArgs, LinearQ8Args};
 use chorus_core::lm_ops::{
-    AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
-    QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
+    AddRowArgs, CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs,
+    PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
 use chorus_core::{LmOps, Result};
 
@@ -168,6 +168,10 @@ impl LmOps for CpuBackend {
 
     fn feedback_embed(&self, args: FeedbackArgs<'_, Self>) -> Result<()> {
         rows::feedback_embed(self, args)
+    }
+
+    fn embed_sum(&self, args: EmbedSumArgs<'_, Self>) -> Result<()> {
+        rows::embed_sum(self, args)
     }
 
     fn rms_norm(&self, args: RmsNormArgs<'_, Self>) -> Result<()> {

@@ -2,7 +2,9 @@
 //! copies, the LM feedback embedding and the learned-position add.
 
 use crate::{check, CpuBackend};
-use chorus_core::lm_ops::{AddRowArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, ScatterArgs};
+use chorus_core::lm_ops::{
+    AddRowArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, ScatterArgs,
+};
 use chorus_core::{Error, Result};
 use rayon::prelude::*;
 
@@ -185,6 +187,78 @@ pub(super) fn feedback_embed(be: &CpuBackend, a: FeedbackArgs<'_, CpuBackend>) -
                     *d = scale * (e + *d);
                 }
                 twin.copy_from_slice(o);
+            });
+    });
+    Ok(())
+}
+
+pub(super) fn embed_sum(be: &CpuBackend, a: EmbedSumArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "embed_sum";
+    let (rows, dim, stride, levels, card) = (a.rows, a.dim, a.stride, a.levels, a.cardinality);
+    if rows == 0 {
+        return Ok(());
+    }
+    nonzero_dim(OP, dim)?;
+    let text_cols = if a.text.is_some() { a.text_col + 1 } else { 0 };
+    if a.codes_col + levels > stride || text_cols > stride {
+        return Err(Error::input(
+            OP,
+            format!(
+                "columns (text {:?}, codes {}..{}) must fit the stride {stride}",
+                a.text.map(|_| a.text_col),
+                a.codes_col,
+                a.codes_col + levels
+            ),
+        ));
+    }
+    check::at_least(OP, "ids", a.ids.len(), rows * stride)?;
+    check::at_least(OP, "audio", a.audio.len(), levels * card * dim)?;
+    check::at_least(OP, "out", a.out.len(), rows * dim)?;
+    let ids = &a.ids.0[..rows * stride];
+    let text_rows = a.text.map_or(0, |t| t.len() / dim);
+    for (r, row) in ids.chunks_exact(stride).enumerate() {
+        if let Some(t) = a.text.map(|_| row[a.text_col]).filter(|&t| t >= 0) {
+            if t as usize >= text_rows {
+                return Err(Error::input(
+                    OP,
+                    format!("row {r}: text id {t} is outside the text table of {text_rows} rows"),
+                ));
+            }
+        }
+        for (l, &c) in row[a.codes_col..a.codes_col + levels].iter().enumerate() {
+            if c >= 0 && c as usize >= card {
+                return Err(Error::CodeOutOfRange {
+                    op: OP,
+                    row: r,
+                    codebook: l,
+                    code: i64::from(c),
+                    cardinality: card,
+                });
+            }
+        }
+    }
+    let (text, audio, text_col, codes_col) =
+        (a.text.map(|t| &t.0), &a.audio.0, a.text_col, a.codes_col);
+    let out = &mut a.out.0[..rows * dim];
+    be.install(|| {
+        out.par_chunks_mut(dim)
+            .zip(ids.par_chunks(stride))
+            .for_each(|(o, row)| {
+                o.fill(0.0);
+                // Ids checked above: a present one is inside its table.
+                let mut add = |table: &[f32], at: usize| {
+                    o.iter_mut()
+                        .zip(&table[at * dim..(at + 1) * dim])
+                        .for_each(|(d, &x)| *d += x);
+                };
+                if let Some(t) = text.filter(|_| row[text_col] >= 0) {
+                    add(t, row[text_col] as usize);
+                }
+                for (l, &c) in row[codes_col..codes_col + levels].iter().enumerate() {
+                    if c >= 0 {
+                        add(audio, l * card + c as usize);
+                    }
+                }
             });
     });
     Ok(())

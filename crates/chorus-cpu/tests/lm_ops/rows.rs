@@ -1,8 +1,11 @@
-//! Pinned copies, gathers, scatters, strided copies, the feedback embedding and `add_row`.
+//! Pinned copies, gathers, scatters, strided copies, the feedback embedding, `embed_sum` and
+//! `add_row`.
 
 use super::*;
 use crate::common::Rng;
-use chorus_core::lm_ops::{AddRowArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, ScatterArgs};
+use chorus_core::lm_ops::{
+    AddRowArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, ScatterArgs,
+};
 
 #[test]
 fn pinned_copies_round_trip_and_check_lengths() {
@@ -206,6 +209,81 @@ fn feedback_embed_matches_f64_reference() {
         let pair = &got[2 * s * dim..(2 * s + 2) * dim];
         assert_bits("both rows of a pair", &pair[..dim], &pair[dim..]);
     }
+}
+
+/// `embed_sum` rows: text only, audio only (CSM's frames), both, neither; against an f64 sum.
+#[test]
+fn embed_sum_matches_f64_reference_and_names_bad_ids() {
+    let be = common::backend();
+    let mut rng = Rng::new(4);
+    let (rows, dim, levels, card, vocab, stride) = (4, 20, 3, 5, 9, 5);
+    let text = rng.vec(vocab * dim, 1.0);
+    let audio = rng.vec(levels * card * dim, 1.0);
+    // Columns: 0 unused, 1 text, 2..5 codes.
+    #[rustfmt::skip]
+    let ids: Vec<i32> = vec![
+        7, 4, -1, -1, -1,
+        7, -1, 0, 4, 2,
+        7, 8, 3, -1, 1,
+        7, -1, -1, -1, -1,
+    ];
+    let (tb, ab) = (buf(&be, &text), buf(&be, &audio));
+    let mut out = be.zeros(rows * dim, BufRole::Activation).unwrap();
+    let run = |ids: &[i32], with_text: bool, out: &mut CpuBuf| {
+        be.embed_sum(EmbedSumArgs {
+            text: with_text.then_some(&tb),
+            audio: &ab,
+            ids: &ints(&be, ids),
+            out,
+            rows,
+            dim,
+            stride,
+            text_col: 1,
+            codes_col: 2,
+            levels,
+            cardinality: card,
+        })
+    };
+    for with_text in [true, false] {
+        run(&ids, with_text, &mut out).unwrap();
+        let got = down(&be, &out);
+        let mut want = vec![0.0_f64; rows * dim];
+        for r in 0..rows {
+            let row = &ids[r * stride..(r + 1) * stride];
+            for i in 0..dim {
+                let mut x = 0.0;
+                if with_text && row[1] >= 0 {
+                    x += text[row[1] as usize * dim + i] as f64;
+                }
+                for l in 0..levels {
+                    if row[2 + l] >= 0 {
+                        x += audio[(l * card + row[2 + l] as usize) * dim + i] as f64;
+                    }
+                }
+                want[r * dim + i] = x;
+            }
+        }
+        assert_near("embed_sum", &got, &want);
+        assert!(
+            got[3 * dim..].iter().all(|&v| v == 0.0),
+            "a row of absent ids is zero"
+        );
+    }
+    let mut bad = ids.clone();
+    bad[2 * stride + 3] = card as i32;
+    let err = run(&bad, true, &mut out).unwrap_err().to_string();
+    assert!(
+        err.contains("embed_sum") && err.contains(&card.to_string()),
+        "{err}"
+    );
+    bad[2 * stride + 3] = -1;
+    bad[stride + 1] = vocab as i32;
+    let err = run(&bad, true, &mut out).unwrap_err().to_string();
+    assert!(err.contains("text id 9"), "{err}");
+    assert!(
+        run(&bad, false, &mut out).is_ok(),
+        "no text table: the text column is not read"
+    );
 }
 
 #[test]

@@ -12,8 +12,8 @@ pub(crate) mod skinny;
 pub use q8::CudaQWeight;
 
 use chorus_core::lm_ops::{
-    AddRowArgs, CfgDrawArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, PagedAttentionArgs,
-    QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
+    AddRowArgs, CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs,
+    PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
 };
 use chorus_core::lm_ops::{FusedLinearArgs, HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Precision, Result};
@@ -209,6 +209,10 @@ impl LmOps for CudaBackend {
 
     fn add_row(&self, a: AddRowArgs<'_, Self>) -> Result<()> {
         rows::add_row(self, a)
+    }
+
+    fn embed_sum(&self, a: EmbedSumArgs<'_, Self>) -> Result<()> {
+        rows::embed_sum(self, a)
     }
 
     fn qk_norm_rope(&self, a: QkNormRopeArgs<'_, Self>) -> Result<()> {

@@ -18,8 +18,8 @@
 //!   tables: an out-of-range id gathers a zero row and is skipped by a scatter, an out-of-range
 //!   code adds nothing to the feedback embedding, a RoPE position is clamped to the table.
 use chorus_core::lm_ops::{
-    AddRowArgs, CopyRowsArgs, FeedbackArgs, GatherArgs, QkNormRopeArgs, RmsNormArgs, ScatterArgs,
-    SwigluArgs,
+    AddRowArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, QkNormRopeArgs, RmsNormArgs,
+    ScatterArgs, SwigluArgs,
 };
 use chorus_core::{Precision, Result};
 
@@ -283,6 +283,63 @@ pub(crate) fn feedback_embed(be: &CudaBackend, a: FeedbackArgs<'_, CudaBackend>)
             &scale,
             &segs,
             &vec
+        ],
+    )
+}
+
+/// One thread per chunk of a row sums the text row and the present codes' audio rows in order,
+/// in f32 (the CPU backend's order).
+pub(crate) fn embed_sum(be: &CudaBackend, a: EmbedSumArgs<'_, CudaBackend>) -> Result<()> {
+    const OP: &str = "embed_sum";
+    let _timer = be.op_timer(OP);
+    let (rows, dim, stride, levels, card) = (a.rows, a.dim, a.stride, a.levels, a.cardinality);
+    if rows == 0 {
+        return Ok(());
+    }
+    nonzero_dim(OP, dim)?;
+    let text_cols = if a.text.is_some() { a.text_col + 1 } else { 0 };
+    if a.codes_col + levels > stride || text_cols > stride {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "columns (text {:?}, codes {}..{}) must fit the stride {stride}",
+                a.text.map(|_| a.text_col),
+                a.codes_col,
+                a.codes_col + levels
+            ),
+        ));
+    }
+    check_len(OP, "ids", a.ids.len, rows * stride)?;
+    check_len(OP, "audio", a.audio.len, levels * card * dim)?;
+    check_len(OP, "out", a.out.len, rows * dim)?;
+    let text = match a.text {
+        Some(t) => t_ptr(be, OP, "text", t)?,
+        None => 0,
+    };
+    let audio = t_ptr(be, OP, "audio", a.audio)?;
+    let out = t_ptr(be, OP, "out", a.out)?;
+    let ids = a.ids.mem.ptr();
+    // A null text pointer is 0: aligned, so it does not veto the vector layout.
+    let vec = vectorizable(be, &[dim], &[text, audio, out]);
+    let chunks = if vec { dim / vec_elems(be) } else { dim };
+    let (cfg, segs) = row_launch(OP, rows, chunks)?;
+    let text_rows = a.text.map_or(0, |t| (t.len / dim).min(i32::MAX as usize)) as i32;
+    let ints = [
+        int(OP, "dim", dim)?,
+        int(OP, "stride", stride)?,
+        int(OP, "text_col", a.text_col)?,
+        int(OP, "codes_col", a.codes_col)?,
+        int(OP, "levels", levels)?,
+        int(OP, "cardinality", card)?,
+    ];
+    let [dim32, stride, text_col, codes_col, levels, card] = ints;
+    let vec = i32::from(vec);
+    be.launch(
+        Kernel::LmEmbedSum,
+        cfg,
+        &mut kargs![
+            &text, &audio, &ids, &out, &dim32, &stride, &text_col, &codes_col, &levels, &card,
+            &text_rows, &segs, &vec
         ],
     )
 }

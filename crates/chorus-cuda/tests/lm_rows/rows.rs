@@ -1,8 +1,8 @@
-//! `gather_rows`, `scatter_rows`, `copy_rows` and `feedback_embed`: pure data movement, bit for bit
+//! `gather_rows`, `scatter_rows`, `copy_rows`, `feedback_embed` and `embed_sum`: pure data movement, bit for bit
 //! against the CPU, with ids and codes changed between replays.
 
 use super::*;
-use chorus_core::lm_ops::{CopyRowsArgs, FeedbackArgs, GatherArgs, ScatterArgs};
+use chorus_core::lm_ops::{CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, ScatterArgs};
 
 struct GatherCase {
     table_rows: usize,
@@ -394,4 +394,62 @@ fn feedback_embed_one_level_scalar_width() {
             card: 8,
         },
     );
+}
+
+/// `embed_sum` over CSM's shapes: rows of text only, of codes only (every fifth absent), of
+/// both, over `levels` codebooks.
+fn run_embed_sum<B: LmOps>(
+    be: &B,
+    (rows, dim, levels, with_text): (usize, usize, usize, bool),
+) -> Result<Vec<Vec<f32>>> {
+    let (card, vocab) = (37, 50);
+    let stride = levels + 1;
+    let mut r = Rng::new(9);
+    let text = be.upload(&rvec(&mut r, vocab * dim, 1.0), BufRole::Weight)?;
+    let audio = be.upload(&rvec(&mut r, levels * card * dim, 1.0), BufRole::Weight)?;
+    let ids: Vec<i32> = (0..rows * stride)
+        .map(|i| {
+            let (row, col) = (i / stride, i % stride);
+            match (row % 3, col) {
+                (0, 0) => (row * 7 % vocab) as i32,
+                (0, _) | (1, 0) => -1,
+                // Every fifth code absent.
+                (_, c) if (row + c) % 5 == 0 => -1,
+                (_, c) => ((row * 11 + c * 3) % card) as i32,
+            }
+        })
+        .collect();
+    let ids = ints(be, &ids)?;
+    let mut out = be.upload(&rvec(&mut r, rows * dim, 1.0), BufRole::Activation)?;
+    be.run(0, &mut |b: &B| {
+        b.embed_sum(EmbedSumArgs {
+            text: with_text.then_some(&text),
+            audio: &audio,
+            ids: &ids,
+            out: &mut out,
+            rows,
+            dim,
+            stride,
+            text_col: 0,
+            codes_col: 1,
+            levels,
+            cardinality: card,
+        })
+    })?;
+    Ok(vec![be.download(&out)?])
+}
+
+#[test]
+fn embed_sum_text_and_codebooks_in_order() {
+    for case in [(40, 2048, 32, true), (9, 1024, 32, false), (5, 99, 3, true)] {
+        let want = run_embed_sum(&cpu(), case).expect("cpu embed_sum");
+        // Same f32 sum order as the CPU backend: exact in f32, one rounding in bf16.
+        let name = format!(
+            "embed_sum {} rows x {}, {} codebooks, text {}",
+            case.0, case.1, case.2, case.3
+        );
+        check(&name, &[("out", Exact::F32)], &want, |be| {
+            run_embed_sum(be, case)
+        });
+    }
 }
