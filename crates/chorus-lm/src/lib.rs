@@ -27,6 +27,7 @@ pub mod linear;
 pub mod mlp;
 pub mod pipeline;
 pub mod rope;
+pub mod sampling;
 pub mod seats;
 
 pub use acts::{ActDims, Acts, Scratch};
@@ -40,4 +41,5 @@ pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
 pub use pipeline::{Bucket, Pending, Pipeline};
 pub use rope::{inv_freq, rope_table, rope_table_scaled, Llama3Scaling, RopeScaling};
+pub use sampling::Sampling;
 pub use seats::{Seat, Seats};

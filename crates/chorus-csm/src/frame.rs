@@ -1,0 +1,357 @@
+//! The frame program (`CSM.md` §4.1): for every utterance of a bucket, codebook 0's logits from
+//! its last backbone hidden and the draw; the depth decoder over the frame's positions (position 0
+//! the backbone hidden, position `p` the embedding of code `p - 1`), each level's head and draw;
+//! the next backbone input (the sum of the frame's code embeddings) and the backbone step at
+//! position `P + f`, whose final-normed output is the next frame's hidden.
+//!
+//! One program over device buffers: no host sync, no allocation, no data-dependent branch. The
+//! depth decoder's cache is one block of `codebooks` positions per row, rewritten from position 0
+//! every frame (a fresh cache each frame, as both references); positions past `p` are never read.
+//! An utterance whose frame is all zeros still runs the rest of its frame; the host discards it.
+
+use chorus_core::lm_ops::{
+    CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, Epilogue, GatherArgs, ScatterArgs,
+};
+use chorus_core::{BufRole, LmOps, Result};
+use chorus_lm::{
+    decoder_stack, layer_caches, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache,
+    LinearIo, PagedShape,
+};
+
+use crate::config::{CsmConfig, LlamaConfig};
+use crate::device::{DeviceDecoder, DeviceWeights};
+use crate::io::{FrameInputs, FrameOutputs};
+
+/// How codes are drawn, for every utterance of a stage (`CSM.md` §4.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrawSettings {
+    /// Divides the logits of sampled draws (greedy ignores it).
+    pub temperature: f32,
+    /// Candidates of a sampled draw: the tie-inclusive top k.
+    pub top_k: usize,
+}
+
+/// Upstream's defaults: temperature 0.9, top-k 50, for codebook 0 and every depth level.
+pub const UPSTREAM_DRAWS: DrawSettings = DrawSettings {
+    temperature: 0.9,
+    top_k: 50,
+};
+
+/// Activation buffers of one decoder for `tokens` tokens.
+pub fn decoder_acts<B: LmOps>(be: &B, c: &LlamaConfig, tokens: usize) -> Result<Acts<B>> {
+    let dims = ActDims {
+        hidden: c.hidden_size,
+        qkv: c.q_width() + 2 * c.kv_width(),
+        attn: c.q_width(),
+        inter: c.intermediate_size,
+        q8: false,
+    };
+    Acts::new(be, tokens, dims)
+}
+
+/// The stack of one decoder over `w`.
+pub fn stack<'a, B: LmOps>(c: &LlamaConfig, w: &'a DeviceDecoder<B>) -> DecoderStack<'a, B> {
+    DecoderStack {
+        layers: &w.layers,
+        norm: &w.norm,
+        rope: Some(&w.rope),
+        hidden: c.hidden_size,
+        inter: c.intermediate_size,
+        q_heads: c.num_attention_heads,
+        kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+        eps: c.rms_norm_eps,
+    }
+}
+
+/// Buffers every bucket shares (sized for the largest), read back by traces after a step.
+pub struct FrameBufs<B: LmOps> {
+    /// `[n, backbone_hidden]`: each utterance's last backbone hidden.
+    pub h: B::Buf,
+    /// `[n, audio_vocab]`: codebook 0's logits.
+    pub logits: B::Buf,
+    /// `[n, backbone_hidden]`: the current depth position's input before the projector.
+    pub depth_in: B::Buf,
+    /// `codebooks` × `[n, depth_hidden]`: the depth decoder's normed output at each position.
+    pub depth_out: Vec<B::Buf>,
+    /// `codebooks - 1` × `[n, audio_vocab]`: level `k`'s logits at `k - 1`.
+    pub head_logits: Vec<B::Buf>,
+    /// `[n, backbone_hidden]`: the next backbone input (the sum of the frame's code embeddings).
+    pub feedback: B::Buf,
+    pub backbone: Acts<B>,
+    pub depth: Acts<B>,
+    pub depth_caches: Vec<LayerCache<B>>,
+    /// `codebooks` × `[n]`: position `p` in every entry.
+    pub depth_start: Vec<B::Ints>,
+    /// `[n]`: `r` (row `r` owns depth cache block `r`).
+    pub depth_table: B::Ints,
+}
+
+impl<B: LmOps> FrameBufs<B> {
+    /// Buffers for up to `n` utterances.
+    pub fn new(be: &B, c: &CsmConfig, n: usize) -> Result<Self> {
+        let (h, d, v, books) = (
+            c.backbone.hidden_size,
+            c.depth.hidden_size,
+            c.audio_vocab_size,
+            c.num_codebooks,
+        );
+        let z = |len: usize| be.zeros(len, BufRole::Activation);
+        let mut depth_table = be.ints(n, 0)?;
+        for r in 0..n {
+            be.fill_ints(&mut depth_table, r, r as i32)?;
+        }
+        Ok(Self {
+            h: z(n * h)?,
+            logits: z(n * v)?,
+            depth_in: z(n * h)?,
+            depth_out: (0..books).map(|_| z(n * d)).collect::<Result<_>>()?,
+            head_logits: (1..books).map(|_| z(n * v)).collect::<Result<_>>()?,
+            feedback: z(n * h)?,
+            backbone: decoder_acts(be, &c.backbone, n)?,
+            depth: decoder_acts(be, &c.depth, n)?,
+            depth_caches: layer_caches(
+                be,
+                c.depth.num_hidden_layers,
+                n,
+                books,
+                c.depth.kv_width(),
+            )?,
+            depth_start: (0..books)
+                .map(|p| be.ints(n, p as i32))
+                .collect::<Result<_>>()?,
+            depth_table,
+        })
+    }
+}
+
+/// The model as the programs see it.
+pub struct Model<'a, B: LmOps> {
+    pub c: &'a CsmConfig,
+    pub w: &'a DeviceWeights<B>,
+    pub draws: DrawSettings,
+}
+
+/// Everything a frame touches besides the shared buffers.
+pub struct FrameCall<'a, B: LmOps> {
+    pub inputs: &'a mut FrameInputs<B>,
+    pub outputs: &'a mut FrameOutputs<B>,
+    /// `[slots + 1, backbone_hidden]`: each utterance's last backbone hidden.
+    pub hidden_state: &'a mut B::Buf,
+    pub caches: &'a mut [LayerCache<B>],
+    pub n: usize,
+    pub block_size: usize,
+    pub max_blocks: usize,
+}
+
+/// One frame for `call.n` utterances (see the module doc).
+pub fn frame_program<B: LmOps>(
+    be: &B,
+    m: &Model<'_, B>,
+    bufs: &mut FrameBufs<B>,
+    call: FrameCall<'_, B>,
+) -> Result<()> {
+    let FrameCall {
+        inputs,
+        outputs,
+        hidden_state,
+        caches,
+        n,
+        block_size,
+        max_blocks,
+    } = call;
+    let (c, w) = (m.c, m.w);
+    let (h, v, books) = (c.backbone.hidden_size, c.audio_vocab_size, c.num_codebooks);
+    inputs.stage(be)?;
+    be.gather_rows(GatherArgs {
+        table: hidden_state,
+        ids: &inputs.slots.dev,
+        out: &mut bufs.h,
+        rows: n,
+        dim: h,
+        rows_per_id: 1,
+        ids_stride: 1,
+        ids_col: 0,
+        offset: 0,
+        scale: 1.0,
+    })?;
+    // Codebook 0 from the backbone hidden.
+    let io = LinearIo::new(
+        &bufs.h,
+        &mut bufs.logits,
+        bufs.depth.scratch.view(),
+        [n, h, v],
+        Epilogue::Store,
+    );
+    linear(be, &w.lm_head, io)?;
+    draw(be, m, inputs, &bufs.logits, (n, 0))?;
+    // The depth decoder: position 0 on the backbone hidden, position p on code p - 1.
+    for pos in 0..books {
+        let input = if pos == 0 {
+            DepthInput::Hidden
+        } else {
+            be.gather_rows(GatherArgs {
+                table: &w.audio_embeddings,
+                ids: &inputs.codes.dev,
+                out: &mut bufs.depth_in,
+                rows: n,
+                dim: h,
+                rows_per_id: 1,
+                ids_stride: books,
+                ids_col: pos - 1,
+                offset: (pos - 1) * v,
+                scale: 1.0,
+            })?;
+            DepthInput::Gathered
+        };
+        depth_position(be, m, bufs, input, (pos, n))?;
+        if pos > 0 {
+            let logits = &mut bufs.head_logits[pos - 1];
+            let io = LinearIo::new(
+                &bufs.depth_out[pos],
+                logits,
+                bufs.depth.scratch.view(),
+                [n, c.depth.hidden_size, v],
+                Epilogue::Store,
+            );
+            linear(be, &w.heads[pos - 1], io)?;
+            draw(be, m, inputs, logits, (n, pos))?;
+        }
+    }
+    // The next backbone input: the sum of the frame's code embeddings, no text.
+    be.embed_sum(EmbedSumArgs {
+        text: None,
+        audio: &w.audio_embeddings,
+        ids: &inputs.codes.dev,
+        out: &mut bufs.feedback,
+        rows: n,
+        dim: h,
+        stride: books,
+        text_col: 0,
+        codes_col: 0,
+        levels: books,
+        cardinality: v,
+    })?;
+    be.copy_rows(CopyRowsArgs {
+        src: &bufs.feedback,
+        dst: &mut bufs.backbone.residual,
+        rows: 1,
+        len: n * h,
+        src_offset: 0,
+        src_stride: 0,
+        dst_offset: 0,
+        dst_stride: 0,
+    })?;
+    decoder_stack(
+        be,
+        &stack(&c.backbone, &w.backbone),
+        DecoderCall {
+            caches,
+            acts: &mut bufs.backbone,
+            start: &inputs.start.dev,
+            block_tables: &inputs.tables.dev,
+            shape: PagedShape {
+                rows: n,
+                time: 1,
+                block_size,
+                max_blocks,
+            },
+            out: None,
+        },
+    )?;
+    be.scatter_rows(ScatterArgs {
+        src: &bufs.backbone.scratch.normed,
+        ids: &inputs.slots.dev,
+        table: hidden_state,
+        rows: n,
+        dim: h,
+    })?;
+    be.copy_out_ints(&inputs.codes.dev, &mut outputs.codes, n * books)
+}
+
+/// Which buffer a depth position reads: the backbone hidden or the gathered embedding.
+enum DepthInput {
+    Hidden,
+    Gathered,
+}
+
+/// One depth position for `n` rows: the projector, the layers at position `pos`, the final norm
+/// into `depth_out[pos]`.
+fn depth_position<B: LmOps>(
+    be: &B,
+    m: &Model<'_, B>,
+    bufs: &mut FrameBufs<B>,
+    input: DepthInput,
+    (pos, n): (usize, usize),
+) -> Result<()> {
+    let (c, w) = (m.c, m.w);
+    let (h, d) = (c.backbone.hidden_size, c.depth.hidden_size);
+    let FrameBufs {
+        h: hidden,
+        depth_in,
+        depth_out,
+        depth,
+        depth_caches,
+        depth_start,
+        depth_table,
+        ..
+    } = bufs;
+    let x = match input {
+        DepthInput::Hidden => &*hidden,
+        DepthInput::Gathered => &*depth_in,
+    };
+    let io = LinearIo::new(
+        x,
+        &mut depth.residual,
+        depth.scratch.view(),
+        [n, h, d],
+        Epilogue::Store,
+    );
+    linear(be, &w.projector, io)?;
+    decoder_stack(
+        be,
+        &stack(&c.depth, &w.depth),
+        DecoderCall {
+            caches: depth_caches,
+            acts: depth,
+            start: &depth_start[pos],
+            block_tables: depth_table,
+            shape: PagedShape {
+                rows: n,
+                time: 1,
+                block_size: c.num_codebooks,
+                max_blocks: 1,
+            },
+            out: Some(&mut depth_out[pos]),
+        },
+    )
+}
+
+/// Draws column `col` of every utterance's codes from `logits` (no guidance, no END class).
+fn draw<B: LmOps>(
+    be: &B,
+    m: &Model<'_, B>,
+    inputs: &mut FrameInputs<B>,
+    logits: &B::Buf,
+    (n, col): (usize, usize),
+) -> Result<()> {
+    let books = m.c.num_codebooks;
+    be.cfg_draw(CfgDrawArgs {
+        logits,
+        codes: &mut inputs.codes.dev,
+        mode: &inputs.mode.dev,
+        seeds: &inputs.seeds.dev,
+        draws: &inputs.draws.dev,
+        allow_end: &inputs.allow_end.dev,
+        songs: n,
+        vocab: m.c.audio_vocab_size,
+        codes_stride: books,
+        col,
+        draw_offset: col as u32,
+        cfg_scale: None,
+        temperature: m.draws.temperature,
+        cond_top_k: None,
+        top_k: m.draws.top_k,
+        end: None,
+    })
+}

@@ -1,0 +1,304 @@
+//! The speech stage: many utterances, one frame program per step, utterances joining and leaving
+//! at any frame.
+//!
+//! Each utterance owns a state slot (its last backbone hidden) and one block table over the
+//! shared KV pool (chorus-lm's `Seats`). Admission reserves its worst case (prompt + max frames
+//! positions), so a running utterance never waits for blocks; blocks are taken as positions grow
+//! and returned when it ends. Every active utterance runs in every step, padded up to a bucket
+//! with the dummy slot and the null block (chorus-lm's `Pipeline`). An utterance's rows never mix
+//! with another's in any reduction on the CPU backend, so its codes do not depend on its company.
+
+use chorus_core::lm_ops::DrawMode;
+use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
+use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
+use chorus_lm::{layer_caches, LayerCache, Pipeline, Seat, Seats};
+
+use crate::config::CsmConfig;
+use crate::device::DeviceWeights;
+use crate::frame::{DrawSettings, FrameBufs, Model, UPSTREAM_DRAWS};
+use crate::io::{FrameInputs, FrameOutputs};
+use crate::load::CsmModel;
+use crate::prefill::{prefill_program, prompt_rows, PrefillBufs, PrefillCall};
+use crate::utterance::{UtteranceId, UtteranceRequest};
+
+mod step;
+mod trace;
+
+pub use trace::FrameTrace;
+
+/// Sizes fixed at construction.
+#[derive(Clone, Debug)]
+pub struct TtsOptions {
+    /// Utterances at once; at most the largest bucket.
+    pub max_utterances: usize,
+    pub buckets: Buckets,
+    /// KV blocks in the pool, the null block included.
+    pub kv_blocks: usize,
+    pub block_size: usize,
+    /// Longest prompt in frames.
+    pub max_prompt: usize,
+    /// Most backbone positions an utterance may use (prompt + frames).
+    pub max_context: usize,
+    pub draws: DrawSettings,
+}
+
+impl TtsOptions {
+    /// `n` utterances of up to `max_context` positions each, all reservable at once, with
+    /// upstream's draws.
+    pub fn for_utterances(n: usize, max_context: usize) -> Result<Self> {
+        let buckets = Buckets::new(
+            &chorus_core::DEFAULT_BUCKETS
+                .iter()
+                .copied()
+                .filter(|&b| b < n)
+                .chain([n])
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(Self {
+            max_utterances: n,
+            buckets,
+            kv_blocks: 1 + n * blocks_for(max_context, DEFAULT_BLOCK_SIZE),
+            block_size: DEFAULT_BLOCK_SIZE,
+            max_prompt: max_context,
+            max_context,
+            draws: UPSTREAM_DRAWS,
+        })
+    }
+}
+
+struct Utterance {
+    id: UtteranceId,
+    seat: Seat,
+    prompt_len: usize,
+    /// Frames launched so far.
+    frame: usize,
+    emitted: usize,
+    max_frames: usize,
+    mode: DrawMode,
+    seed: u64,
+    forced: Option<Vec<Vec<u32>>>,
+}
+
+/// One half of a bucket's step I/O (the pipeline keeps two per bucket).
+struct Half<B: LmOps> {
+    inputs: FrameInputs<B>,
+    outputs: FrameOutputs<B>,
+}
+
+/// The utterances of a launched frame in row order, with the frame each ran.
+type Launched = Vec<(UtteranceId, usize)>;
+
+/// The stage over backend `B`.
+pub struct TtsStage<B: LmOps> {
+    be: B,
+    c: CsmConfig,
+    w: DeviceWeights<B>,
+    caches: Vec<LayerCache<B>>,
+    /// `[max_utterances + 1, backbone_hidden]`; the last row is the dummy slot.
+    hidden_state: B::Buf,
+    bufs: FrameBufs<B>,
+    pipe: Pipeline<B, Half<B>, Launched>,
+    prefill: PrefillBufs<B>,
+    seats: Seats,
+    utts: Vec<Utterance>,
+    next_id: UtteranceId,
+    opts: TtsOptions,
+    /// The last launched frame (for traces): utterances in row order, bucket, half.
+    last: (Vec<UtteranceId>, usize, usize),
+    /// Indices into `utts` of the next frame's utterances (kept to avoid a per-step allocation).
+    launch: Vec<usize>,
+}
+
+impl<B: LmOps> TtsStage<B> {
+    /// Uploads `model` and allocates every buffer a step or a prefill will touch.
+    pub fn new(be: B, model: &CsmModel, opts: TtsOptions) -> Result<Self> {
+        const OP: &str = "TtsStage::new";
+        let c = model.config.clone();
+        let positions = c.backbone.max_position_embeddings;
+        if opts.max_utterances == 0 || opts.max_utterances > opts.buckets.largest() {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "max_utterances {} must be 1..={} (the largest bucket)",
+                    opts.max_utterances,
+                    opts.buckets.largest()
+                ),
+            ));
+        }
+        if opts.max_context > positions
+            || opts.max_prompt == 0
+            || opts.max_prompt > opts.max_context
+        {
+            return Err(Error::config(OP, format!("max_context {} must be <= the backbone's {positions} positions and max_prompt {} in 1..=max_context", opts.max_context, opts.max_prompt)));
+        }
+        if !(opts.draws.temperature.is_finite() && opts.draws.temperature > 0.0)
+            || opts.draws.top_k == 0
+        {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "draws {:?}: the temperature must be positive and top_k at least 1",
+                    opts.draws
+                ),
+            ));
+        }
+        let seats = Seats::new(
+            opts.max_utterances,
+            1,
+            opts.kv_blocks,
+            opts.block_size,
+            opts.max_context,
+        )?;
+        let max_blocks = seats.max_blocks();
+        let w = DeviceWeights::upload(&be, model)?;
+        let b = &c.backbone;
+        let caches = layer_caches(
+            &be,
+            b.num_hidden_layers,
+            opts.kv_blocks,
+            opts.block_size,
+            b.kv_width(),
+        )?;
+        let bufs = FrameBufs::new(&be, &c, opts.buckets.largest())?;
+        let books = c.num_codebooks;
+        let pipe = Pipeline::new(&be, &opts.buckets, |n| {
+            Ok(Half {
+                inputs: FrameInputs::new(&be, n, max_blocks, books)?,
+                outputs: FrameOutputs::new(&be, n, books)?,
+            })
+        })?;
+        let prefill = PrefillBufs::new(&be, &c, opts.max_prompt, max_blocks)?;
+        Ok(Self {
+            hidden_state: be.zeros((opts.max_utterances + 1) * b.hidden_size, BufRole::State)?,
+            be,
+            c,
+            w,
+            caches,
+            bufs,
+            pipe,
+            prefill,
+            seats,
+            utts: Vec::new(),
+            next_id: 0,
+            opts,
+            last: (Vec::new(), 0, 0),
+            launch: Vec::new(),
+        })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+
+    pub fn config(&self) -> &CsmConfig {
+        &self.c
+    }
+
+    /// Utterances admitted and not yet ended.
+    pub fn active(&self) -> usize {
+        self.utts.len()
+    }
+
+    /// KV blocks `(in use, available to new utterances, usable in all)`.
+    pub fn kv_blocks(&self) -> (usize, usize, usize) {
+        self.seats.kv_blocks()
+    }
+
+    /// Bucket sizes and the program key of each (half 0), for device timing.
+    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
+        self.pipe.keys()
+    }
+
+    /// Admits an utterance and prefills its prompt; on any error nothing changes.
+    pub fn add(&mut self, req: UtteranceRequest) -> Result<UtteranceId> {
+        const OP: &str = "TtsStage::add";
+        req.validate(&self.c)?;
+        let p = req.prompt.len();
+        if p > self.opts.max_prompt {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "prompt of {p} frames exceeds the stage's {}",
+                    self.opts.max_prompt
+                ),
+            ));
+        }
+        let positions = p + req.max_frames;
+        if positions > self.opts.max_context {
+            return Err(Error::input(OP, format!("prompt {p} + {} frames = {positions} positions exceed the stage's max context {}", req.max_frames, self.opts.max_context)));
+        }
+        let mut seat = self.seats.admit(positions, "utterance")?;
+        // The prompt's blocks and the first frame's feedback position P.
+        self.seats.grow(&mut seat, p + 1);
+        let (mode, seed) = req.sampling.device();
+        let utt = Utterance {
+            id: self.next_id,
+            seat,
+            prompt_len: p,
+            frame: 0,
+            emitted: 0,
+            max_frames: req.max_frames,
+            mode,
+            seed,
+            forced: req.forced,
+        };
+        if let Err(e) = self.run_prefill(&utt, &req.prompt) {
+            self.seats.release(utt.seat);
+            return Err(e);
+        }
+        self.next_id += 1;
+        let id = utt.id;
+        self.utts.push(utt);
+        Ok(id)
+    }
+
+    fn run_prefill(
+        &mut self,
+        utt: &Utterance,
+        prompt: &[crate::prompt::PromptFrame],
+    ) -> Result<()> {
+        let be = &self.be;
+        let books = self.c.num_codebooks;
+        let p = prompt.len();
+        prompt_rows(
+            prompt,
+            books,
+            &mut self.prefill.ids.host(be)?[..p * (1 + books)],
+        );
+        self.seats
+            .fill_tables(Some(&utt.seat), self.prefill.tables.host(be)?);
+        self.prefill.slot.host(be)?[0] = utt.seat.slot as i32;
+        let model = Model {
+            c: &self.c,
+            w: &self.w,
+            draws: self.opts.draws,
+        };
+        let (bufs, caches, hidden_state) =
+            (&mut self.prefill, &mut self.caches, &mut self.hidden_state);
+        let (block_size, max_blocks) = (self.opts.block_size, self.seats.max_blocks());
+        be.run_eager(&mut |be| {
+            let call = PrefillCall {
+                caches: &mut *caches,
+                hidden_state: &mut *hidden_state,
+                len: p,
+                block_size,
+                max_blocks,
+            };
+            prefill_program(be, &model, bufs, call)
+        })
+    }
+
+    /// Cancels an utterance; its blocks return to the pool at once. Returns its emitted frames.
+    pub fn cancel(&mut self, id: UtteranceId) -> Result<usize> {
+        let Some(i) = self.utts.iter().position(|u| u.id == id) else {
+            return Err(Error::input(
+                "TtsStage::cancel",
+                format!("no running utterance {id}"),
+            ));
+        };
+        let utt = self.utts.remove(i);
+        let frames = utt.emitted;
+        self.seats.release(utt.seat);
+        Ok(frames)
+    }
+}

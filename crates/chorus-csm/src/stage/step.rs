@@ -1,0 +1,228 @@
+//! One step: launch the next frame of every utterance that has one left, then read the previous
+//! frame's outputs (a frame late, after waiting for that frame only), emit its frames and ends,
+//! and retire ended utterances. An utterance that drew its end frame in frame `f - 1` has
+//! already run frame `f`, whose output is discarded.
+
+use chorus_core::lm_ops::DrawMode;
+use chorus_core::{Error, LmOps, Result};
+use chorus_lm::Pending;
+
+use super::{Half, Launched, TtsStage};
+use crate::frame::{frame_program, FrameCall, Model};
+use crate::utterance::{EndReason, UtteranceEvent};
+
+impl<B: LmOps> TtsStage<B> {
+    /// Launches the next frame of every utterance that has one, then hands the previous frame's
+    /// frames and ends to `sink`. Returns the number of utterances launched (0 once every
+    /// utterance awaits only its last read, which this call then delivers).
+    pub fn step(&mut self, sink: &mut dyn FnMut(UtteranceEvent<'_>)) -> Result<usize> {
+        // The frame in flight is read even when the launch fails, so no output is lost.
+        let prev = self.pipe.take();
+        let launched = self.launch_frame();
+        if let Some(prev) = prev {
+            self.pipe.wait(&self.be, prev.half)?;
+            self.collect(&prev, sink)?;
+        }
+        launched?;
+        Ok(self.last.0.len())
+    }
+
+    /// Runs every bucket's frame program on both halves on padding alone, before any utterance
+    /// is admitted: a graph-capturing backend captures them here.
+    pub fn warmup(&mut self) -> Result<()> {
+        if !self.utts.is_empty() {
+            return Err(Error::input(
+                "TtsStage::warmup",
+                "warm up before admitting utterances",
+            ));
+        }
+        self.launch.clear();
+        for bucket in 0..self.pipe.buckets.len() {
+            for half in 0..2 {
+                self.stage_inputs(bucket, half)?;
+                self.run_frame(bucket, half)?;
+                self.pipe.wait(&self.be, half)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks the utterances with a frame left, stages their inputs and launches the frame.
+    fn launch_frame(&mut self) -> Result<()> {
+        self.launch.clear();
+        for (i, u) in self.utts.iter().enumerate() {
+            let forced_left = u.forced.as_ref().is_none_or(|f| u.frame < f.len());
+            // Frames 0..max_frames; none runs past the reservation.
+            if u.frame < u.max_frames && forced_left {
+                self.launch.push(i);
+            }
+        }
+        self.last.0.clear();
+        if self.launch.is_empty() {
+            return Ok(());
+        }
+        let bucket = self.pipe.pick(self.launch.len())?;
+        let half = self.pipe.half();
+        for &i in &self.launch {
+            let u = &mut self.utts[i];
+            // Frame f's codes are fed back at position P + f.
+            self.seats.grow(&mut u.seat, u.prompt_len + u.frame + 1);
+        }
+        self.stage_inputs(bucket, half)?;
+        self.run_frame(bucket, half)?;
+        let mut rows = Vec::with_capacity(self.launch.len());
+        for &i in &self.launch {
+            let u = &mut self.utts[i];
+            rows.push((u.id, u.frame));
+            self.last.0.push(u.id);
+            u.frame += 1;
+        }
+        self.last.1 = bucket;
+        self.last.2 = half;
+        self.pipe.launched(bucket, rows);
+        Ok(())
+    }
+
+    /// Queues bucket `bucket`'s frame program on half `half`.
+    fn run_frame(&mut self, bucket: usize, half: usize) -> Result<()> {
+        let n = self.pipe.buckets[bucket].size;
+        let model = Model {
+            c: &self.c,
+            w: &self.w,
+            draws: self.opts.draws,
+        };
+        let bufs = &mut self.bufs;
+        let (caches, hidden_state) = (&mut self.caches, &mut self.hidden_state);
+        let (block_size, max_blocks) = (self.opts.block_size, self.seats.max_blocks());
+        let mut program = |be: &B, io: &mut Half<B>| {
+            let call = FrameCall {
+                inputs: &mut io.inputs,
+                outputs: &mut io.outputs,
+                hidden_state: &mut *hidden_state,
+                caches: &mut *caches,
+                n,
+                block_size,
+                max_blocks,
+            };
+            frame_program(be, &model, bufs, call)
+        };
+        self.pipe.run(&self.be, (bucket, half), &mut program)
+    }
+
+    /// Writes the inputs of the utterances in `self.launch`; padding rows get the dummy slot and
+    /// the null block. The half's previous frame finished before the last step returned.
+    fn stage_inputs(&mut self, bucket: usize, half: usize) -> Result<()> {
+        let be = &self.be;
+        let books = self.c.num_codebooks;
+        let inputs = &mut self.pipe.buckets[bucket].halves[half].inputs;
+        let dummy = self.seats.dummy_slot() as i32;
+        let (utts, launch) = (&self.utts, &self.launch);
+        let get = |i: usize| launch.get(i).map(|&j| &utts[j]);
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.slots.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(dummy, |u| u.seat.slot as i32);
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.start.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(0, |u| (u.prompt_len + u.frame) as i32);
+        }
+        let max_blocks = self.seats.max_blocks();
+        let tables = be.pinned_ints_nowait(&mut inputs.tables.host);
+        for (i, t) in tables.chunks_exact_mut(max_blocks).enumerate() {
+            self.seats.fill_tables(get(i).map(|u| &u.seat), t);
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.mode.host)
+            .iter_mut()
+            .enumerate()
+        {
+            *v = get(i).map_or(DrawMode::Greedy, |u| u.mode) as i32;
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.seeds.host)
+            .chunks_exact_mut(2)
+            .enumerate()
+        {
+            let seed = get(i).map_or(0, |u| u.seed);
+            v[0] = seed as u32 as i32;
+            v[1] = (seed >> 32) as u32 as i32;
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.draws.host)
+            .iter_mut()
+            .enumerate()
+        {
+            // Draw d = codebooks * f + level: an utterance's noise depends on its frames alone.
+            *v = get(i).map_or(0, |u| (u.frame * books) as i32);
+        }
+        let codes = be.pinned_ints_nowait(&mut inputs.codes.host);
+        for (i, row) in codes.chunks_exact_mut(books).enumerate() {
+            let forced = get(i).and_then(|u| u.forced.as_ref().and_then(|f| f.get(u.frame)));
+            for (l, v) in row.iter_mut().enumerate() {
+                *v = forced.map_or(-1, |c| c[l] as i32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a finished frame's codes, emits frames and ends, and retires ended utterances.
+    fn collect(
+        &mut self,
+        prev: &Pending<Launched>,
+        sink: &mut dyn FnMut(UtteranceEvent<'_>),
+    ) -> Result<()> {
+        let books = self.c.num_codebooks;
+        let out = &mut self.pipe.buckets[prev.bucket].halves[prev.half].outputs;
+        let codes = self.be.pinned_ints_nowait(&mut out.codes);
+        let mut ended = Vec::new();
+        let mut frame = vec![0u32; books];
+        for (i, &(id, f)) in prev.payload.iter().enumerate() {
+            // An utterance cancelled since the launch is gone; its row is discarded.
+            let Some(u) = self.utts.iter_mut().find(|u| u.id == id) else {
+                continue;
+            };
+            let row = &codes[i * books..(i + 1) * books];
+            let reason = if row.iter().all(|&c| c == 0) {
+                Some(EndReason::EndFrame)
+            } else {
+                for (d, &c) in frame.iter_mut().zip(row) {
+                    *d = c as u32;
+                }
+                sink(UtteranceEvent::Frame {
+                    utterance: id,
+                    index: u.emitted,
+                    codes: &frame,
+                });
+                u.emitted += 1;
+                if u.emitted == u.max_frames {
+                    Some(EndReason::MaxFrames)
+                } else if u.forced.as_ref().is_some_and(|fc| f + 1 >= fc.len()) {
+                    Some(EndReason::ForcedDone)
+                } else {
+                    None
+                }
+            };
+            if let Some(reason) = reason {
+                ended.push((id, reason, u.emitted));
+            }
+        }
+        for (id, reason, frames) in ended {
+            if let Some(i) = self.utts.iter().position(|u| u.id == id) {
+                let u = self.utts.remove(i);
+                self.seats.release(u.seat);
+            }
+            sink(UtteranceEvent::Ended {
+                utterance: id,
+                reason,
+                frames,
+            });
+        }
+        Ok(())
+    }
+}
