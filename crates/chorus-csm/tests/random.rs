@@ -94,8 +94,14 @@ fn zero_gain_scales_only_the_code_0_logit_weights() {
         assert_eq!(b.to_bits(), expected.to_bits(), "{CODEBOOKS_HEAD}[{i}]");
     }
     assert_eq!(plain.text_embeddings, tweaked.text_embeddings);
-    let wrong = RandomOptions { zero_gains: vec![2.0; 3], ..Default::default() };
-    assert!(random_weights(&c, wrong).unwrap_err().to_string().contains("3 zero gains for 8 codebooks"));
+    let wrong = RandomOptions {
+        zero_gains: vec![2.0; 3],
+        ..Default::default()
+    };
+    assert!(random_weights(&c, wrong)
+        .unwrap_err()
+        .to_string()
+        .contains("3 zero gains for 8 codebooks"));
 }
 
 /// `tests/fixtures/csm/weights_golden.json`, written by `tools/fixtures/csm_weights.py`.
