@@ -89,12 +89,13 @@ pub fn load_csm_model(spec: &str) -> Result<CsmModel> {
 pub fn random_model(config: CsmConfig, opts: RandomOptions) -> Result<CsmModel> {
     config.validate()?;
     check_host_memory(&config)?;
+    let seed = opts.seed;
     let weights = random_weights(&config, opts)?;
     Ok(CsmModel {
         tokenizer: Some(CsmTokenizer::byte_fallback(&config)?),
         source: format!(
             "random weights (seed {:#x}, {} parameters): the speech is noise",
-            opts.seed,
+            seed,
             parameter_count(&config)
         ),
         config,

@@ -13,9 +13,10 @@
 //! | linears `[out, in]` | `sqrt(3 / in)`, 0 (unit variance in, unit variance out) |
 //! | `lm_head`, `codebooks_head` | `2 sqrt(3 / in)`, 0 (`in` = hidden: logits of std ~2) |
 //!
-//! [`RandomOptions::zero_gain`] multiplies, after the draw, `lm_head` row `codebook_eos` and
-//! column `codebook_eos` of every `codebooks_head` level: it makes the all-0 EOS frame likely,
-//! for the oracle's stop case. Each tensor is drawn when it is loaded, so the full model is held
+//! [`RandomOptions::zero_gains`] multiply, after the draw, the weights of code `codebook_eos`'s
+//! logit at each level: entry 0 `lm_head` row `codebook_eos`, entry `l >= 1` column
+//! `codebook_eos` of `codebooks_head[l - 1]`. With signs matched to each level's hidden states
+//! they make the all-0 EOS frame likely (the oracle's stop case; random weights never draw it). Each tensor is drawn when it is loaded, so the full model is held
 //! once (by [`CsmWeights`]).
 
 use std::collections::HashMap;
@@ -35,18 +36,19 @@ pub const AUDIO_EMBED_SCALE: f64 = 0.5;
 pub const HEAD_GAIN: f64 = 2.0;
 
 /// How the random weights are drawn.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RandomOptions {
     pub seed: u64,
-    /// Multiplies the heads' `codebook_eos` row/column (1 leaves them as drawn).
-    pub zero_gain: f32,
+    /// Per level (0 = codebook 0), the factor of the weights of code `codebook_eos`'s logit;
+    /// empty leaves every head as drawn, else one entry per codebook.
+    pub zero_gains: Vec<f32>,
 }
 
 impl Default for RandomOptions {
     fn default() -> Self {
         Self {
             seed: RANDOM_CSM_SEED,
-            zero_gain: 1.0,
+            zero_gains: Vec::new(),
         }
     }
 }
@@ -78,26 +80,37 @@ pub struct RandomSource {
 }
 
 impl RandomSource {
-    /// The source of `c`'s tensors under `opts`.
-    pub fn new(c: &CsmConfig, opts: RandomOptions) -> Self {
+    /// The source of `c`'s tensors under `opts`; `zero_gains` must be empty or hold one entry
+    /// per codebook.
+    pub fn new(c: &CsmConfig, opts: RandomOptions) -> Result<Self> {
+        if !opts.zero_gains.is_empty() && opts.zero_gains.len() != c.num_codebooks {
+            return Err(Error::input(
+                "RandomSource::new",
+                format!(
+                    "{} zero gains for {} codebooks",
+                    opts.zero_gains.len(),
+                    c.num_codebooks
+                ),
+            ));
+        }
         let specs = tensor_specs(c)
             .into_iter()
             .map(|s| (s.name, (s.shape, s.role)))
             .collect();
-        let gain = if opts.zero_gain == 1.0 {
+        let gain = if opts.zero_gains.is_empty() {
             String::new()
         } else {
-            format!(", EOS-code gain {}", opts.zero_gain)
+            format!(", EOS-code gains {:?}", opts.zero_gains)
         };
-        Self {
-            opts,
-            eos: c.ids.codebook_eos as usize,
+        Ok(Self {
             name: format!(
                 "random weights (seed {:#x}{gain}): the speech is noise",
                 opts.seed
             ),
+            opts,
+            eos: c.ids.codebook_eos as usize,
             specs,
-        }
+        })
     }
 
     /// Rows `rows` of tensor `name` (its leading axis), drawn alone (the zero gain applied).
@@ -139,23 +152,27 @@ impl RandomSource {
             })
     }
 
-    /// Applies [`RandomOptions::zero_gain`] to drawn head rows starting at row `first`.
+    /// Applies [`RandomOptions::zero_gains`] to drawn head rows starting at row `first`.
     fn scale_eos(&self, name: &str, first: usize, t: &mut HostTensor) {
-        let g = self.opts.zero_gain;
-        if g == 1.0 {
+        let gains = &self.opts.zero_gains;
+        if gains.is_empty() {
             return;
         }
         if name == LM_HEAD {
             let h = t.shape[1];
             if let Some(r) = self.eos.checked_sub(first).filter(|&r| r < t.shape[0]) {
                 for x in &mut t.data[r * h..(r + 1) * h] {
-                    *x *= g;
+                    *x *= gains[0];
                 }
             }
         } else if name == CODEBOOKS_HEAD {
             let v = t.shape[2];
-            for x in t.data.iter_mut().skip(self.eos).step_by(v) {
-                *x *= g;
+            let level_len = t.shape[1] * v;
+            for (i, level) in t.data.chunks_mut(level_len).enumerate() {
+                let g = gains[first + i + 1];
+                for x in level.iter_mut().skip(self.eos).step_by(v) {
+                    *x *= g;
+                }
             }
         }
     }
@@ -184,5 +201,5 @@ impl TensorSource for RandomSource {
 
 /// The random weights of `c` (each tensor drawn once, straight into its place).
 pub fn random_weights(c: &CsmConfig, opts: RandomOptions) -> Result<CsmWeights> {
-    CsmWeights::from_source(c, &RandomSource::new(c, opts))
+    CsmWeights::from_source(c, &RandomSource::new(c, opts)?)
 }

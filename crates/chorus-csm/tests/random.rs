@@ -62,11 +62,11 @@ fn each_tensor_is_its_named_uniform_stream_under_its_role() {
 fn zero_gain_scales_only_the_code_0_logit_weights() {
     let c = CsmConfig::random_small();
     let plain = random_weights(&c, RandomOptions::default()).unwrap();
-    let gain = 4.0;
+    let gains: Vec<f32> = (0..c.num_codebooks).map(|l| l as f32 - 2.5).collect();
     let tweaked = random_weights(
         &c,
         RandomOptions {
-            zero_gain: gain,
+            zero_gains: gains.clone(),
             ..Default::default()
         },
     )
@@ -79,7 +79,7 @@ fn zero_gain_scales_only_the_code_0_logit_weights() {
         .zip(&tweaked.lm_head.data)
         .enumerate()
     {
-        let expected = if i / h == 0 { a * gain } else { *a };
+        let expected = if i / h == 0 { a * gains[0] } else { *a };
         assert_eq!(b.to_bits(), expected.to_bits(), "{LM_HEAD}[{i}]");
     }
     for (i, (a, b)) in plain
@@ -89,10 +89,19 @@ fn zero_gain_scales_only_the_code_0_logit_weights() {
         .zip(&tweaked.codebooks_head.data)
         .enumerate()
     {
-        let expected = if i % v == 0 { a * gain } else { *a };
+        let level = i / (c.depth.hidden_size * v) + 1;
+        let expected = if i % v == 0 { a * gains[level] } else { *a };
         assert_eq!(b.to_bits(), expected.to_bits(), "{CODEBOOKS_HEAD}[{i}]");
     }
     assert_eq!(plain.text_embeddings, tweaked.text_embeddings);
+    let wrong = RandomOptions {
+        zero_gains: vec![2.0; 3],
+        ..Default::default()
+    };
+    assert!(random_weights(&c, wrong)
+        .unwrap_err()
+        .to_string()
+        .contains("3 zero gains for 8 codebooks"));
 }
 
 /// `tests/fixtures/csm/weights_golden.json`, written by `tools/fixtures/csm_weights.py`.
@@ -121,10 +130,10 @@ fn random_weights_match_the_python_generator_bit_for_bit() {
         let rows: Vec<usize> = serde_json::from_value(e["rows"].clone()).unwrap();
         let shape: Vec<usize> = serde_json::from_value(e["shape"].clone()).unwrap();
         let opts = RandomOptions {
-            zero_gain: e["zero_gain"].as_f64().unwrap() as f32,
+            zero_gains: serde_json::from_value(e["zero_gains"].clone()).unwrap(),
             ..Default::default()
         };
-        let src = RandomSource::new(&config, opts);
+        let src = RandomSource::new(&config, opts).unwrap();
         let spec = tensor_specs(&config)
             .into_iter()
             .find(|s| s.name == name)
