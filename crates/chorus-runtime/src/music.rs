@@ -135,8 +135,7 @@ impl AnyStage {
         let AnyStage::Cuda(s) = self else {
             return None;
         };
-        let &(_, key) = s.bucket_keys().iter().find(|(n, _)| *n == songs)?;
-        s.backend().graph_nodes(key)
+        graph_nodes_of(s.backend(), &s.bucket_keys(), songs)
     }
 
     /// CUDA only: median device ms of `iters` back-to-back replays of the frame graph of the
@@ -145,12 +144,7 @@ impl AnyStage {
         let AnyStage::Cuda(s) = self else {
             return Ok(None);
         };
-        let Some(&(_, key)) = s.bucket_keys().iter().find(|(n, _)| *n == songs) else {
-            return Ok(None);
-        };
-        let mut ms = s.backend().time_replay(key, iters)?;
-        ms.sort_by(f32::total_cmp);
-        Ok(ms.get(ms.len() / 2).map(|&m| f64::from(m)))
+        replay_ms_of(s.backend(), &s.bucket_keys(), songs, iters)
     }
 
     /// CUDA only: times every op of the work `f` runs (eagerly, one event pair per op) and returns
@@ -171,4 +165,25 @@ impl AnyStage {
         let ops = s.backend().take_profile()?;
         Ok((out?, Some(ops)))
     }
+}
+
+/// Nodes of the frame graph of the bucket of size `n` among `keys` (bucket size, program key).
+pub(crate) fn graph_nodes_of(be: &CudaBackend, keys: &[(usize, usize)], n: usize) -> Option<usize> {
+    let &(_, key) = keys.iter().find(|(size, _)| *size == n)?;
+    be.graph_nodes(key)
+}
+
+/// Median device ms of `iters` back-to-back replays of that bucket's frame graph.
+pub(crate) fn replay_ms_of(
+    be: &CudaBackend,
+    keys: &[(usize, usize)],
+    n: usize,
+    iters: usize,
+) -> Result<Option<f64>> {
+    let Some(&(_, key)) = keys.iter().find(|(size, _)| *size == n) else {
+        return Ok(None);
+    };
+    let mut ms = be.time_replay(key, iters)?;
+    ms.sort_by(f32::total_cmp);
+    Ok(ms.get(ms.len() / 2).map(|&m| f64::from(m)))
 }

@@ -1,0 +1,98 @@
+//! Builds the CSM speech stage on the chosen device.
+
+use chorus_core::{Error, Precision, Result};
+use chorus_cpu::CpuBackend;
+use chorus_csm::{CsmModel, TtsOptions, TtsStage, UtteranceEvent, UtteranceId, UtteranceRequest};
+use chorus_cuda::{CudaBackend, CudaOptions};
+
+use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
+use crate::music::{graph_nodes_of, replay_ms_of};
+
+/// The stage on either backend.
+pub enum AnyTts {
+    Cpu(Box<TtsStage<CpuBackend>>),
+    Cuda(Box<TtsStage<CudaBackend>>),
+}
+
+/// What to build.
+pub struct TtsSpec {
+    pub device: DeviceKind,
+    /// `None`: f32 on the CPU, bf16 on CUDA.
+    pub precision: Option<Precision>,
+    pub threads: Option<usize>,
+}
+
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            AnyTts::Cpu($s) => $e,
+            AnyTts::Cuda($s) => $e,
+        }
+    };
+}
+
+impl AnyTts {
+    /// Builds the stage; on CUDA every bucket's frame graph is captured before it returns.
+    pub fn open(model: &CsmModel, spec: &TtsSpec, opts: TtsOptions) -> Result<Self> {
+        match resolve(spec.device) {
+            DeviceKind::Cuda => {
+                let be = CudaBackend::new(CudaOptions {
+                    precision: spec.precision.unwrap_or(Precision::Bf16),
+                    ..CudaOptions::default()
+                })?;
+                let mut st = TtsStage::new(be, model, opts)?;
+                st.warmup()?;
+                Ok(Self::Cuda(Box::new(st)))
+            }
+            _ => {
+                if spec.precision == Some(Precision::Bf16) {
+                    return Err(Error::config("AnyTts::open", CPU_F32_ONLY));
+                }
+                let be = CpuBackend::new(spec.threads)?;
+                Ok(Self::Cpu(Box::new(TtsStage::new(be, model, opts)?)))
+            }
+        }
+    }
+
+    pub fn add(&mut self, req: UtteranceRequest) -> Result<UtteranceId> {
+        each!(self, s => s.add(req))
+    }
+
+    pub fn step(&mut self, sink: &mut dyn FnMut(UtteranceEvent<'_>)) -> Result<usize> {
+        each!(self, s => s.step(sink))
+    }
+
+    pub fn cancel(&mut self, id: UtteranceId) -> Result<usize> {
+        each!(self, s => s.cancel(id))
+    }
+
+    pub fn active(&self) -> usize {
+        each!(self, s => s.active())
+    }
+
+    /// Bytes of one stored weight (4 on the CPU, 2 in bf16).
+    pub fn bytes_per_weight(&self) -> usize {
+        use chorus_core::{Backend, BufRole};
+        each!(self, s => s.backend().bytes_per_element(BufRole::Weight))
+    }
+
+    /// The device, in words.
+    pub fn describe(&self) -> String {
+        use chorus_core::Backend;
+        each!(self, s => s.backend().device_description())
+    }
+
+    /// CUDA only: nodes of the frame graph of the bucket holding `n` utterances.
+    pub fn graph_nodes(&self, n: usize) -> Option<usize> {
+        let AnyTts::Cuda(s) = self else { return None };
+        graph_nodes_of(s.backend(), &s.bucket_keys(), n)
+    }
+
+    /// CUDA only: median device ms of `iters` back-to-back replays of the bucket holding `n`.
+    pub fn device_ms(&self, n: usize, iters: usize) -> Result<Option<f64>> {
+        let AnyTts::Cuda(s) = self else {
+            return Ok(None);
+        };
+        replay_ms_of(s.backend(), &s.bucket_keys(), n, iters)
+    }
+}
