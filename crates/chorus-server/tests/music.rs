@@ -748,7 +748,11 @@ async fn a_message_over_the_limit_closes_with_1009() {
         let _ = tx.send(Message::Text(big.into())).await;
         tx
     });
-    let msg = tokio::time::timeout(WAIT, rx.next()).await.unwrap().unwrap().unwrap();
+    let msg = tokio::time::timeout(WAIT, rx.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let Message::Text(t) = msg else {
         panic!("expected the error, got {msg:?}")
     };

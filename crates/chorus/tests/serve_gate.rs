@@ -53,25 +53,53 @@ fn serve_mistakes_print_the_message_and_the_fix_without_a_trace() {
     let hf_home = d.join("hf");
     fails_with(
         &["--model", "someorg/not-cached", "--port", "0"],
-        &[("HF_HUB_OFFLINE", "1"), ("HF_HOME", hf_home.to_str().unwrap())],
-        &["someorg/not-cached", "HF_HUB_OFFLINE", "pass a local checkpoint"],
+        &[
+            ("HF_HUB_OFFLINE", "1"),
+            ("HF_HOME", hf_home.to_str().unwrap()),
+        ],
+        &[
+            "someorg/not-cached",
+            "HF_HUB_OFFLINE",
+            "pass a local checkpoint",
+        ],
     );
     fails_with(
-        &["--model", "fake", "--api-keys", "/nonexistent/keys", "--port", "0"],
+        &[
+            "--model",
+            "fake",
+            "--api-keys",
+            "/nonexistent/keys",
+            "--port",
+            "0",
+        ],
         &[],
         &["/nonexistent/keys", "fix: give --api-keys a readable file"],
     );
     let bad = d.join("bad-keys");
     std::fs::write(&bad, "# keys\ngood-key\nnot a key\n").unwrap();
     fails_with(
-        &["--model", "fake", "--api-keys", bad.to_str().unwrap(), "--port", "0"],
+        &[
+            "--model",
+            "fake",
+            "--api-keys",
+            bad.to_str().unwrap(),
+            "--port",
+            "0",
+        ],
         &[],
         &["line 3", "fix:"],
     );
     let empty = d.join("empty-keys");
     std::fs::write(&empty, "# none yet\n").unwrap();
     fails_with(
-        &["--model", "fake", "--api-keys", empty.to_str().unwrap(), "--port", "0"],
+        &[
+            "--model",
+            "fake",
+            "--api-keys",
+            empty.to_str().unwrap(),
+            "--port",
+            "0",
+        ],
         &[],
         &["holds no key", "fix:"],
     );
@@ -85,7 +113,11 @@ fn serve_mistakes_print_the_message_and_the_fix_without_a_trace() {
     fails_with(
         &["--model", "fake", "--port", &port],
         &[],
-        &[&format!("port {port}"), "fix: another process listens", "--port 0"],
+        &[
+            &format!("port {port}"),
+            "fix: another process listens",
+            "--port 0",
+        ],
     );
     fails_with(
         &["--model", "fake", "--max-decode-body", "8MB"],
@@ -135,7 +167,10 @@ fn serve(args: &[&str], stderr: &std::path::Path) -> Served {
         .map(|l| l.unwrap())
         .find(|l| l.starts_with("listening on http://"))
         .expect("the server printed its address");
-    let addr = line.trim_start_matches("listening on http://").trim().to_string();
+    let addr = line
+        .trim_start_matches("listening on http://")
+        .trim()
+        .to_string();
     Served { child, addr }
 }
 
@@ -170,7 +205,10 @@ fn keys_guard_every_endpoint_but_healthz_and_sighup_reloads_them() {
     assert!(text.contains("limits: connections"), "{text}");
     assert_eq!(get(&addr, "/healthz", ""), 200);
     assert_eq!(get(&addr, "/metrics", ""), 401);
-    assert_eq!(get(&addr, "/metrics", "authorization: Bearer old-key\r\n"), 200);
+    assert_eq!(
+        get(&addr, "/metrics", "authorization: Bearer old-key\r\n"),
+        200
+    );
     std::fs::write(&keys, "new-key\n").unwrap();
     let hup = || {
         Command::new("kill")
@@ -187,14 +225,19 @@ fn keys_guard_every_endpoint_but_healthz_and_sighup_reloads_them() {
     std::fs::write(&keys, "\n").unwrap();
     hup();
     wait_for("the reload warning", || {
-        std::fs::read_to_string(&log).unwrap().contains("not reloaded")
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("not reloaded")
     });
     assert_eq!(get(&addr, "/metrics?api_key=new-key", ""), 200);
     drop(served);
     let open_log = d.join("stderr-open");
     let open = serve(&[], &open_log);
     let text = std::fs::read_to_string(&open_log).unwrap();
-    assert!(text.contains("no API keys: every client is served"), "{text}");
+    assert!(
+        text.contains("no API keys: every client is served"),
+        "{text}"
+    );
     assert_eq!(get(&open.addr, "/metrics", ""), 200);
     drop(open);
     std::fs::remove_dir_all(&d).ok();
