@@ -8,8 +8,9 @@ set -uo pipefail
 device=$1 max_streams=$2 counts=$3 duration=${4:-20} verify=${5:-32}
 bin=${CHORUS:-target/release/chorus}
 port=${PORT:-8091}
+# Every load-generator stream comes from one address: no per-client connection limit.
 "$bin" serve --model random --device "$device" --max-streams "$max_streams" --port "$port" \
-  >"${SERVE_LOG:-/tmp/chorus-serve.log}" 2>&1 &
+  --max-connections-per-client 0 >"${SERVE_LOG:-/tmp/chorus-serve.log}" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 for n in $counts; do

@@ -66,8 +66,10 @@ servers=() ports=()
 for ((k = 0; k < ${#wheres[@]}; k++)); do
   p=$((port + k))
   # shellcheck disable=SC2086 # SERVE_ARGS and the placement flags are lists of flags.
+  # Each load generator's thousands of streams come from one address: no per-client limit.
   ${server_on[@]+"${server_on[@]}"} "$bin" serve --model "${MODEL:-random}" ${wheres[k]} \
-    --max-streams "$max_streams" --host "$host" --port "$p" ${SERVE_ARGS:-} >"$log.$k" 2>&1 &
+    --max-streams "$max_streams" --host "$host" --port "$p" --max-connections-per-client 0 \
+    ${SERVE_ARGS:-} >"$log.$k" 2>&1 &
   servers+=($!) ports+=("$p")
 done
 work=$(mktemp -d)

@@ -94,7 +94,8 @@ impl ErrorCounts {
         map.get(kind).copied().unwrap_or(0)
     }
 
-    pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
+    /// Every kind counted so far, in name order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         map.iter().map(|(k, v)| (*k, *v)).collect()
     }

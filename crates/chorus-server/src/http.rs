@@ -237,6 +237,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.engine.render_metrics();
+    state.gate.metrics.render(&mut text);
     if let Some(music) = &state.music {
         music.metrics().render(&mut text);
     }

@@ -9,6 +9,7 @@
 //! whole-file decode.
 
 pub mod encode;
+pub mod gate;
 mod http;
 mod limits;
 pub mod loadgen;

@@ -18,6 +18,7 @@ pub mod close_code {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
     pub const POLICY: u16 = 1008;
+    pub const TOO_BIG: u16 = 1009;
     pub const INTERNAL: u16 = 1011;
     pub const TRY_LATER: u16 = 1013;
 }
@@ -135,6 +136,14 @@ pub enum ErrorCode {
     BadAudio,
     EncodeFailed,
     NotEnabled,
+    /// A missing or wrong API key (HTTP 401).
+    Unauthorized,
+    /// A request body over its endpoint's limit (HTTP 413).
+    TooLarge,
+    /// A request body that did not arrive in time (HTTP 408).
+    Timeout,
+    /// A WebSocket message over `--max-ws-message` (close 1009).
+    MessageTooBig,
     Internal,
 }
 
@@ -161,6 +170,10 @@ impl ErrorCode {
             Self::BadAudio => "bad_audio",
             Self::EncodeFailed => "encode_failed",
             Self::NotEnabled => "not_enabled",
+            Self::Unauthorized => "unauthorized",
+            Self::TooLarge => "too_large",
+            Self::Timeout => "timeout",
+            Self::MessageTooBig => "message_too_big",
             Self::Internal => "internal",
         }
     }
@@ -184,6 +197,7 @@ impl ErrorCode {
         match self {
             Self::Busy => close_code::TRY_LATER,
             Self::Draining => close_code::GOING_AWAY,
+            Self::MessageTooBig => close_code::TOO_BIG,
             Self::DecodeFailed | Self::EncodeFailed | Self::Internal => close_code::INTERNAL,
             _ => close_code::POLICY,
         }

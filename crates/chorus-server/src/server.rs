@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use chorus_core::{Error, Result};
 use chorus_engine::EnginePool;
@@ -15,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::encode::EncodeEngine;
+use crate::gate::{ApiKeys, Gate, Limits};
 use crate::music::MusicEngine;
 
 /// Default time a new connection has to send `open`.
@@ -23,8 +23,6 @@ const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time a drain waits for streams to finish.
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default largest request body of the whole-file decode (about 2 hours of 8-codebook int64 codes).
-const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 /// How often the drain checks whether every connection has ended.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
@@ -34,7 +32,12 @@ pub struct ServerConfig {
     pub open_timeout: Duration,
     pub write_timeout: Duration,
     pub drain_timeout: Duration,
-    pub max_body_bytes: usize,
+    /// What one client, and all together, may hold (connections, bodies, messages, deadlines).
+    pub limits: Limits,
+    /// The keys every endpoint but `/healthz` requires; `None` serves every client.
+    pub api_keys: Option<ApiKeys>,
+    /// Serve `/metrics` without a key.
+    pub public_metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -43,7 +46,9 @@ impl Default for ServerConfig {
             open_timeout: DEFAULT_OPEN_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            limits: Limits::default(),
+            api_keys: None,
+            public_metrics: false,
         }
     }
 }
@@ -84,6 +89,8 @@ pub(crate) struct AppState {
     pub music: Option<Arc<MusicEngine>>,
     /// The encoder, when the server encodes audio.
     pub encode: Option<Arc<EncodeEngine>>,
+    /// Limits, keys and their counters.
+    pub(crate) gate: Arc<Gate>,
 }
 
 /// The engines a server runs besides the decoders.
@@ -146,6 +153,11 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
         let (tx, rx) = watch::channel(false);
+        let gate = Arc::new(Gate::new(
+            config.limits.clone(),
+            config.api_keys.clone(),
+            config.public_metrics,
+        ));
         let config = Arc::new(config);
         let connections = Arc::new(Connections::default());
         let state = AppState {
@@ -155,6 +167,7 @@ impl Server {
             connections: connections.clone(),
             music,
             encode: encode.clone(),
+            gate: gate.clone(),
         };
         let app = Router::new()
             .route("/v1/stream", get(crate::ws::upgrade))
@@ -166,16 +179,14 @@ impl Server {
             )
             .route("/healthz", get(crate::http::healthz))
             .route("/metrics", get(crate::http::metrics))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            // The gate has read each body within its endpoint's limit already.
+            .layer(DefaultBodyLimit::disable())
+            .layer(axum::middleware::from_fn_with_state(
+                gate.clone(),
+                crate::gate::request::check,
+            ))
             .with_state(state);
-        let mut stop = rx;
-        let task = tokio::spawn(async move {
-            axum::serve(listener.tap_io(|tcp| crate::tcp::real_time(tcp)), app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|v| *v).await;
-                })
-                .await
-        });
+        let task = tokio::spawn(crate::gate::accept::serve(listener, app, gate, rx));
         Ok(Self {
             addr,
             pool,

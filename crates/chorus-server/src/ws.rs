@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use axum::extract::State;
 use axum::response::Response;
 use chorus_core::{FRAME_SAMPLES, SAMPLE_RATE};
 use chorus_engine::{Stream, StreamError, StreamEvent, StreamInput};
 use tokio::sync::watch;
 
+use crate::gate::ws::LimitedUpgrade;
 use crate::protocol::{
     close_code, encode_pcm, parse_client_message, parse_codes, parse_latents, ClientMessage,
     ErrorCode, InputKind, PcmFormat, ProtocolError, ServerMessage, PROTOCOL_VERSION,
@@ -25,7 +26,10 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// frame of codes, or one frame of audio at most 7,684 bytes), and a larger one takes a few reads.
 pub const WS_READ_BUFFER_BYTES: usize = 8 << 10;
 
-pub(crate) async fn upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> Response {
+pub(crate) async fn upgrade(
+    LimitedUpgrade(ws): LimitedUpgrade,
+    State(state): State<AppState>,
+) -> Response {
     ws.read_buffer_size(WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let _guard = state.connections.enter();
@@ -111,7 +115,8 @@ impl Conn {
                 msg = self.socket.recv() => msg,
             };
             match msg {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+                Some(Err(e)) => return Err(self.read_failed(&e)),
+                None | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(Message::Binary(_))) => {
                     return Err(protocol_error(
@@ -317,8 +322,9 @@ impl Conn {
         let info = self.state.engine.info();
         let max_frames = self.state.engine.config().max_pending_frames;
         let submitted = match msg {
+            Some(Err(e)) => return Err(self.read_failed(&e)),
             // A disconnect: dropping the stream frees the slot.
-            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+            None | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Ok(()),
             Some(Ok(Message::Binary(bytes))) => match s.stream.input() {
                 StreamInput::Codes { n_q } => {
@@ -361,6 +367,18 @@ impl Conn {
                     Counted::No,
                 ))
             }
+        }
+    }
+
+    /// A failed read: a message over the limit is named to the client (close 1009, counted by
+    /// the gate); anything else means the peer is gone.
+    pub(crate) fn read_failed(&self, e: &axum::Error) -> End {
+        match crate::gate::ws::too_big(&self.state, e) {
+            Some(message) => End::Error(
+                ProtocolError::new(ErrorCode::MessageTooBig, message),
+                Counted::Yes,
+            ),
+            None => End::Quiet,
         }
     }
 

@@ -731,3 +731,48 @@ async fn an_http_client_that_goes_away_cancels_its_song() {
     );
     assert!(metric(&text, "chorus_music_frames_total") < 110.0);
 }
+
+/// A message over `--max-ws-message` is refused from its frame header: `message_too_big`, then
+/// close 1009, and the song beside it is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_limit_closes_with_1009() {
+    use futures_util::{SinkExt, StreamExt};
+    let server = music_server().await;
+    let ids = prompt(4);
+    let text = start_msg(&ids_json(&ids), 6, 11, "seeded", false);
+    let mut song = start_song(&server, &text, 6).await;
+    let (mut tx, mut rx) = connect(&server).await.split();
+    let big = " ".repeat(chorus_server::gate::DEFAULT_MAX_WS_MESSAGE + 1);
+    // The server stops reading at the header: the rest of the send may never complete.
+    let send = tokio::spawn(async move {
+        let _ = tx.send(Message::Text(big.into())).await;
+        tx
+    });
+    let msg = tokio::time::timeout(WAIT, rx.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let Message::Text(t) = msg else {
+        panic!("expected the error, got {msg:?}")
+    };
+    match serde_json::from_str(&t).unwrap() {
+        MusicServerMessage::Error { code, message } => {
+            assert_eq!(code.as_str(), "message_too_big");
+            assert!(message.contains("--max-ws-message"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match tokio::time::timeout(WAIT, rx.next()).await.unwrap() {
+        Some(Ok(Message::Close(Some(f)))) => assert_eq!(u16::from(f.code), 1009),
+        other => panic!("expected close 1009, got {other:?}"),
+    }
+    send.abort();
+    let alone = direct(
+        PromptIds::from_cond(ids, vocab()).unwrap(),
+        6,
+        Sampling::Seeded(11),
+    );
+    let got = read_song(&mut song, false, MusicEndReason::MaxFrames).await;
+    assert_eq!(got.codes, alone.codes);
+}

@@ -16,6 +16,7 @@ mod loadgen;
 mod music;
 mod music_bench;
 mod serve;
+mod serve_gate;
 
 use anyhow::{Context, Result};
 use chorus_mimi::checkpoint::LoadedModel;
@@ -55,10 +56,21 @@ enum Command {
     MusicBench(music_bench::MusicBenchArgs),
 }
 
+/// The fix for a model spec that names nothing: neither a file nor a hub repo id.
+fn model_fix(spec: &str, example: &str) -> String {
+    let nothing = !std::path::Path::new(spec).exists()
+        && !chorus_core::checkpoint::hub::looks_like_repo_id(spec);
+    if nothing {
+        format!(" (fix: check the path, or give a hub repo id such as {example}, or `random` for random weights)")
+    } else {
+        String::new()
+    }
+}
+
 /// Loads a model, saying so when the weights are random.
 pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
     let model = chorus_mimi::checkpoint::load_model(spec)
-        .with_context(|| format!("loading model `{spec}`"))?;
+        .with_context(|| format!("loading model `{spec}`{}", model_fix(spec, "kyutai/mimi")))?;
     if model.is_random() {
         eprintln!("warning: `--model random` uses random weights: its output is noise");
     }
@@ -67,8 +79,12 @@ pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
 
 /// Loads a music semantic model, saying so when the weights are random.
 pub(crate) fn load_music(spec: &str) -> Result<chorus_music::MusicModel> {
-    let model = chorus_music::load_music_model(spec)
-        .with_context(|| format!("loading music model `{spec}`"))?;
+    let model = chorus_music::load_music_model(spec).with_context(|| {
+        format!(
+            "loading music model `{spec}`{}",
+            model_fix(spec, "owner/name/subfolder")
+        )
+    })?;
     if model.random {
         eprintln!("warning: `--model {spec}` uses random weights: the music is noise");
     }
@@ -82,13 +98,30 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // A user's mistake reads as its message chain, never as a stack trace, whatever
             // RUST_BACKTRACE the shell has; `-v` adds the trace.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message_chain(&e));
             if cli.verbose {
                 eprintln!("{}", e.backtrace());
             }
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The message chain on one line, each message once: a cause whose text already ends the line
+/// (an error that prints its own source) is not repeated.
+fn message_chain(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn run(command: Command) -> Result<()> {

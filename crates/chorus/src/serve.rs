@@ -17,10 +17,12 @@ use chorus_mimi::checkpoint::LoadedModel;
 use chorus_music::prompt::PromptTokenizer;
 use chorus_music::StageOptions;
 use chorus_server::encode::{EncodeConfig, EncodeEngine, EncoderFactory};
+use chorus_server::gate::ApiKeys;
 use chorus_server::music::{MusicConfig, MusicEngine, StageFactory};
 use chorus_server::{Server, ServerConfig, Services};
 
 use crate::decode::parse_precision;
+use crate::serve_gate::{describe_keys, describe_limits, reload_on_sighup, GateArgs};
 use chorus_runtime::device::{open_decoder_on, DecoderSpec, DeviceKind, DEFAULT_CUDA_DEVICE};
 use chorus_runtime::devices::{visible_cuda_devices, DeviceList};
 use chorus_runtime::music::open_stage;
@@ -116,6 +118,8 @@ pub struct ServeArgs {
     /// so that batches grow under load as they do on a GPU).
     #[arg(long, default_value_t = 0.0)]
     pub fake_step_ms: f64,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 /// File descriptors a server needs besides one per stream.
@@ -128,6 +132,8 @@ const MIN_CONNECTION_WORKERS: usize = 2;
 const FAKE_DEVICES: usize = 8;
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    // Before any model loads: a bad key file fails at once.
+    let keys = args.gate.keys()?;
     let ordinals = if args.model == FAKE_MODEL {
         // The stand-in needs no GPU: `--devices` then names stand-in devices.
         args.devices
@@ -142,14 +148,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .as_ref()
         .and_then(|o| o.first().copied())
         .unwrap_or(DEFAULT_CUDA_DEVICE);
-    let engines = ordinals.as_ref().map_or(1, Vec::len);
-    warn_fd_limit((args.max_streams * engines + args.music_songs) as u64 + SPARE_FDS);
     let buckets = match &args.buckets {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
     };
     if args.model == FAKE_MODEL {
-        return serve_fake(&args, ordinals, buckets);
+        return serve_fake(&args, ordinals, buckets, keys);
     }
     if args.fake_step_ms != 0.0 {
         bail!("--fake-step-ms is for `--model fake` only");
@@ -181,12 +185,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     };
     let encode = start_encoder(&args, &model, first_device)?;
-    run_server(&args, factories, encode)
+    run_server(&args, factories, encode, keys)
 }
 
 /// `chorus serve --model fake`: one stand-in engine per device entry, pipelined as the CUDA
 /// decoder is; no encoder (it has no weights to encode with).
-fn serve_fake(args: &ServeArgs, ordinals: Option<Vec<usize>>, buckets: Buckets) -> Result<()> {
+fn serve_fake(
+    args: &ServeArgs,
+    ordinals: Option<Vec<usize>>,
+    buckets: Buckets,
+    keys: Option<ApiKeys>,
+) -> Result<()> {
     eprintln!("warning: `--model fake` decodes nothing: its output is a hash of the codes");
     let step_delay = Duration::try_from_secs_f64(args.fake_step_ms / 1e3)
         .with_context(|| format!("--fake-step-ms {}", args.fake_step_ms))?;
@@ -206,7 +215,7 @@ fn serve_fake(args: &ServeArgs, ordinals: Option<Vec<usize>>, buckets: Buckets) 
             (d, f)
         })
         .collect();
-    run_server(args, factories, None)
+    run_server(args, factories, None, keys)
 }
 
 /// Starts the engines and the music stage, then serves until SIGTERM or Ctrl-C and drains.
@@ -214,6 +223,7 @@ fn run_server(
     args: &ServeArgs,
     factories: Vec<(usize, DecoderFactory)>,
     encode: Option<Arc<EncodeEngine>>,
+    api_keys: Option<ApiKeys>,
 ) -> Result<()> {
     let engine_config = EngineConfig {
         max_pending_frames: args.max_pending_frames,
@@ -234,8 +244,28 @@ fn run_server(
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
+    let slots = pool
+        .engines()
+        .iter()
+        .map(|e| e.info().max_slots)
+        .sum::<usize>()
+        + encode.as_ref().map_or(0, |e| e.info().max_streams)
+        + music.as_ref().map_or(0, |_| args.music_songs);
+    let limits = args.gate.limits(slots, args.max_pending_frames)?;
+    // Every connection holds a socket; without a connection limit, every slot does.
+    let sockets = match limits.max_connections {
+        0 => slots,
+        n => n,
+    };
+    warn_fd_limit(sockets as u64 + SPARE_FDS);
+    eprintln!("{}", describe_keys(api_keys.as_ref()));
+    eprintln!("{}", describe_limits(&limits));
+    let reload = api_keys.clone().filter(|k| k.file().is_some());
     let config = ServerConfig {
         drain_timeout: Duration::from_secs(args.drain_timeout),
+        limits,
+        api_keys,
+        public_metrics: args.gate.public_metrics,
         ..ServerConfig::default()
     };
     let engines = pool.engines().len();
@@ -246,7 +276,12 @@ fn run_server(
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let services = Services { music, encode };
-        let server = Server::bind_with(Arc::new(pool), services, addr, config).await?;
+        let server = Server::bind_with(Arc::new(pool), services, addr, config)
+            .await
+            .map_err(|e| bind_error(e, addr))?;
+        if let Some(keys) = reload {
+            tokio::spawn(reload_on_sighup(keys));
+        }
         println!("listening on http://{}", server.local_addr());
         shutdown_signal().await;
         eprintln!("draining: no new streams; finishing open ones");
@@ -256,6 +291,30 @@ fn run_server(
         }
         Ok(())
     })
+}
+
+/// A bind failure with its fix: a taken port is the usual one.
+fn bind_error(e: chorus_core::Error, addr: SocketAddr) -> anyhow::Error {
+    let kind = match &e {
+        chorus_core::Error::Io { source, .. } => Some(source.kind()),
+        _ => None,
+    };
+    let fix = match kind {
+        Some(std::io::ErrorKind::AddrInUse) => format!(
+            "fix: another process listens on port {} (stop it, or pick another --port; --port 0 takes a free one)",
+            addr.port()
+        ),
+        Some(std::io::ErrorKind::PermissionDenied) => format!(
+            "fix: ports below 1024 need privileges: pick --port 1024 or above (port {})",
+            addr.port()
+        ),
+        Some(std::io::ErrorKind::AddrNotAvailable) => format!(
+            "fix: {} is not an address of this machine: use --host 127.0.0.1 or 0.0.0.0",
+            addr.ip()
+        ),
+        _ => "fix: check --host and --port".to_string(),
+    };
+    anyhow::anyhow!("cannot listen on {addr}: {e}; {fix}")
 }
 
 /// Connection threads beside `engines` engine threads: one core per engine is left to it, so that

@@ -182,8 +182,9 @@ impl Conn {
         msg: Option<Result<Message, axum::Error>>,
     ) -> Result<(), End> {
         let submitted = match msg {
+            Some(Err(e)) => return Err(self.read_failed(&e)),
             // A disconnect: dropping the stream frees the slot.
-            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+            None | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Ok(()),
             Some(Ok(Message::Binary(bytes))) => {
                 if let Some(e) = &self.state.encode {

@@ -31,13 +31,15 @@ pub enum MusicErrorCode {
     SlowConsumer,
     /// The server runs without a music model.
     NotEnabled,
+    /// A message over `--max-ws-message`.
+    MessageTooBig,
     /// Anything else on the server's side.
     Internal,
 }
 
 impl MusicErrorCode {
     /// Every code, in the order metrics list them.
-    pub const ALL: [MusicErrorCode; 12] = [
+    pub const ALL: [MusicErrorCode; 13] = [
         Self::BadJson,
         Self::UnknownMessage,
         Self::BadRequest,
@@ -49,6 +51,7 @@ impl MusicErrorCode {
         Self::Draining,
         Self::SlowConsumer,
         Self::NotEnabled,
+        Self::MessageTooBig,
         Self::Internal,
     ];
 
@@ -66,6 +69,7 @@ impl MusicErrorCode {
             Self::Draining => "draining",
             Self::SlowConsumer => "slow_consumer",
             Self::NotEnabled => "not_enabled",
+            Self::MessageTooBig => "message_too_big",
             Self::Internal => "internal",
         }
     }
@@ -76,6 +80,7 @@ impl MusicErrorCode {
             Self::Busy => close_code::TRY_LATER,
             Self::Draining => close_code::GOING_AWAY,
             Self::Internal => close_code::INTERNAL,
+            Self::MessageTooBig => close_code::TOO_BIG,
             _ => close_code::POLICY,
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use chorus_music::song::LEVELS;
@@ -16,6 +16,7 @@ use super::http::not_enabled;
 use super::job::{JobUpdate, MusicEvent, MusicJob, Outcome};
 use super::protocol::{parse_music_message, MusicClientMessage, MusicServerMessage};
 use super::start::StartRequest;
+use crate::gate::ws::{too_big, LimitedUpgrade};
 use crate::protocol::close_code;
 use crate::server::AppState;
 
@@ -24,14 +25,14 @@ use crate::server::AppState;
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 pub(crate) async fn upgrade(
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    ws: Result<LimitedUpgrade, WebSocketUpgradeRejection>,
     State(state): State<AppState>,
 ) -> Response {
     let Some(music) = state.music.clone() else {
         return not_enabled();
     };
     let ws = match ws {
-        Ok(ws) => ws,
+        Ok(LimitedUpgrade(ws)) => ws,
         Err(rejection) => return rejection.into_response(),
     };
     ws.on_upgrade(move |socket| async move {
@@ -111,7 +112,8 @@ impl MusicConn {
                 msg = self.socket.recv() => msg,
             };
             match msg {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
+                Some(Err(e)) => return Err(read_failed(&self.state, &e)),
+                None | Some(Ok(Message::Close(_))) => return Err(End::Quiet),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(Message::Binary(_))) => {
                     return Err(error(
@@ -153,7 +155,7 @@ impl MusicConn {
                     }
                 }
                 msg = self.socket.recv() => {
-                    if let Some(end) = handle_input(&job, msg) {
+                    if let Some(end) = handle_input(&self.state, &job, msg) {
                         return end;
                     }
                 }
@@ -253,9 +255,14 @@ impl MusicConn {
 }
 
 /// Handles one client message while the song runs; `Some` ends the connection (and the song).
-fn handle_input(job: &MusicJob, msg: Option<Result<Message, axum::Error>>) -> Option<End> {
+fn handle_input(
+    state: &AppState,
+    job: &MusicJob,
+    msg: Option<Result<Message, axum::Error>>,
+) -> Option<End> {
     match msg {
-        None | Some(Err(_)) | Some(Ok(Message::Close(_))) => Some(End::Quiet),
+        Some(Err(e)) => Some(read_failed(state, &e)),
+        None | Some(Ok(Message::Close(_))) => Some(End::Quiet),
         Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
         Some(Ok(Message::Binary(_))) => Some(End::Error(MusicError::bad_request(
             "binary messages are not accepted on /v1/music",
@@ -271,6 +278,15 @@ fn handle_input(job: &MusicJob, msg: Option<Result<Message, axum::Error>>) -> Op
             )),
             Err(e) => Some(End::Error(e)),
         },
+    }
+}
+
+/// A failed read: a message over the limit is named to the client (close 1009); anything else
+/// means the peer is gone.
+fn read_failed(state: &AppState, e: &axum::Error) -> End {
+    match too_big(state, e) {
+        Some(message) => error(MusicErrorCode::MessageTooBig, message),
+        None => End::Quiet,
     }
 }
 
