@@ -17,6 +17,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod tts_bench;
 
 use anyhow::{Context, Result};
 use chorus_mimi::checkpoint::LoadedModel;
@@ -54,6 +55,8 @@ enum Command {
     Music(music::MusicArgs),
     /// Benchmark the music semantic stage: ms per frame for several songs at once.
     MusicBench(music_bench::MusicBenchArgs),
+    /// Benchmark the CSM speech stage: ms per frame for several utterances at once.
+    TtsBench(tts_bench::TtsBenchArgs),
 }
 
 /// The fix for a model spec that names nothing: neither a file nor a hub repo id.
@@ -87,6 +90,20 @@ pub(crate) fn load_music(spec: &str) -> Result<chorus_music::MusicModel> {
     })?;
     if model.random {
         eprintln!("warning: `--model {spec}` uses random weights: the music is noise");
+    }
+    Ok(model)
+}
+
+/// Loads a CSM model, saying so when the weights are random.
+pub(crate) fn load_csm(spec: &str) -> Result<chorus_csm::CsmModel> {
+    let model = chorus_csm::load_csm_model(spec).with_context(|| {
+        format!(
+            "loading CSM model `{spec}`{}",
+            model_fix(spec, "sesame/csm-1b")
+        )
+    })?;
+    if model.is_random() {
+        eprintln!("warning: `--model {spec}` uses random weights: the speech is noise");
     }
     Ok(model)
 }
@@ -134,5 +151,6 @@ fn run(command: Command) -> Result<()> {
         Command::Loadgen(a) => loadgen::run(a),
         Command::Music(a) => music::run(a),
         Command::MusicBench(a) => music_bench::run(a),
+        Command::TtsBench(a) => tts_bench::run(a),
     }
 }

@@ -1,0 +1,206 @@
+//! `chorus tts-bench`: milliseconds per frame and frames per second of the CSM speech stage for a
+//! number of utterances generating together, each with a synthetic text prompt that fills the
+//! context. One stage serves every point; each point's utterances are prefilled, stepped, timed
+//! and cancelled.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use chorus_core::rng::SplitMix64;
+use chorus_core::Buckets;
+use chorus_csm::prompt::PromptFrame;
+use chorus_csm::{CsmModel, TtsOptions, UtteranceRequest};
+use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
+use chorus_lm::Sampling;
+
+use chorus_runtime::device::DeviceKind;
+use chorus_runtime::tts::{AnyTts, TtsSpec};
+
+/// Mimi frames per second of audio.
+const FRAME_RATE: f64 = 12.5;
+/// Untimed frames after the prefill.
+const WARMUP_FRAMES: usize = 2;
+/// CUDA-event-timed replays of the frame graph per point.
+const DEVICE_REPLAYS: usize = 20;
+
+#[derive(clap::Args, Debug)]
+pub struct TtsBenchArgs {
+    #[arg(long, default_value = "random-small")]
+    pub model: String,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceKind,
+    /// Utterances per step, comma-separated.
+    #[arg(long, default_value = "1,8")]
+    pub utterances: String,
+    /// Backbone positions per utterance at which frames are timed: the prompt fills it.
+    #[arg(long, default_value_t = 200)]
+    pub context: usize,
+    /// Timed frames per point.
+    #[arg(long, default_value_t = 10)]
+    pub frames: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_parser = crate::decode::parse_precision)]
+    pub precision: Option<chorus_core::Precision>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One point's figures.
+#[derive(Debug, serde::Serialize)]
+pub struct TtsBenchRow {
+    pub backend: String,
+    pub utterances: usize,
+    pub context: usize,
+    pub frames: usize,
+    /// Wall ms of one utterance's prefill (the points' mean).
+    pub prefill_ms: f64,
+    /// Wall time of one whole step through the API.
+    pub ms_per_frame_median: f64,
+    /// CUDA only: median device time of one frame-graph replay.
+    pub device_ms_per_frame: Option<f64>,
+    pub graph_nodes: Option<usize>,
+    pub frames_per_s: f64,
+    /// Each utterance's speed over real time (12.5 frames/s).
+    pub realtime_factor: f64,
+    /// Weight and KV bytes one frame reads, over the device (CUDA) or wall time.
+    pub read_gb_per_s: f64,
+}
+
+pub fn run(args: TtsBenchArgs) -> Result<()> {
+    let counts = Buckets::parse(&args.utterances)?;
+    let min_context = WARMUP_FRAMES + args.frames + 4;
+    if args.frames == 0 || args.context < min_context {
+        bail!("--frames must be positive and --context at least {min_context}");
+    }
+    let model = crate::load_csm(&args.model)?;
+    let largest = counts.largest();
+    let mut opts = TtsOptions::for_utterances(largest, args.context)?;
+    opts.kv_blocks = 1 + largest * blocks_for(args.context, DEFAULT_BLOCK_SIZE);
+    let spec = TtsSpec {
+        device: args.device,
+        precision: args.precision,
+        threads: args.threads,
+    };
+    let mut stage = AnyTts::open(&model, &spec, opts)?;
+    if !args.json {
+        println!("{}", stage.describe());
+        println!(
+            "{:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
+            "utterances",
+            "context",
+            "prefill ms",
+            "ms/frame",
+            "device ms",
+            "frames/s",
+            "x realtime",
+            "GB/s read",
+            "nodes"
+        );
+    }
+    for &n in counts.sizes() {
+        let row = bench_point(&mut stage, &model, n, args.context, args.frames)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&row)?);
+        } else {
+            println!(
+                "{:>10} {:>8} {:>11.1} {:>10.3} {:>10} {:>10.1} {:>10.2} {:>10.0} {:>6}",
+                row.utterances,
+                row.context,
+                row.prefill_ms,
+                row.ms_per_frame_median,
+                row.device_ms_per_frame
+                    .map_or("-".into(), |m| format!("{m:.3}")),
+                row.frames_per_s,
+                row.realtime_factor,
+                row.read_gb_per_s,
+                row.graph_nodes.map_or("-".into(), |n| n.to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
+fn bench_point(
+    stage: &mut AnyTts,
+    model: &CsmModel,
+    n: usize,
+    context: usize,
+    frames: usize,
+) -> Result<TtsBenchRow> {
+    let c = &model.config;
+    let max_frames = WARMUP_FRAMES + frames + 1;
+    let prompt_len = context - max_frames;
+    let mut rng = SplitMix64::new(n as u64 ^ context as u64);
+    let t0 = Instant::now();
+    let mut ids = Vec::with_capacity(n);
+    for u in 0..n {
+        let prompt = (0..prompt_len)
+            .map(|_| PromptFrame::Text((rng.next_u64() % c.text_vocab_size as u64) as u32))
+            .collect();
+        let req = UtteranceRequest {
+            prompt,
+            max_frames,
+            sampling: Sampling::Seeded(u as u64),
+            forced: None,
+        };
+        ids.push(stage.add(req)?);
+    }
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / n as f64;
+    for _ in 0..WARMUP_FRAMES {
+        stage.step(&mut |_| {})?;
+    }
+    let mut times = Vec::with_capacity(frames);
+    for _ in 0..frames {
+        let t = Instant::now();
+        stage.step(&mut |_| {})?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let device_ms = stage.device_ms(n, DEVICE_REPLAYS)?;
+    let graph_nodes = stage.graph_nodes(n);
+    for id in ids {
+        // An utterance that drew its end frame is gone already.
+        let _ = stage.cancel(id);
+    }
+    // Drain the frame in flight.
+    while stage.active() > 0 || stage.step(&mut |_| {})? > 0 {}
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let ms = device_ms.unwrap_or(median);
+    Ok(TtsBenchRow {
+        backend: stage.describe(),
+        utterances: n,
+        context,
+        frames,
+        prefill_ms,
+        ms_per_frame_median: median,
+        device_ms_per_frame: device_ms,
+        graph_nodes,
+        frames_per_s: n as f64 * 1e3 / median,
+        realtime_factor: 1e3 / median / FRAME_RATE,
+        read_gb_per_s: frame_bytes(model, n, context, stage.bytes_per_weight()) / (ms * 1e-3) / 1e9,
+    })
+}
+
+/// Bytes one frame reads (`CSM.md` §5): the backbone's linears and codebook-0 head once, the
+/// projector and the depth decoder's linears at each of its positions, one level head per level,
+/// and each utterance's backbone K and V over its context.
+fn frame_bytes(model: &CsmModel, n: usize, context: usize, b: usize) -> f64 {
+    let c = &model.config;
+    let linears = |d: &chorus_csm::LlamaConfig| {
+        let qkv = d.hidden_size * (d.q_width() + 2 * d.kv_width());
+        let o = d.q_width() * d.hidden_size;
+        let mlp = 3 * d.hidden_size * d.intermediate_size;
+        d.num_hidden_layers * (qkv + o + mlp)
+    };
+    let (bb, dd) = (&c.backbone, &c.depth);
+    let v = c.audio_vocab_size;
+    let backbone = linears(bb) + v * bb.hidden_size;
+    let books = c.num_codebooks;
+    let depth =
+        books * (linears(dd) + dd.hidden_size * bb.hidden_size) + (books - 1) * v * dd.hidden_size;
+    let kv = n * context * bb.num_hidden_layers * 2 * bb.kv_width();
+    ((backbone + depth + kv) * b) as f64
+}
