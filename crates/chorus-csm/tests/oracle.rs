@@ -1,48 +1,16 @@
 //! The oracle fixtures (`tests/fixtures/csm`, `tools/fixtures/csm_oracle.py`) against the host
 //! side: the config it ran, the prompt it fed, and the weights it loaded.
 
-use std::path::PathBuf;
+mod common;
 
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
-use chorus_csm::prompt::{
-    build_prompt, build_prompt_ids, IdSegment, PromptFrame, PromptLimits, Segment,
-};
+use chorus_csm::prompt::{build_prompt, build_prompt_ids, IdSegment, PromptLimits, Segment};
 use chorus_csm::{load_csm_model, CsmConfig};
+use common::{dir, manifest, recorded_prompt};
 use serde_json::Value;
-
-fn dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/csm"
-    ))
-}
-
-fn manifest() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap()
-}
 
 fn ids(v: &Value) -> Vec<u32> {
     serde_json::from_value(v.clone()).unwrap()
-}
-
-/// The prompt frames a case file recorded.
-fn recorded_prompt(f: &SafetensorsFile, n: usize) -> Vec<PromptFrame> {
-    let (_, kind) = f.load_i32("prompt_kind").unwrap();
-    let (_, text) = f.load_i32("prompt_text").unwrap();
-    let (shape, codes) = f.load_i32("prompt_codes").unwrap();
-    assert_eq!(shape, vec![kind.len(), n]);
-    (0..kind.len())
-        .map(|p| match kind[p] {
-            0 => PromptFrame::Text(text[p] as u32),
-            1 => PromptFrame::Audio(
-                codes[p * n..(p + 1) * n]
-                    .iter()
-                    .map(|&c| c as u32)
-                    .collect(),
-            ),
-            k => panic!("frame kind {k}"),
-        })
-        .collect()
 }
 
 #[test]

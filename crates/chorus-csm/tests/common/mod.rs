@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod oracle;
+
 use std::path::PathBuf;
 
 use chorus_core::checkpoint::SafetensorsFile;
