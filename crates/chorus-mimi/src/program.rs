@@ -22,21 +22,28 @@ pub struct StageActs<B: Backend> {
     pub time: usize,
 }
 
-/// Every intermediate of one step, for `rows` row-frames (rows times frames per row).
+/// Every intermediate of one step, for `rows` row-frames (rows times frames per row): the
+/// staged inputs, then the work buffers.
 pub struct Activations<B: Backend> {
     pub slots: B::Ints,
     pub codes: B::Ints,
     pub latents: B::Buf,
+    pub work: Work<B>,
+}
+
+/// The buffers a decode step computes through, from the frame embedding to the PCM.
+pub struct Work<B: Backend> {
     pub emb: B::Buf,
     /// Transformer activations over `rows * frame_tokens` tokens.
     pub layers: LayerActs<B>,
     pub conv_in: B::Buf,
     pub stages: Vec<StageActs<B>>,
+    /// `[rows, samples]`.
     pub pcm: B::Buf,
 }
 
-impl<B: Backend> Activations<B> {
-    /// Allocates buffers for up to `rows` row-frames.
+impl<B: Backend> Work<B> {
+    /// Allocates work buffers for up to `rows` row-frames.
     pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedWeights<B>, rows: usize) -> Result<Self> {
         let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
         let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
@@ -56,14 +63,23 @@ impl<B: Backend> Activations<B> {
             });
         }
         Ok(Self {
-            slots: be.ints(rows, 0)?,
-            codes: be.ints(rows * cfg.num_quantizers, 0)?,
-            latents: a(hid)?,
             emb: a(hid)?,
             layers: LayerActs::new(be, cfg, rows * tok)?,
             conv_in: a(tok * w.conv_in.c_out)?,
             stages,
             pcm: a(time * w.conv_out.c_out)?,
+        })
+    }
+}
+
+impl<B: Backend> Activations<B> {
+    /// Allocates buffers for up to `rows` row-frames.
+    pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedWeights<B>, rows: usize) -> Result<Self> {
+        Ok(Self {
+            slots: be.ints(rows, 0)?,
+            codes: be.ints(rows * cfg.num_quantizers, 0)?,
+            latents: be.zeros(rows * cfg.hidden_size, BufRole::Activation)?,
+            work: Work::new(be, cfg, w, rows)?,
         })
     }
 }
@@ -92,7 +108,7 @@ pub(crate) struct Rows<'r, B: Backend> {
     pub rows: usize,
 }
 
-/// Runs (or records) one decode step for `shape.rows` rows.
+/// Runs (or records) one decode step for `shape.rows` rows from the staging area.
 pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, B>) -> Result<()> {
     let StepBuffers {
         weights: w,
@@ -100,23 +116,56 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         acts: a,
         staging,
     } = bufs;
+    be.stage_in(staging, &mut a.slots, &mut a.codes, &mut a.latents)?;
+    let input = StepInputs {
+        slots: &a.slots,
+        codes: &a.codes,
+        codebooks: shape.cfg.num_quantizers,
+        latents: &a.latents,
+    };
+    decode_step(be, shape, w, st, input, &mut a.work)?;
+    be.stage_out(&a.work.pcm, staging)
+}
+
+/// A decode step's inputs on the device, written by the caller's own program (a speech model's
+/// frame program hands its drawn codes straight to the decoder).
+pub struct StepInputs<'a, B: Backend> {
+    /// `[rows]`: each row's state slot (padding: the dummy slot).
+    pub slots: &'a B::Ints,
+    /// `[rows * frames, codebooks]`: codebook `q` of a row-frame is absent when negative or not
+    /// below the codebook size (it adds nothing to the frame's embedding).
+    pub codes: &'a B::Ints,
+    /// Codes per row-frame (at most the model's quantizers).
+    pub codebooks: usize,
+    /// `[rows * frames, hidden]`: added to the codes' embedding (zeros for codes alone).
+    pub latents: &'a B::Buf,
+}
+
+/// One decode step from device inputs into `work.pcm` (`[rows, frames * samples]`).
+pub fn decode_step<B: Backend>(
+    be: &B,
+    shape: &StepShape<'_>,
+    w: &PreparedWeights<B>,
+    st: &mut SlotState<B>,
+    input: StepInputs<'_, B>,
+    a: &mut Work<B>,
+) -> Result<()> {
     let (cfg, rows, frames) = (shape.cfg, shape.rows, shape.frames);
     let hid = cfg.hidden_size;
-    be.stage_in(staging, &mut a.slots, &mut a.codes, &mut a.latents)?;
     // Codes and latents are `[rows, frames, ...]`: one embedding row per row-frame.
     be.embed_codes(EmbedArgs {
-        codes: &a.codes,
+        codes: input.codes,
         table: &w.table,
-        latents: &a.latents,
+        latents: input.latents,
         out: &mut a.emb,
         rows: rows * frames,
-        codebooks: cfg.num_quantizers,
+        codebooks: input.codebooks,
         cardinality: cfg.codebook_size,
         dim: hid,
     })?;
     let r = Rows {
         be,
-        slots: &a.slots,
+        slots: input.slots,
         rows,
     };
     convtr(
@@ -126,10 +175,10 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         (&a.emb, &mut a.layers.h),
         (frames, false),
     )?;
-    transformer(be, shape, w, st, a)?;
+    transformer(be, shape, w, st, input.slots, a)?;
     let r = Rows {
         be,
-        slots: &a.slots,
+        slots: input.slots,
         rows,
     };
     let tok = cfg.frame_tokens() * frames;
@@ -173,8 +222,7 @@ pub fn forward<B: Backend>(be: &B, shape: &StepShape<'_>, bufs: StepBuffers<'_, 
         st.conv_out.as_mut(),
         (last, &mut a.pcm, None),
         (time, true),
-    )?;
-    be.stage_out(&a.pcm, staging)
+    )
 }
 
 fn transformer<B: Backend>(
@@ -182,7 +230,8 @@ fn transformer<B: Backend>(
     shape: &StepShape<'_>,
     w: &PreparedWeights<B>,
     st: &mut SlotState<B>,
-    a: &mut Activations<B>,
+    slots: &B::Ints,
+    a: &mut Work<B>,
 ) -> Result<()> {
     let tok = shape.cfg.frame_tokens() * shape.frames;
     let step = LayerStep {
@@ -190,17 +239,11 @@ fn transformer<B: Backend>(
         rows: shape.rows,
         time: tok,
         ring: st.ring,
-        slots: &a.slots,
+        slots,
         tokens: &st.tokens,
     };
     run_layers(be, &step, &w.layers, &mut st.kv, &mut a.layers)?;
-    be.advance_tokens(
-        &mut st.tokens,
-        &a.slots,
-        shape.rows,
-        tok as i32,
-        shape.dummy,
-    )
+    be.advance_tokens(&mut st.tokens, slots, shape.rows, tok as i32, shape.dummy)
 }
 
 /// `(input, output, residual)` of a convolution.
