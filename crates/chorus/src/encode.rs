@@ -6,6 +6,7 @@ use crate::dataset::BulkOptions;
 use crate::decode::parse_precision;
 use anyhow::{bail, Context, Result};
 use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES};
+use chorus_runtime::bulk::{read_audio_input, AudioInput};
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -66,12 +67,10 @@ pub fn run(args: EncodeArgs) -> Result<()> {
     if args.n_q == 0 || args.n_q > nq_max {
         bail!("--n-q {} outside 1..={nq_max}", args.n_q);
     }
-    let audio = read(audio_path, args.allow_truncated)?;
     // Whole frames: the tail is padded with silence (transformers pads each conv's input instead,
     // so only a last partial frame can differ from `MimiModel.encode` on the unpadded signal).
-    let frames = audio.samples.len().div_ceil(FRAME_SAMPLES);
-    let mut samples = audio.samples;
-    samples.resize(frames * FRAME_SAMPLES, 0.0);
+    let audio = read(audio_path, args.allow_truncated)?;
+    let (frames, samples) = (audio.frames, &audio.samples);
     let spec = EncoderSpec {
         device: args.device,
         precision: args.precision,
@@ -130,9 +129,9 @@ pub fn run(args: EncodeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Decodes the input file, with a progress bar for large files; a cut-short file is an error
-/// unless `--allow-truncated`.
-fn read(path: &Path, allow_truncated: bool) -> Result<chorus_audio::DecodedAudio> {
+/// Decodes the input file as a bulk run does (`read_audio_input`), with a progress bar for large
+/// files; a cut-short file is an error unless `--allow-truncated`.
+fn read(path: &Path, allow_truncated: bool) -> Result<AudioInput> {
     let size = std::fs::metadata(path)
         .with_context(|| format!("reading {}", path.display()))?
         .len();
@@ -149,23 +148,16 @@ fn read(path: &Path, allow_truncated: bool) -> Result<chorus_audio::DecodedAudio
             b.set_position(p.bytes_done);
         }
     };
-    let audio = chorus_audio::read_audio_file(path, Some(&mut report))
+    let audio = read_audio_input(path, allow_truncated, Some(&mut report))
         .with_context(|| format!("decoding {}", path.display()))?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Some(missing) = &audio.incomplete {
-        if !allow_truncated {
-            bail!(
-                "{}: the file is cut short or damaged ({missing}); pass --allow-truncated to encode the {:.2} s that decoded",
-                path.display(),
-                audio.duration_secs()
-            );
-        }
+    if let Some(missing) = &audio.truncated {
         eprintln!(
             "warning: {}: {missing}; encoding the {:.2} s that decoded",
             path.display(),
-            audio.duration_secs()
+            audio.seconds
         );
     }
     Ok(audio)

@@ -21,6 +21,10 @@ pub struct AudioInput {
     pub seconds: f64,
     /// `Some(what is missing)` for a cut-short file read with `allow_truncated`.
     pub truncated: Option<String>,
+    /// What the source was: its format, rate and channel count.
+    pub format: String,
+    pub source_rate: u32,
+    pub source_channels: usize,
 }
 
 /// Decodes an audio file (WAV, FLAC, MP3, Ogg Vorbis or Opus; any rate and channel count) to
@@ -60,6 +64,9 @@ pub fn read_audio_input(
         frames,
         seconds,
         truncated: audio.incomplete,
+        format: audio.format,
+        source_rate: audio.source_rate,
+        source_channels: audio.source_channels,
     })
 }
 

@@ -120,8 +120,12 @@ mod tests {
             i
         })
         .unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-        // `capacity` queued plus one item blocked in `send` per thread.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while loaded.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // `capacity` queued plus one item blocked in `send` per thread, and no more.
         let ahead = loaded.load(Ordering::SeqCst);
         assert!((3..=5).contains(&ahead), "{ahead} items loaded ahead");
         assert!(matches!(r.next(None), Next::Item(..)));

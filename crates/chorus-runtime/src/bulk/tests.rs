@@ -55,6 +55,9 @@ fn audio(file: usize) -> AudioInput {
         frames,
         seconds: 0.0,
         truncated: None,
+        format: "test".into(),
+        source_rate: 24_000,
+        source_channels: 1,
     }
 }
 

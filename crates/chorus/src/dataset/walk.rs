@@ -18,13 +18,16 @@ pub struct Found {
 }
 
 /// Every file under `root` whose extension is one of `exts`, sorted, relative to `root`; the
-/// folder `skip` (the output folder, when it lies inside) is not entered. Symbolic links to files
+/// folder `skip` (the output folder, when it lies inside and is not `root` itself) is not entered. Symbolic links to files
 /// are followed, links to folders are not (a link loop cannot hang the walk).
 pub fn walk_dir(root: &Path, exts: &[&str], skip: &Path) -> Result<Found> {
     if !root.is_dir() {
         bail!("{}: not a folder", root.display());
     }
-    let skip = skip.canonicalize().ok();
+    let skip = skip
+        .canonicalize()
+        .ok()
+        .filter(|s| root.canonicalize().ok().as_ref() != Some(s));
     let mut found = Found {
         root: root.to_path_buf(),
         relative: Vec::new(),
@@ -173,6 +176,11 @@ mod tests {
         assert_eq!(failed.len(), 1);
         assert!(failed[0].path.ends_with("a.wav"), "{failed:?}");
         assert!(failed[0].reason.contains("a.flac"), "{failed:?}");
+        // Outputs beside the inputs: the output folder is the root, and the root is walked.
+        assert_eq!(
+            walk_dir(&d, AUDIO_EXTENSIONS, &d).unwrap().relative.len(),
+            5
+        );
     }
 
     #[test]
