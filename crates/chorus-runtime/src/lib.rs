@@ -5,8 +5,8 @@
 //! encoder behind [`chorus_core::FrameEncoder`]; [`devices`] parses the server's `--devices`
 //! list against the visible CUDA devices; [`music`] builds the music semantic stage on either
 //! backend behind one enum; [`bulk`] runs many files through one encoder or decoder (reader
-//! threads, one slot per file, the steps in between). Each builder captures every CUDA graph before it returns, so the
-//! first frame a caller decodes costs what every later one does.
+//! threads, one slot per file, the steps in between). Each builder captures every CUDA graph
+//! before it returns, so the first frame a caller decodes costs what every later one does.
 
 pub mod bulk;
 pub mod device;

@@ -26,7 +26,7 @@ impl DecodeInput {
             return Err(Error::input(
                 OP_INPUT,
                 format!(
-                    "{origin}: holds {} streams; bulk decoding takes one stream per file ([n_q, T])",
+                    "{origin}: holds {} streams; a bulk decode takes one per file ([n_q, T])",
                     batch.streams
                 ),
             ));

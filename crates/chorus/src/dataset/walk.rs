@@ -18,8 +18,8 @@ pub struct Found {
 }
 
 /// Every file under `root` whose extension is one of `exts`, sorted, relative to `root`; the
-/// folder `skip` (the output folder, when it lies inside and is not `root` itself) is not entered. Symbolic links to files
-/// are followed, links to folders are not (a link loop cannot hang the walk).
+/// folder `skip` (the output folder, when it lies inside and is not `root` itself) is not
+/// entered. Links to files are followed, links to folders are not (no link loop can hang it).
 pub fn walk_dir(root: &Path, exts: &[&str], skip: &Path) -> Result<Found> {
     if !root.is_dir() {
         bail!("{}: not a folder", root.display());
