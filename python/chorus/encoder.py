@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+import os
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -70,6 +71,38 @@ class MimiEncoder(_MimiFacts):
         if latents:
             return restore(codes), restore(lat)
         return restore(codes)
+
+    def encode_files(
+        self,
+        paths: Iterable[Union[str, "os.PathLike[str]"]],
+        n_q: int = 8,
+        allow_truncated: bool = False,
+        readers: Optional[int] = None,
+        skip_errors: bool = False,
+    ) -> List[Optional[np.ndarray]]:
+        """Encodes audio files into codes, one int64 array ``[n_q, F]`` per path, in order.
+
+        Files are read as ``chorus encode`` reads them (WAV, FLAC, MP3, Ogg Vorbis or Opus; any
+        rate, resampled to 24 kHz; channels mixed to mono; the last partial frame padded with
+        silence) on ``readers`` threads (default: one beside the CPU, every core but one beside a
+        GPU) while the encoder works, and encoded side by side, one slot each, up to
+        ``max_streams`` at a time: the path of ``chorus encode --audio-dir``. Each file's codes
+        equal ``encode`` of its audio alone. A cut-short file is refused unless
+        ``allow_truncated``. A file that cannot be read does not stop the others: once they are
+        encoded, a ``ValueError`` names every such file, or with ``skip_errors=True`` its entry is
+        ``None``. Ctrl-C stops the call.
+        """
+        names = [os.fspath(p) for p in paths]
+        if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
+            raise ValueError(f"n_q must be an integer, not {n_q!r}")
+        if readers is not None and (not isinstance(readers, int) or readers < 1):
+            raise ValueError(f"readers = {readers!r}: expected a positive integer or None")
+        out = self._core.encode_files(names, int(n_q), bool(allow_truncated), readers)
+        failed = [r for r in out if isinstance(r, str)]
+        if failed and not skip_errors:
+            listed = "\n  ".join(failed)
+            raise ValueError(f"{len(failed)} of {len(names)} file(s) could not be encoded:\n  {listed}")
+        return [None if isinstance(r, str) else r for r in out]
 
 
 class MimiEncoderStream:

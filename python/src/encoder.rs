@@ -7,6 +7,7 @@
 //! calling thread; slot ownership again on the encoder thread, in order with other jobs.
 
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use chorus_core::{
@@ -18,6 +19,7 @@ use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUnty
 use pyo3::prelude::*;
 
 use crate::actor::Actor;
+use crate::encode_files::{encode_files, FilesJob};
 use crate::errors::IntoPy;
 use crate::mimi::SAMPLE_RATE;
 use crate::slots::SlotTable;
@@ -42,6 +44,8 @@ pub struct PyEncoder {
     latent_dim: usize,
     describe: String,
     source: String,
+    /// Where the encoder runs (`auto` resolved), for the bulk readers' default.
+    kind: DeviceKind,
 }
 
 /// One job: frames `frames` of rows `rows` of the audio, row `rows.start + i` on `slots[i]`.
@@ -130,6 +134,7 @@ impl PyEncoder {
             cuda_device: CUDA_DEVICE,
         };
         let name = model.to_owned();
+        let kind = py.detach(|| chorus_runtime::resolve(spec.device));
         let (actor, info, source) = py
             .detach(move || -> Result<_> {
                 let loaded = load_model(&name)?;
@@ -160,7 +165,38 @@ impl PyEncoder {
             latent_dim,
             describe,
             source,
+            kind,
         })
+    }
+
+    /// Encodes audio files into codes `[n_q, F]` (int64) each, many side by side (one slot each),
+    /// as `chorus encode --audio-dir` does; a file that cannot be read gives its error message.
+    #[pyo3(signature = (paths, n_q, allow_truncated=false, readers=None))]
+    fn encode_files<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<PathBuf>,
+        n_q: usize,
+        allow_truncated: bool,
+        readers: Option<usize>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.check_n_q("Encoder.encode_files", n_q)?;
+        let job = FilesJob {
+            paths,
+            n_q,
+            allow_truncated,
+            readers: readers.unwrap_or_else(|| chorus_runtime::bulk::default_readers(self.kind)),
+            width: self.width,
+        };
+        encode_files(py, &self.actor, &self.slots, job)?
+            .into_iter()
+            .map(|r| match r {
+                Ok(f) => Ok(PyArray1::from_vec(py, f.codes)
+                    .reshape([f.n_q, f.frames])?
+                    .into_any()),
+                Err(msg) => Ok(msg.into_pyobject(py)?.into_any()),
+            })
+            .collect()
     }
 
     /// Encodes float32 audio `[B, T]` (24 kHz mono) into codes `[B, n_q, F]` (int64, F = T / 1920

@@ -7,6 +7,7 @@
 //! exception ([`errors`]).
 
 mod actor;
+mod encode_files;
 mod encoder;
 mod errors;
 mod frames;

@@ -35,7 +35,7 @@ pub use opus::{
     OPUS_MAX_COMPLEXITY, OPUS_MAX_PACKET_BYTES, OPUS_MAX_PACKET_SAMPLES, OPUS_MIN_BITRATE_BPS,
     OPUS_MIN_FRAME_SAMPLES,
 };
-pub use resample::{resample, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
+pub use resample::{resample, resampled_len, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 
 /// The sample rate of every model-side signal (Mimi codec).
 pub const SAMPLE_RATE: u32 = 24_000;

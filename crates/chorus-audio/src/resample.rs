@@ -159,7 +159,7 @@ impl StreamResampler {
     /// Flushes the tail and returns exactly `round(input * to / from)` samples.
     pub(crate) fn finish(mut self) -> Result<Vec<f32>> {
         let (from, to) = (self.from, self.to);
-        let expected = usize::try_from(expected_len(self.input_total, from, to))
+        let expected = usize::try_from(resampled_len(self.input_total, from, to))
             .map_err(|_| resample_error(from, to, "output too long for this machine"))?;
         if let Some(conv) = self.converter.as_mut() {
             let chunk = conv.chunk();
@@ -218,8 +218,8 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
     a.max(1)
 }
 
-/// `round(n * to / from)` without floating-point error.
-pub(crate) fn expected_len(n: u64, from: u32, to: u32) -> u64 {
+/// Samples that `n` input samples resample to: `round(n * to / from)`, without floating-point error.
+pub fn resampled_len(n: u64, from: u32, to: u32) -> u64 {
     let num = u128::from(n) * u128::from(to);
     let den = u128::from(from.max(1));
     // At most n * MAX_SAMPLE_RATE / MIN_SAMPLE_RATE, which fits in u64 for any real input.
@@ -231,12 +231,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn expected_len_rounds_to_nearest() {
-        assert_eq!(expected_len(44_100, 44_100, 24_000), 24_000);
-        assert_eq!(expected_len(1, 44_100, 24_000), 1); // 0.544 rounds up
-        assert_eq!(expected_len(1, 48_000, 24_000), 1); // 0.5 rounds half up
-        assert_eq!(expected_len(3, 8_000, 24_000), 9);
-        assert_eq!(expected_len(0, 16_000, 24_000), 0);
+    fn resampled_len_rounds_to_nearest() {
+        assert_eq!(resampled_len(44_100, 44_100, 24_000), 24_000);
+        assert_eq!(resampled_len(1, 44_100, 24_000), 1); // 0.544 rounds up
+        assert_eq!(resampled_len(1, 48_000, 24_000), 1); // 0.5 rounds half up
+        assert_eq!(resampled_len(3, 8_000, 24_000), 9);
+        assert_eq!(resampled_len(0, 16_000, 24_000), 0);
     }
 
     #[test]

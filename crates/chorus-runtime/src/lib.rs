@@ -4,9 +4,12 @@
 //! [`chorus_core::FrameDecoder`] (on a chosen CUDA device when asked), [`encoder`] the slot
 //! encoder behind [`chorus_core::FrameEncoder`]; [`devices`] parses the server's `--devices`
 //! list against the visible CUDA devices; [`music`] builds the music semantic stage and [`tts`]
-//! the CSM speech stage on either backend behind one enum each. Each builder captures every CUDA graph before it returns, so the
-//! first frame a caller decodes costs what every later one does.
+//! the CSM speech stage on either backend behind one enum each; [`bulk`] runs many files through
+//! one encoder or decoder (reader threads, one slot per file, the steps in between). Each builder
+//! captures every CUDA graph before it returns, so the first frame a caller decodes costs what
+//! every later one does.
 
+pub mod bulk;
 pub mod device;
 pub mod devices;
 pub mod encoder;

@@ -1,7 +1,9 @@
-//! `chorus decode`: a codes file to WAV or `.npy`.
+//! `chorus decode`: a codes file to WAV or `.npy`; a folder of them with `--codes-dir` (see
+//! `dataset`).
 
 use crate::audio_out::{write_streams, WavFormat};
 use crate::codes_file::read_codes;
+use crate::dataset::BulkOptions;
 use anyhow::Result;
 use chorus_core::codes::decode_streams;
 use chorus_core::{Buckets, Precision, WHOLE_SEQUENCE_CHUNK};
@@ -17,11 +19,21 @@ pub struct DecodeArgs {
     #[arg(long, default_value = "kyutai/mimi")]
     pub model: String,
     /// Codes: `.npy` integer array `[n_q, T]` or `[B, n_q, T]`, or `.safetensors`.
-    #[arg(long)]
-    pub codes: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "codes_dir",
+        conflicts_with = "codes_dir",
+        requires = "out"
+    )]
+    pub codes: Option<PathBuf>,
     /// Output: `.wav` (one file per stream) or `.npy` (float32 `[B, samples]`).
-    #[arg(long)]
-    pub out: PathBuf,
+    #[arg(long, conflicts_with = "out_dir")]
+    pub out: Option<PathBuf>,
+    /// Decode every codes `.npy` (`[n_q, T]`) under this folder to WAV (needs --out-dir).
+    #[arg(long, requires = "out_dir")]
+    pub codes_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub bulk: BulkOptions,
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceKind,
     /// `f32` or `bf16` (CUDA only).
@@ -37,9 +49,12 @@ pub fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
 }
 
 pub fn run(args: DecodeArgs) -> Result<()> {
+    let (Some(codes), Some(out)) = (&args.codes, &args.out) else {
+        return crate::dataset::decode::run_decode(&args, &args.bulk);
+    };
     let model = crate::load(&args.model)?;
     let batch = read_codes(
-        &args.codes,
+        codes,
         model.config.codebook_size,
         model.config.num_quantizers,
     )?;
@@ -73,7 +88,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
     } else {
         WavFormat::Pcm16
     };
-    for p in write_streams(&args.out, &streams, format)? {
+    for p in write_streams(out, &streams, format)? {
         eprintln!("wrote {}", p.display());
     }
     Ok(())

@@ -1,12 +1,15 @@
 //! `chorus encode`: an audio file (WAV, FLAC, MP3, Ogg Vorbis or Ogg Opus, any rate and channel
-//! count) to Mimi codes `[n_q, T]` in `.npy`, frame by frame through the streaming encoder.
+//! count) to Mimi codes `[n_q, T]` in `.npy`, frame by frame through the streaming encoder; a
+//! whole folder or list of files with `--audio-dir`/`--list` (see `dataset`).
 
+use crate::dataset::BulkOptions;
 use crate::decode::parse_precision;
 use anyhow::{bail, Context, Result};
 use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES};
+use chorus_runtime::bulk::{read_audio_input, AudioInput};
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Frames above which a progress bar is drawn.
 const PROGRESS_MIN_FRAMES: usize = 64;
@@ -22,16 +25,28 @@ pub struct EncodeArgs {
     pub model: String,
     /// Audio: WAV, FLAC, MP3, Ogg Vorbis or Ogg Opus; any sample rate (resampled to 24 kHz),
     /// several channels mixed to mono.
-    #[arg(long)]
-    pub audio: PathBuf,
+    #[arg(long, required_unless_present_any = ["audio_dir", "list"], conflicts_with_all = ["audio_dir", "list"], requires = "out")]
+    pub audio: Option<PathBuf>,
     /// Output codes: `.npy` int64 `[n_q, T]` (what `chorus decode --codes` reads).
-    #[arg(long)]
-    pub out: PathBuf,
+    #[arg(long, conflicts_with = "out_dir")]
+    pub out: Option<PathBuf>,
+    /// Encode every audio file under this folder (needs --out-dir).
+    #[arg(long, conflicts_with = "list", requires = "out_dir")]
+    pub audio_dir: Option<PathBuf>,
+    /// Encode the audio files listed in this file, one path per line (needs --out-dir).
+    #[arg(long, requires = "out_dir")]
+    pub list: Option<PathBuf>,
+    /// With --list: the folder that relative paths start from and that outputs mirror (default:
+    /// the list's folder).
+    #[arg(long, requires = "list")]
+    pub root: Option<PathBuf>,
+    #[command(flatten)]
+    pub bulk: BulkOptions,
     /// Codebooks per frame (1..=32).
     #[arg(long, default_value_t = 8)]
     pub n_q: usize,
     /// Also write the pre-quantisation latents, float32 `[T, hidden]`, to this `.npy`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "out_dir")]
     pub latents: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceKind,
@@ -44,17 +59,18 @@ pub struct EncodeArgs {
 }
 
 pub fn run(args: EncodeArgs) -> Result<()> {
+    let (Some(audio_path), Some(out)) = (&args.audio, &args.out) else {
+        return crate::dataset::encode::run_encode(&args, &args.bulk);
+    };
     let model = crate::load(&args.model)?;
     let nq_max = model.config.num_quantizers;
     if args.n_q == 0 || args.n_q > nq_max {
         bail!("--n-q {} outside 1..={nq_max}", args.n_q);
     }
-    let audio = read(&args)?;
     // Whole frames: the tail is padded with silence (transformers pads each conv's input instead,
     // so only a last partial frame can differ from `MimiModel.encode` on the unpadded signal).
-    let frames = audio.samples.len().div_ceil(FRAME_SAMPLES);
-    let mut samples = audio.samples;
-    samples.resize(frames * FRAME_SAMPLES, 0.0);
+    let audio = read(audio_path, args.allow_truncated)?;
+    let (frames, samples) = (audio.frames, &audio.samples);
     let spec = EncoderSpec {
         device: args.device,
         precision: args.precision,
@@ -66,7 +82,7 @@ pub fn run(args: EncodeArgs) -> Result<()> {
     let mut enc = open_encoder(&model, &spec)?;
     eprintln!(
         "encoding {} ({}, {} Hz, {} channel(s)): {frames} frames, n_q = {} on {}",
-        args.audio.display(),
+        audio_path.display(),
         audio.format,
         audio.source_rate,
         audio.source_channels,
@@ -104,24 +120,20 @@ pub fn run(args: EncodeArgs) -> Result<()> {
         b.finish_and_clear();
     }
     let bytes = chorus_core::npy::write_npy_i64(&[args.n_q, frames], &codes);
-    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))?;
+    std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
     if let Some(path) = &args.latents {
         let bytes = chorus_core::npy::write_npy_f32(&[frames, dim], &latents);
         std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
     }
-    eprintln!(
-        "wrote {} ([{}, {frames}] codes)",
-        args.out.display(),
-        args.n_q
-    );
+    eprintln!("wrote {} ([{}, {frames}] codes)", out.display(), args.n_q);
     Ok(())
 }
 
-/// Decodes the input file, with a progress bar for large files; a cut-short file is an error
-/// unless `--allow-truncated`.
-fn read(args: &EncodeArgs) -> Result<chorus_audio::DecodedAudio> {
-    let size = std::fs::metadata(&args.audio)
-        .with_context(|| format!("reading {}", args.audio.display()))?
+/// Decodes the input file as a bulk run does (`read_audio_input`), with a progress bar for large
+/// files; a cut-short file is an error unless `--allow-truncated`.
+fn read(path: &Path, allow_truncated: bool) -> Result<AudioInput> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("reading {}", path.display()))?
         .len();
     let bar = (size >= PROGRESS_MIN_BYTES).then(|| {
         let b = ProgressBar::new(size);
@@ -136,23 +148,16 @@ fn read(args: &EncodeArgs) -> Result<chorus_audio::DecodedAudio> {
             b.set_position(p.bytes_done);
         }
     };
-    let audio = chorus_audio::read_audio_file(&args.audio, Some(&mut report))
-        .with_context(|| format!("decoding {}", args.audio.display()))?;
+    let audio = read_audio_input(path, allow_truncated, Some(&mut report))
+        .with_context(|| format!("decoding {}", path.display()))?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Some(missing) = &audio.incomplete {
-        if !args.allow_truncated {
-            bail!(
-                "{}: the file is cut short or damaged ({missing}); pass --allow-truncated to encode the {:.2} s that decoded",
-                args.audio.display(),
-                audio.duration_secs()
-            );
-        }
+    if let Some(missing) = &audio.truncated {
         eprintln!(
             "warning: {}: {missing}; encoding the {:.2} s that decoded",
-            args.audio.display(),
-            audio.duration_secs()
+            path.display(),
+            audio.seconds
         );
     }
     Ok(audio)

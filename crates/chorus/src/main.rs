@@ -9,6 +9,7 @@ mod audio_out;
 mod bench;
 mod bench_encode;
 mod codes_file;
+mod dataset;
 mod decode;
 mod encode;
 mod info;
@@ -39,9 +40,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Decode a codes file to WAV or .npy.
+    /// Decode a codes file to WAV or .npy (or a folder of them: --codes-dir).
     Decode(decode::DecodeArgs),
-    /// Encode an audio file (WAV, FLAC, MP3, Ogg Vorbis/Opus) to Mimi codes in .npy.
+    /// Encode an audio file (WAV, FLAC, MP3, Ogg Vorbis/Opus) to Mimi codes in .npy (or a data
+    /// set: --audio-dir, --list).
     Encode(encode::EncodeArgs),
     /// Print a model's configuration, layout, parameter count and state size.
     Info(info::InfoArgs),
