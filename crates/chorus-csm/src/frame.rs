@@ -8,11 +8,13 @@
 //! depth decoder's cache is one block of `codebooks` positions per row, rewritten from position 0
 //! every frame (a fresh cache each frame, as both references); positions past `p` are never read.
 //! An utterance whose frame is all zeros still runs the rest of its frame; the host discards it.
+//! With a Mimi decoder, the frame ends in its audio (`mimi.rs`), decoded from the codes on the
+//! device.
 
 use chorus_core::lm_ops::{
     CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, Epilogue, GatherArgs, ScatterArgs,
 };
-use chorus_core::{BufRole, LmOps, Result};
+use chorus_core::{BufRole, LmOps, Result, FRAME_SAMPLES};
 use chorus_lm::{
     decoder_stack, layer_caches, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache,
     LinearIo, PagedShape,
@@ -21,6 +23,7 @@ use chorus_lm::{
 use crate::config::{CsmConfig, LlamaConfig};
 use crate::device::{DeviceDecoder, DeviceWeights};
 use crate::io::{FrameInputs, FrameOutputs};
+use crate::mimi::MimiStep;
 
 /// How codes are drawn, for every utterance of a stage (`CSM.md` §4.2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,6 +142,8 @@ pub struct FrameCall<'a, B: LmOps> {
     /// `[slots + 1, backbone_hidden]`: each utterance's last backbone hidden.
     pub hidden_state: &'a mut B::Buf,
     pub caches: &'a mut [LayerCache<B>],
+    /// The Mimi decoder, when the frame ends in audio.
+    pub mimi: Option<&'a mut MimiStep<B>>,
     pub n: usize,
     pub block_size: usize,
     pub max_blocks: usize,
@@ -156,6 +161,7 @@ pub fn frame_program<B: LmOps>(
         outputs,
         hidden_state,
         caches,
+        mimi,
         n,
         block_size,
         max_blocks,
@@ -266,6 +272,11 @@ pub fn frame_program<B: LmOps>(
         rows: n,
         dim: h,
     })?;
+    // The frame's audio from its codes, still on the device.
+    if let (Some(mimi), Some(pcm_out)) = (mimi, outputs.pcm.as_mut()) {
+        let pcm = mimi.step(be, &inputs.slots.dev, &inputs.codes.dev, books, n)?;
+        be.copy_out_floats(pcm, pcm_out, n * FRAME_SAMPLES)?;
+    }
     be.copy_out_ints(&inputs.codes.dev, &mut outputs.codes, n * books)
 }
 

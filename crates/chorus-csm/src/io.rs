@@ -1,7 +1,7 @@
 //! Per-frame integer I/O of a bucket of utterances: pinned host copies the scheduler fills and
 //! device copies the frame program reads, and the pinned outputs it writes.
 
-use chorus_core::{LmOps, Result};
+use chorus_core::{LmOps, Result, FRAME_SAMPLES};
 use chorus_lm::IntInput;
 
 /// The inputs of one frame for a bucket of `n` utterances.
@@ -61,12 +61,18 @@ impl<B: LmOps> FrameInputs<B> {
 pub struct FrameOutputs<B: LmOps> {
     /// `[n, codebooks]`.
     pub codes: B::PinnedInts,
+    /// `[n, FRAME_SAMPLES]`: the frame's audio, when the stage decodes.
+    pub pcm: Option<B::PinnedFloats>,
 }
 
 impl<B: LmOps> FrameOutputs<B> {
-    pub fn new(be: &B, n: usize, codebooks: usize) -> Result<Self> {
+    /// Outputs for `n` utterances; `pcm`: the stage decodes Mimi in the frame.
+    pub fn new(be: &B, n: usize, codebooks: usize, pcm: bool) -> Result<Self> {
         Ok(Self {
             codes: be.pinned_ints(n * codebooks)?,
+            pcm: pcm
+                .then(|| be.pinned_floats(n * FRAME_SAMPLES))
+                .transpose()?,
         })
     }
 }

@@ -19,6 +19,7 @@ pub mod frame;
 pub mod io;
 mod json;
 pub mod load;
+pub mod mimi;
 pub mod prefill;
 pub mod prompt;
 pub mod random;

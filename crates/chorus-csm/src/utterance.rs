@@ -37,11 +37,13 @@ pub enum EndReason {
 /// What a step hands back.
 #[derive(Debug)]
 pub enum UtteranceEvent<'a> {
-    /// Frame `index` of an utterance: its `codebooks` codes.
+    /// Frame `index` of an utterance: its `codebooks` codes and, when the stage decodes, its
+    /// 1,920 samples of 24 kHz audio.
     Frame {
         utterance: UtteranceId,
         index: usize,
         codes: &'a [u32],
+        pcm: Option<&'a [f32]>,
     },
     Ended {
         utterance: UtteranceId,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 fn stage(m: &CsmModel, n: usize) -> TtsStage<CpuBackend> {
     let opts = TtsOptions::for_utterances(n, 64).unwrap();
-    TtsStage::new(CpuBackend::new(Some(1)).unwrap(), m, opts).unwrap()
+    TtsStage::new(CpuBackend::new(Some(1)).unwrap(), m, None, opts).unwrap()
 }
 
 /// A prompt of a context turn (text, 2 audio frames, the EOS frame) and a text to say.
@@ -60,6 +60,7 @@ fn run_steps(st: &mut TtsStage<CpuBackend>, mut out: Outputs, steps: usize) -> O
                     utterance,
                     index,
                     codes,
+                    ..
                 } => {
                     let entry = out.entry(utterance).or_default();
                     assert_eq!(entry.0.len(), index, "frames arrive in order");

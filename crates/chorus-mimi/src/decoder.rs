@@ -27,7 +27,7 @@ pub struct DecoderOptions {
 
 /// KV ring entries so that a step of `tokens` new tokens never overwrites a key its own
 /// queries still see: the window plus the step's tokens, less one, rounded up to a multiple of 32.
-pub(crate) fn ring_for(window: usize, tokens: usize) -> usize {
+pub fn ring_for(window: usize, tokens: usize) -> usize {
     (window + tokens - 1).max(KV_RING).div_ceil(32) * 32
 }
 

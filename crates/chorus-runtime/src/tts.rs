@@ -4,6 +4,7 @@ use chorus_core::{Error, Precision, Result};
 use chorus_cpu::CpuBackend;
 use chorus_csm::{CsmModel, TtsOptions, TtsStage, UtteranceEvent, UtteranceId, UtteranceRequest};
 use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_mimi::checkpoint::LoadedModel;
 
 use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
 use crate::music::{graph_nodes_of, replay_ms_of};
@@ -32,15 +33,21 @@ macro_rules! each {
 }
 
 impl AnyTts {
-    /// Builds the stage; on CUDA every bucket's frame graph is captured before it returns.
-    pub fn open(model: &CsmModel, spec: &TtsSpec, opts: TtsOptions) -> Result<Self> {
+    /// Builds the stage, with `mimi` decoding every frame's audio in the frame (`None`: codes
+    /// only); on CUDA every bucket's frame graph is captured before it returns.
+    pub fn open(
+        model: &CsmModel,
+        mimi: Option<&LoadedModel>,
+        spec: &TtsSpec,
+        opts: TtsOptions,
+    ) -> Result<Self> {
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let be = CudaBackend::new(CudaOptions {
                     precision: spec.precision.unwrap_or(Precision::Bf16),
                     ..CudaOptions::default()
                 })?;
-                let mut st = TtsStage::new(be, model, opts)?;
+                let mut st = TtsStage::new(be, model, mimi, opts)?;
                 st.warmup()?;
                 Ok(Self::Cuda(Box::new(st)))
             }
@@ -49,7 +56,7 @@ impl AnyTts {
                     return Err(Error::config("AnyTts::open", CPU_F32_ONLY));
                 }
                 let be = CpuBackend::new(spec.threads)?;
-                Ok(Self::Cpu(Box::new(TtsStage::new(be, model, opts)?)))
+                Ok(Self::Cpu(Box::new(TtsStage::new(be, model, mimi, opts)?)))
             }
         }
     }

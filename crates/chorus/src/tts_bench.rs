@@ -46,6 +46,12 @@ pub struct TtsBenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The Mimi model whose decoder runs in every frame (its weights do not change the time).
+    #[arg(long, default_value = "random")]
+    pub mimi: String,
+    /// Time the language model alone: no Mimi decode in the frame.
+    #[arg(long)]
+    pub no_audio: bool,
 }
 
 /// One point's figures.
@@ -84,9 +90,19 @@ pub fn run(args: TtsBenchArgs) -> Result<()> {
         precision: args.precision,
         threads: args.threads,
     };
-    let mut stage = AnyTts::open(&model, &spec, opts)?;
+    let mimi = if args.no_audio {
+        None
+    } else {
+        Some(crate::load(&args.mimi)?)
+    };
+    let mut stage = AnyTts::open(&model, mimi.as_ref(), &spec, opts)?;
     if !args.json {
-        println!("{}", stage.describe());
+        let audio = if args.no_audio {
+            "codes only"
+        } else {
+            "Mimi decode in every frame"
+        };
+        println!("{} ({audio})", stage.describe());
         println!(
             "{:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
             "utterances",

@@ -18,8 +18,10 @@ use crate::device::DeviceWeights;
 use crate::frame::{DrawSettings, FrameBufs, Model, UPSTREAM_DRAWS};
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::load::CsmModel;
+use crate::mimi::MimiStep;
 use crate::prefill::{prefill_program, prompt_rows, PrefillBufs, PrefillCall};
 use crate::utterance::{UtteranceId, UtteranceRequest};
+use chorus_mimi::checkpoint::LoadedModel;
 
 mod step;
 mod trace;
@@ -100,6 +102,8 @@ pub struct TtsStage<B: LmOps> {
     pipe: Pipeline<B, Half<B>, Launched>,
     prefill: PrefillBufs<B>,
     seats: Seats,
+    /// The in-frame Mimi decoder (`None`: the stage emits codes only).
+    mimi: Option<MimiStep<B>>,
     utts: Vec<Utterance>,
     next_id: UtteranceId,
     opts: TtsOptions,
@@ -110,8 +114,15 @@ pub struct TtsStage<B: LmOps> {
 }
 
 impl<B: LmOps> TtsStage<B> {
-    /// Uploads `model` and allocates every buffer a step or a prefill will touch.
-    pub fn new(be: B, model: &CsmModel, opts: TtsOptions) -> Result<Self> {
+    /// Uploads `model` (and `mimi`, the codec whose decoder turns each frame's codes into audio
+    /// in the same program; `None` emits codes only) and allocates every buffer a step or a
+    /// prefill will touch.
+    pub fn new(
+        be: B,
+        model: &CsmModel,
+        mimi: Option<&LoadedModel>,
+        opts: TtsOptions,
+    ) -> Result<Self> {
         const OP: &str = "TtsStage::new";
         let c = model.config.clone();
         let positions = c.backbone.max_position_embeddings;
@@ -161,10 +172,15 @@ impl<B: LmOps> TtsStage<B> {
         )?;
         let bufs = FrameBufs::new(&be, &c, opts.buckets.largest())?;
         let books = c.num_codebooks;
+        let largest = opts.buckets.largest();
+        let mimi = mimi
+            .map(|m| MimiStep::new(&be, m, books, opts.max_utterances, largest))
+            .transpose()?;
+        let decodes = mimi.is_some();
         let pipe = Pipeline::new(&be, &opts.buckets, |n| {
             Ok(Half {
                 inputs: FrameInputs::new(&be, n, max_blocks, books)?,
-                outputs: FrameOutputs::new(&be, n, books)?,
+                outputs: FrameOutputs::new(&be, n, books, decodes)?,
             })
         })?;
         let prefill = PrefillBufs::new(&be, &c, opts.max_prompt, max_blocks)?;
@@ -178,6 +194,7 @@ impl<B: LmOps> TtsStage<B> {
             pipe,
             prefill,
             seats,
+            mimi,
             utts: Vec::new(),
             next_id: 0,
             opts,
@@ -192,6 +209,11 @@ impl<B: LmOps> TtsStage<B> {
 
     pub fn config(&self) -> &CsmConfig {
         &self.c
+    }
+
+    /// True when every frame ends in its audio.
+    pub fn decodes_audio(&self) -> bool {
+        self.mimi.is_some()
     }
 
     /// Utterances admitted and not yet ended.
@@ -245,6 +267,13 @@ impl<B: LmOps> TtsStage<B> {
         if let Err(e) = self.run_prefill(&utt, &req.prompt) {
             self.seats.release(utt.seat);
             return Err(e);
+        }
+        // The slot's codec state starts from silence (queued after any frame still using it).
+        if let Some(m) = &mut self.mimi {
+            if let Err(e) = m.reset(&self.be, utt.seat.slot) {
+                self.seats.release(utt.seat);
+                return Err(e);
+            }
         }
         self.next_id += 1;
         let id = utt.id;

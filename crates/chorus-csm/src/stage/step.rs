@@ -4,7 +4,7 @@
 //! already run frame `f`, whose output is discarded.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{Error, LmOps, Result};
+use chorus_core::{Error, LmOps, Result, FRAME_SAMPLES};
 use chorus_lm::Pending;
 
 use super::{Half, Launched, TtsStage};
@@ -93,6 +93,7 @@ impl<B: LmOps> TtsStage<B> {
         };
         let bufs = &mut self.bufs;
         let (caches, hidden_state) = (&mut self.caches, &mut self.hidden_state);
+        let mut mimi = self.mimi.as_mut();
         let (block_size, max_blocks) = (self.opts.block_size, self.seats.max_blocks());
         let mut program = |be: &B, io: &mut Half<B>| {
             let call = FrameCall {
@@ -100,6 +101,7 @@ impl<B: LmOps> TtsStage<B> {
                 outputs: &mut io.outputs,
                 hidden_state: &mut *hidden_state,
                 caches: &mut *caches,
+                mimi: mimi.as_deref_mut(),
                 n,
                 block_size,
                 max_blocks,
@@ -180,6 +182,7 @@ impl<B: LmOps> TtsStage<B> {
         let books = self.c.num_codebooks;
         let out = &mut self.pipe.buckets[prev.bucket].halves[prev.half].outputs;
         let codes = self.be.pinned_ints_nowait(&mut out.codes);
+        let pcm = out.pcm.as_ref().map(|p| self.be.pinned_floats_nowait(p));
         let mut ended = Vec::new();
         let mut frame = vec![0u32; books];
         for (i, &(id, f)) in prev.payload.iter().enumerate() {
@@ -198,6 +201,7 @@ impl<B: LmOps> TtsStage<B> {
                     utterance: id,
                     index: u.emitted,
                     codes: &frame,
+                    pcm: pcm.map(|p| &p[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES]),
                 });
                 u.emitted += 1;
                 if u.emitted == u.max_frames {

@@ -48,7 +48,9 @@ pub fn setup<B: LmOps>(
     let mut topts = TtsOptions::for_utterances(2, 128).unwrap();
     topts.draws.temperature = entry["temperature"].as_f64().map_or(0.9, |t| t as f32);
     topts.draws.top_k = entry["top_k"].as_u64().map_or(50, |k| k as usize);
-    let mut st = TtsStage::new(be, &m, topts).unwrap();
+    // Chorus's `random` Mimi: the codec the oracle decoded its greedy codes with.
+    let mimi = chorus_mimi::checkpoint::load_model("random").unwrap();
+    let mut st = TtsStage::new(be, &m, Some(&mimi), topts).unwrap();
     st.warmup().unwrap();
     let seed = entry["seed"].as_u64().unwrap_or(0);
     let sampling = match entry["mode"].as_str().unwrap() {
@@ -139,8 +141,9 @@ pub fn teacher_forced<B: LmOps>(be: B, name: &str, bound: f64) -> f64 {
     worst
 }
 
-/// Free running: the codes the stage draws, against the oracle's; the end where it ends.
-pub fn free_running<B: LmOps>(be: B, name: &str) {
+/// Free running: the codes the stage draws, against the oracle's; the end where it ends; the
+/// frames' audio against the oracle's Mimi decode within `pcm_bound`, where the case has one.
+pub fn free_running<B: LmOps>(be: B, name: &str, pcm_bound: f64) {
     let (entry, file) = case(name);
     let (mut st, req, c) = setup(be, &entry, &file);
     let n = c.num_codebooks;
@@ -148,14 +151,19 @@ pub fn free_running<B: LmOps>(be: B, name: &str) {
     let margins = f32s(&file, "margins");
     let id = st.add(req).unwrap();
     let mut got: Vec<i32> = Vec::new();
+    let mut pcm: Vec<f32> = Vec::new();
     let mut end = None;
     while st.active() > 0 {
         st.step(&mut |e| match e {
             UtteranceEvent::Frame {
-                utterance, codes, ..
+                utterance,
+                codes,
+                pcm: frame_pcm,
+                ..
             } => {
                 assert_eq!(utterance, id);
                 got.extend(codes.iter().map(|&x| x as i32));
+                pcm.extend_from_slice(frame_pcm.expect("the stage decodes audio"));
             }
             UtteranceEvent::Ended { reason, frames, .. } => end = Some((reason, frames)),
         })
@@ -176,6 +184,19 @@ pub fn free_running<B: LmOps>(be: B, name: &str) {
             assert_eq!(end.map(|e| e.0), Some(EndReason::MaxFrames), "{name}");
             assert_eq!(got, want, "{name}");
         }
+    }
+    assert_eq!(pcm.len(), emitted * chorus_core::FRAME_SAMPLES);
+    if file.names().iter().any(|n| n == "mimi_pcm") {
+        // The frames' audio, decoded in the frame program, against transformers' MimiModel on the
+        // whole code sequence.
+        let e = rel_l2(&pcm, &f32s(&file, "mimi_pcm"));
+        eprintln!(
+            "{name}: PCM of {emitted} frames, rel L2 {e:.2e} against the oracle's Mimi decode"
+        );
+        assert!(
+            e <= pcm_bound,
+            "{name}: PCM rel L2 {e:e} (bound {pcm_bound:e})"
+        );
     }
     let min_margin = margins.iter().copied().fold(f32::INFINITY, f32::min);
     eprintln!("{name}: {emitted} frames token-identical to the oracle (smallest oracle margin {min_margin:.2e})");
