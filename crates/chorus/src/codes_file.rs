@@ -118,3 +118,30 @@ mod tests {
             .contains("F32"));
     }
 }
+
+/// An integer `.npy` as `u32`s with its shape; `what` names the contents in errors.
+pub fn read_u32_npy(path: &std::path::Path, what: &str) -> anyhow::Result<(Vec<usize>, Vec<u32>)> {
+    use anyhow::Context;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let arr = chorus_core::npy::read_npy(&bytes, &path.display().to_string())?;
+    let chorus_core::npy::NpyData::Int(ids) = arr.data else {
+        anyhow::bail!(
+            "{}: {what} must be integers, found dtype {}",
+            path.display(),
+            arr.descr
+        );
+    };
+    let ids = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            u32::try_from(x).with_context(|| {
+                format!(
+                    "{}: {what}: {x} at index {i} is negative or too large",
+                    path.display()
+                )
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok((arr.shape, ids))
+}

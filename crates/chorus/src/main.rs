@@ -18,6 +18,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod tts;
 mod tts_bench;
 
 use anyhow::{Context, Result};
@@ -57,6 +58,8 @@ enum Command {
     Music(music::MusicArgs),
     /// Benchmark the music semantic stage: ms per frame for several songs at once.
     MusicBench(music_bench::MusicBenchArgs),
+    /// Speak text with Sesame CSM (optionally in the voice of a context recording) to a WAV file.
+    Tts(tts::TtsArgs),
     /// Benchmark the CSM speech stage: ms per frame for several utterances at once.
     TtsBench(tts_bench::TtsBenchArgs),
 }
@@ -153,6 +156,7 @@ fn run(command: Command) -> Result<()> {
         Command::Loadgen(a) => loadgen::run(a),
         Command::Music(a) => music::run(a),
         Command::MusicBench(a) => music_bench::run(a),
+        Command::Tts(a) => tts::run(a),
         Command::TtsBench(a) => tts_bench::run(a),
     }
 }

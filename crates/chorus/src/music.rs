@@ -168,33 +168,12 @@ fn build_prompt(args: &MusicArgs, model: &MusicModel) -> Result<PromptIds> {
 
 /// `.npy` ids: `[P]` (the CFG row is derived) or `[2, P]`.
 pub fn read_prompt_ids(path: &Path, vocab: usize) -> Result<PromptIds> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let arr = chorus_core::npy::read_npy(&bytes, &path.display().to_string())?;
-    let chorus_core::npy::NpyData::Int(ids) = arr.data else {
-        bail!(
-            "{}: prompt ids must be integers, found dtype {}",
-            path.display(),
-            arr.descr
-        );
-    };
-    let to_u32 = |v: &[i64]| -> Result<Vec<u32>> {
-        v.iter()
-            .enumerate()
-            .map(|(i, &x)| {
-                u32::try_from(x).with_context(|| {
-                    format!(
-                        "{}: id {x} at index {i} is negative or too large",
-                        path.display()
-                    )
-                })
-            })
-            .collect()
-    };
-    match arr.shape.as_slice() {
-        [_] => Ok(PromptIds::from_cond(to_u32(&ids)?, vocab)?),
+    let (shape, ids) = crate::codes_file::read_u32_npy(path, "prompt ids")?;
+    match shape.as_slice() {
+        [_] => Ok(PromptIds::from_cond(ids, vocab)?),
         [2, p] => Ok(PromptIds::from_pair(
-            to_u32(&ids[..*p])?,
-            to_u32(&ids[*p..])?,
+            ids[..*p].to_vec(),
+            ids[*p..].to_vec(),
             vocab,
         )?),
         other => bail!(
