@@ -95,30 +95,6 @@ fn read_safetensors_ints(bytes: &[u8], name: &str) -> Result<(Vec<usize>, Vec<i6
     Ok((shape, values))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_signed_safetensors_ints() {
-        let header = br#"{"codes":{"dtype":"I16","shape":[1,2],"data_offsets":[0,4]}}"#;
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(header);
-        bytes.extend_from_slice(&[5, 0, 0xff, 0xff]);
-        let (shape, v) = read_safetensors_ints(&bytes, "c").unwrap();
-        assert_eq!((shape, v), (vec![1, 2], vec![5, -1]));
-        assert!(read_safetensors_ints(&bytes[..bytes.len() - 1], "c").is_err());
-        let float = br#"{"codes":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
-        let mut f = (float.len() as u64).to_le_bytes().to_vec();
-        f.extend_from_slice(float);
-        f.extend_from_slice(&[0; 4]);
-        assert!(read_safetensors_ints(&f, "f")
-            .unwrap_err()
-            .to_string()
-            .contains("F32"));
-    }
-}
-
 /// An integer `.npy` as `u32`s with its shape; `what` names the contents in errors.
 pub fn read_u32_npy(path: &std::path::Path, what: &str) -> anyhow::Result<(Vec<usize>, Vec<u32>)> {
     use anyhow::Context;
@@ -144,4 +120,28 @@ pub fn read_u32_npy(path: &std::path::Path, what: &str) -> anyhow::Result<(Vec<u
         })
         .collect::<anyhow::Result<_>>()?;
     Ok((arr.shape, ids))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_signed_safetensors_ints() {
+        let header = br#"{"codes":{"dtype":"I16","shape":[1,2],"data_offsets":[0,4]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&[5, 0, 0xff, 0xff]);
+        let (shape, v) = read_safetensors_ints(&bytes, "c").unwrap();
+        assert_eq!((shape, v), (vec![1, 2], vec![5, -1]));
+        assert!(read_safetensors_ints(&bytes[..bytes.len() - 1], "c").is_err());
+        let float = br#"{"codes":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        let mut f = (float.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(float);
+        f.extend_from_slice(&[0; 4]);
+        assert!(read_safetensors_ints(&f, "f")
+            .unwrap_err()
+            .to_string()
+            .contains("F32"));
+    }
 }

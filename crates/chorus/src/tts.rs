@@ -238,7 +238,7 @@ fn prompt(
 
 /// The context audio as `[T][codebooks]` Mimi codes, through Chorus's own streaming encoder.
 fn encode_context(
-    path: &PathBuf,
+    path: &std::path::Path,
     mimi: &LoadedModel,
     n_q: usize,
     device: DeviceKind,
