@@ -52,7 +52,15 @@ pub struct TtsBenchArgs {
     /// Time the language model alone: no Mimi decode in the frame.
     #[arg(long)]
     pub no_audio: bool,
+    /// After the points: time to first audio of an utterance with a text prompt of this many
+    /// tokens (from its admission to its first frame's PCM), alone and beside the largest
+    /// point's count less one running utterances.
+    #[arg(long)]
+    pub ttfa_prompt: Option<usize>,
 }
+
+/// Timed admissions per time-to-first-audio figure (the median is printed).
+const TTFA_REPEATS: usize = 5;
 
 /// One point's figures.
 #[derive(Debug, serde::Serialize)]
@@ -136,7 +144,79 @@ pub fn run(args: TtsBenchArgs) -> Result<()> {
             );
         }
     }
+    if let Some(p) = args.ttfa_prompt {
+        if p == 0 || p + 2 > args.context {
+            bail!("--ttfa-prompt must be 1..={}", args.context - 2);
+        }
+        for running in [0, largest - 1] {
+            let ms = time_to_first_audio(&mut stage, &model, p, running, args.context)?;
+            println!("time to first audio ({p}-token prompt, {running} utterances running): median {ms:.1} ms over {TTFA_REPEATS}");
+        }
+    }
     Ok(())
+}
+
+fn text_request(
+    c: &chorus_csm::CsmConfig,
+    rng: &mut SplitMix64,
+    len: usize,
+    frames: usize,
+    seed: u64,
+) -> UtteranceRequest {
+    let prompt = (0..len)
+        .map(|_| PromptFrame::Text((rng.next_u64() % c.text_vocab_size as u64) as u32))
+        .collect();
+    UtteranceRequest {
+        prompt,
+        max_frames: frames,
+        sampling: Sampling::Seeded(seed),
+        forced: None,
+    }
+}
+
+/// Median ms from admitting a `prompt`-token utterance to its first frame's audio (its codes
+/// when the stage has no decoder), with `running` utterances generating beside it.
+fn time_to_first_audio(
+    stage: &mut AnyTts,
+    model: &CsmModel,
+    prompt: usize,
+    running: usize,
+    context: usize,
+) -> Result<f64> {
+    let c = &model.config;
+    let mut rng = SplitMix64::new(prompt as u64);
+    let mut ids = Vec::new();
+    // Long enough to outlive every measurement.
+    let frames = context - prompt.max(8);
+    for u in 0..running {
+        ids.push(stage.add(text_request(c, &mut rng, 8, frames, u as u64))?);
+    }
+    for _ in 0..3 {
+        stage.step(&mut |_| {})?;
+    }
+    let mut ms = Vec::with_capacity(TTFA_REPEATS);
+    for r in 0..TTFA_REPEATS {
+        let t = Instant::now();
+        let id = stage.add(text_request(c, &mut rng, prompt, 2, 1000 + r as u64))?;
+        let mut first = None;
+        while first.is_none() {
+            stage.step(&mut |e| {
+                if let chorus_csm::UtteranceEvent::Frame { utterance, .. } = e {
+                    if utterance == id && first.is_none() {
+                        first = Some(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+            })?;
+        }
+        ms.extend(first);
+        let _ = stage.cancel(id);
+    }
+    for id in ids {
+        let _ = stage.cancel(id);
+    }
+    while stage.active() > 0 || stage.step(&mut |_| {})? > 0 {}
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
 }
 
 fn bench_point(
@@ -153,16 +233,7 @@ fn bench_point(
     let t0 = Instant::now();
     let mut ids = Vec::with_capacity(n);
     for u in 0..n {
-        let prompt = (0..prompt_len)
-            .map(|_| PromptFrame::Text((rng.next_u64() % c.text_vocab_size as u64) as u32))
-            .collect();
-        let req = UtteranceRequest {
-            prompt,
-            max_frames,
-            sampling: Sampling::Seeded(u as u64),
-            forced: None,
-        };
-        ids.push(stage.add(req)?);
+        ids.push(stage.add(text_request(c, &mut rng, prompt_len, max_frames, u as u64))?);
     }
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / n as f64;
     for _ in 0..WARMUP_FRAMES {

@@ -15,6 +15,10 @@ use super::case;
 /// f32 bound of every compared tensor (bf16: `BF16_REL_L2`).
 pub const REL_L2: f64 = 1e-4;
 pub const BF16_REL_L2: f64 = 2e-2;
+/// bf16 bound on the small config: its 32-wide depth decoder (head dim 8) carries bf16 rounding
+/// through 7 positions of 2 layers with no width to average it out (2.5e-2 measured at level 5);
+/// the 2e-2 bound is checked at full size (`cuda.rs`).
+pub const SMALL_BF16_REL_L2: f64 = 5e-2;
 /// A draw whose best-minus-second score is below this may flip between implementations.
 pub const NEAR_TIE: f32 = 1e-4;
 
