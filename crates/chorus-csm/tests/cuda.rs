@@ -111,19 +111,26 @@ fn cuda_bf16_full_size_tracks_f32_on_the_same_codes() {
             pairs.push(("depth hidden", &g.depth_out[k], &w.depth_out[k]));
             pairs.push(("depth logits", &g.head_logits[k], &w.head_logits[k]));
         }
-        for (what, a, b) in pairs {
+        for (k, (what, a, b)) in pairs.into_iter().enumerate() {
             let e = rel_l2(a, b);
-            assert!(
-                e <= BF16_REL_L2,
-                "full size frame {f}: {what} bf16 rel L2 {e:e} against f32 (bound {BF16_REL_L2:e})"
-            );
+            if f == 0 {
+                eprintln!(
+                    "cuda full size frame 0, tensor {k} ({what}): bf16 vs f32 rel L2 {e:.3e}"
+                );
+            }
             match worst.iter_mut().find(|(n, _)| *n == what) {
                 Some((_, v)) => *v = v.max(e),
                 None => worst.push((what, e)),
             }
         }
     }
-    for (what, e) in worst {
+    for &(what, e) in &worst {
         eprintln!("cuda full size, {FULL_FRAMES} frames teacher-forced: {what} bf16 vs f32 worst rel L2 {e:.3e} (bound {BF16_REL_L2:e})");
+    }
+    for (what, e) in worst {
+        assert!(
+            e <= BF16_REL_L2,
+            "full size: {what} bf16 rel L2 {e:e} against f32 (bound {BF16_REL_L2:e})"
+        );
     }
 }
