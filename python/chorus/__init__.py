@@ -1,5 +1,5 @@
-"""Chorus from Python: exact, streaming Mimi decoding, Mimi encoding, and the MiniMax Music 3
-semantic stage.
+"""Chorus from Python: exact, streaming Mimi decoding, Mimi encoding, the MiniMax Music 3
+semantic stage, and Sesame CSM text to speech.
 
 The heavy lifting is the Rust runtime (``chorus._chorus``); this package adds numpy and torch in
 and out, streams, and the asyncio client of the server protocol (``chorus.client``).
@@ -11,6 +11,7 @@ from ._chorus import FRAME_SAMPLES, SAMPLE_RATE, __version__, cuda_available
 from .encoder import MimiEncoder, MimiEncoderStream
 from .mimi import MimiDecoder, MimiStream, from_transformers
 from .music import MusicSemantic, SemanticSong
+from .tts import Tts, Utterance
 
 __all__ = [
     "FRAME_SAMPLES",
@@ -21,6 +22,8 @@ __all__ = [
     "MimiStream",
     "MusicSemantic",
     "SemanticSong",
+    "Tts",
+    "Utterance",
     "__version__",
     "cuda_available",
     "from_transformers",

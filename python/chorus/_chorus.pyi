@@ -173,3 +173,50 @@ class MusicStage:
     def is_random(self) -> bool: ...
     @property
     def has_tokenizer(self) -> bool: ...
+
+class TtsStage:
+    """The CSM speech stage on its own thread (Mimi decode inside every frame)."""
+
+    def __init__(
+        self,
+        model: str,
+        device: str = "auto",
+        precision: Optional[str] = None,
+        max_utterances: int = 8,
+        max_context: Optional[int] = None,
+        threads: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        mimi: Optional[str] = None,
+        temperature: float = 0.9,
+        top_k: int = 50,
+    ) -> None: ...
+    def add(
+        self,
+        text: Optional[str] = None,
+        speaker: int = 0,
+        context: List[Tuple[int, str, npt.NDArray[np.int64]]] = ...,
+        prompt_ids: Optional[npt.NDArray[np.int64]] = None,
+        max_seconds: float = 10.0,
+        seed: int = 0,
+        sampling: str = "seeded",
+    ) -> int: ...
+    def step(self) -> List[Tuple[int, int, Optional[str]]]: ...
+    def take_new(self, utterance: int) -> npt.NDArray[np.float32]: ...
+    def take(
+        self, utterance: int
+    ) -> Tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], str]: ...
+    def cancel(self, utterance: int) -> None: ...
+    @property
+    def active(self) -> int: ...
+    @property
+    def codebooks(self) -> int: ...
+    @property
+    def max_utterances(self) -> int: ...
+    @property
+    def max_context(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def is_random(self) -> bool: ...
