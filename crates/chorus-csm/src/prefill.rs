@@ -3,9 +3,12 @@
 //! K/V into the utterance's own blocks, and the last position's final-normed hidden into its
 //! state row. Nothing another utterance reads is written, so one can join between any two frames.
 
-use chorus_core::lm_ops::{CopyRowsArgs, EmbedSumArgs, ScatterArgs};
+use chorus_core::lm_ops::EmbedSumArgs;
 use chorus_core::{BufRole, LmOps, Result};
-use chorus_lm::{decoder_stack, Acts, DecoderCall, IntInput, LayerCache, PagedShape};
+use chorus_lm::{
+    decoder_stack, store_last_hidden, Acts, DecoderCall, IntInput, LastHidden, LayerCache,
+    PagedShape,
+};
 
 use crate::config::CsmConfig;
 use crate::frame::{decoder_acts, stack, Model};
@@ -120,21 +123,16 @@ pub fn prefill_program<B: LmOps>(
             out: None,
         },
     )?;
-    be.copy_rows(CopyRowsArgs {
-        src: &bufs.acts.scratch.normed,
-        dst: &mut bufs.last,
-        rows: 1,
-        len: h,
-        src_offset: (len - 1) * h,
-        src_stride: len * h,
-        dst_offset: 0,
-        dst_stride: h,
-    })?;
-    be.scatter_rows(ScatterArgs {
-        src: &bufs.last,
-        ids: &bufs.slot.dev,
-        table: hidden_state,
-        rows: 1,
-        dim: h,
-    })
+    store_last_hidden(
+        be,
+        LastHidden {
+            normed: &bufs.acts.scratch.normed,
+            last: &mut bufs.last,
+            slot: &bufs.slot.dev,
+            state: hidden_state,
+            rows: 1,
+            len,
+            hidden: h,
+        },
+    )
 }

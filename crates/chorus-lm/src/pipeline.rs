@@ -118,3 +118,61 @@ impl<B: LmOps, T, P> Pipeline<B, T, P> {
         be.wait(&self.marks[half])
     }
 }
+
+/// What a model's stage provides so that the step loop itself is written once ([`step`],
+/// [`warm_up`]): the model picks, stages and launches its frames and reads their outputs. `'s`
+/// is the lifetime of the caller's sink.
+pub trait FrameLoop<'s> {
+    /// What the host needs to read a launched frame.
+    type Launched;
+    /// The caller's receiver of a step's events (`dyn FnMut(Event<'_>) + 's`).
+    type Sink: ?Sized + 's;
+    /// Picks the requests with a frame left, stages their inputs and launches the frame
+    /// (recording it with [`Pipeline::launched`]); returns how many it launched (0: none).
+    fn launch_frame(&mut self) -> Result<usize>;
+    /// Stages padding-only inputs for `bucket`'s `half` and queues its program.
+    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()>;
+    /// Reads a finished frame's outputs, hands its events to `sink`, retires ended requests.
+    fn collect(&mut self, prev: &Pending<Self::Launched>, sink: &mut Self::Sink) -> Result<()>;
+    /// Takes the frame in flight without waiting ([`Pipeline::take`]).
+    fn take_pending(&mut self) -> Option<Pending<Self::Launched>>;
+    /// Waits for the last frame launched on `half` ([`Pipeline::wait`]).
+    fn wait_half(&self, half: usize) -> Result<()>;
+    /// Buckets of the pipeline.
+    fn bucket_count(&self) -> usize;
+    /// True while some request is admitted.
+    fn has_requests(&self) -> bool;
+}
+
+/// One step: launches the next frame of every request that has one, then reads the previous
+/// frame's outputs (a frame late, after waiting for that frame only). The frame in flight is
+/// read even when the launch fails, so no output is lost and the halves stay in step (a failed
+/// launch advances neither the half nor any request). Returns the requests launched.
+pub fn step<'s, S: FrameLoop<'s>>(s: &mut S, sink: &mut S::Sink) -> Result<usize> {
+    let prev = s.take_pending();
+    let launched = s.launch_frame();
+    if let Some(prev) = prev {
+        s.wait_half(prev.half)?;
+        s.collect(&prev, sink)?;
+    }
+    launched
+}
+
+/// Runs every bucket's frame program on both halves on padding alone (the dummy slot, the null
+/// block), before any request is admitted: a graph-capturing backend captures them here instead
+/// of when a bucket is first needed. `op` names the caller in the error.
+pub fn warm_up<'s, S: FrameLoop<'s>>(s: &mut S, op: &'static str) -> Result<()> {
+    if s.has_requests() {
+        return Err(chorus_core::Error::input(
+            op,
+            "warm up before admitting requests",
+        ));
+    }
+    for bucket in 0..s.bucket_count() {
+        for half in 0..2 {
+            s.run_padding(bucket, half)?;
+            s.wait_half(half)?;
+        }
+    }
+    Ok(())
+}

@@ -3,9 +3,9 @@
 //! the song's state row. Nothing another song reads is written, so a song can join between any
 //! two frames of the others.
 
-use chorus_core::lm_ops::{CopyRowsArgs, GatherArgs, ScatterArgs};
+use chorus_core::lm_ops::GatherArgs;
 use chorus_core::{BufRole, LmOps, Result};
-use chorus_lm::{DecoderCall, LayerCache, PagedShape};
+use chorus_lm::{store_last_hidden, DecoderCall, LastHidden, LayerCache, PagedShape};
 
 use crate::frame::Models;
 use crate::io::IntInput;
@@ -100,21 +100,16 @@ pub fn prefill_program<B: LmOps>(
             out: None,
         },
     )?;
-    be.copy_rows(CopyRowsArgs {
-        src: &bufs.acts.scratch.normed,
-        dst: &mut bufs.last,
-        rows: 2,
-        len: h,
-        src_offset: (len - 1) * h,
-        src_stride: len * h,
-        dst_offset: 0,
-        dst_stride: h,
-    })?;
-    be.scatter_rows(ScatterArgs {
-        src: &bufs.last,
-        ids: &bufs.slot.dev,
-        table: hidden_state,
-        rows: 1,
-        dim: 2 * h,
-    })
+    store_last_hidden(
+        be,
+        LastHidden {
+            normed: &bufs.acts.scratch.normed,
+            last: &mut bufs.last,
+            slot: &bufs.slot.dev,
+            state: hidden_state,
+            rows: 2,
+            len,
+            hidden: h,
+        },
+    )
 }

@@ -4,7 +4,8 @@
 //! already run frame `f`, whose output is discarded.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{Error, LmOps, Result, FRAME_SAMPLES};
+use chorus_core::{LmOps, Result, FRAME_SAMPLES};
+use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Half, Launched, TtsStage};
@@ -13,42 +14,22 @@ use crate::utterance::{EndReason, UtteranceEvent};
 
 impl<B: LmOps> TtsStage<B> {
     /// Launches the next frame of every utterance that has one, then hands the previous frame's
-    /// frames and ends to `sink`. Returns the number of utterances launched (0 once every
-    /// utterance awaits only its last read, which this call then delivers).
+    /// frames and ends to `sink` (chorus-lm's [`pipeline::step`]). Returns the number of
+    /// utterances launched (0 once every utterance awaits only its last read, which this call
+    /// then delivers).
     pub fn step(&mut self, sink: &mut dyn FnMut(UtteranceEvent<'_>)) -> Result<usize> {
-        // The frame in flight is read even when the launch fails, so no output is lost.
-        let prev = self.pipe.take();
-        let launched = self.launch_frame();
-        if let Some(prev) = prev {
-            self.pipe.wait(&self.be, prev.half)?;
-            self.collect(&prev, sink)?;
-        }
-        launched?;
-        Ok(self.last.0.len())
+        pipeline::step(self, sink)
     }
 
-    /// Runs every bucket's frame program on both halves on padding alone, before any utterance
-    /// is admitted: a graph-capturing backend captures them here.
+    /// Captures every bucket's frame program on padding alone, before any utterance is admitted
+    /// ([`pipeline::warm_up`]).
     pub fn warmup(&mut self) -> Result<()> {
-        if !self.utts.is_empty() {
-            return Err(Error::input(
-                "TtsStage::warmup",
-                "warm up before admitting utterances",
-            ));
-        }
-        self.launch.clear();
-        for bucket in 0..self.pipe.buckets.len() {
-            for half in 0..2 {
-                self.stage_inputs(bucket, half)?;
-                self.run_frame(bucket, half)?;
-                self.pipe.wait(&self.be, half)?;
-            }
-        }
-        Ok(())
+        pipeline::warm_up(self, "TtsStage::warmup")
     }
 
-    /// Picks the utterances with a frame left, stages their inputs and launches the frame.
-    fn launch_frame(&mut self) -> Result<()> {
+    /// Picks the utterances with a frame left, stages their inputs and launches the frame;
+    /// returns the utterances launched.
+    fn launch_utterances(&mut self) -> Result<usize> {
         self.launch.clear();
         for (i, u) in self.utts.iter().enumerate() {
             let forced_left = u.forced.as_ref().is_none_or(|f| u.frame < f.len());
@@ -59,7 +40,7 @@ impl<B: LmOps> TtsStage<B> {
         }
         self.last.0.clear();
         if self.launch.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let bucket = self.pipe.pick(self.launch.len())?;
         let half = self.pipe.half();
@@ -80,7 +61,7 @@ impl<B: LmOps> TtsStage<B> {
         self.last.1 = bucket;
         self.last.2 = half;
         self.pipe.launched(bucket, rows);
-        Ok(())
+        Ok(self.last.0.len())
     }
 
     /// Queues bucket `bucket`'s frame program on half `half`.
@@ -174,7 +155,7 @@ impl<B: LmOps> TtsStage<B> {
     }
 
     /// Reads a finished frame's codes, emits frames and ends, and retires ended utterances.
-    fn collect(
+    fn collect_utterances(
         &mut self,
         prev: &Pending<Launched>,
         sink: &mut dyn FnMut(UtteranceEvent<'_>),
@@ -228,5 +209,40 @@ impl<B: LmOps> TtsStage<B> {
             });
         }
         Ok(())
+    }
+}
+
+impl<'s, B: LmOps> FrameLoop<'s> for TtsStage<B> {
+    type Launched = Launched;
+    type Sink = dyn for<'e> FnMut(UtteranceEvent<'e>) + 's;
+
+    fn launch_frame(&mut self) -> Result<usize> {
+        self.launch_utterances()
+    }
+
+    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()> {
+        self.launch.clear();
+        self.stage_inputs(bucket, half)?;
+        self.run_frame(bucket, half)
+    }
+
+    fn collect(&mut self, prev: &Pending<Launched>, sink: &mut Self::Sink) -> Result<()> {
+        self.collect_utterances(prev, sink)
+    }
+
+    fn take_pending(&mut self) -> Option<Pending<Launched>> {
+        self.pipe.take()
+    }
+
+    fn wait_half(&self, half: usize) -> Result<()> {
+        self.pipe.wait(&self.be, half)
+    }
+
+    fn bucket_count(&self) -> usize {
+        self.pipe.buckets.len()
+    }
+
+    fn has_requests(&self) -> bool {
+        !self.utts.is_empty()
     }
 }

@@ -5,8 +5,9 @@
 //! output is discarded.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{Error, LmOps, Result};
+use chorus_core::{LmOps, Result};
 
+use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Launched, SemanticStage};
@@ -16,40 +17,16 @@ use crate::song::{EndReason, SongEvent, LEVELS};
 
 impl<B: LmOps> SemanticStage<B> {
     /// Launches the next frame of every song that has one, then hands the previous frame's
-    /// emitted frames and ends to `sink`. Returns the number of songs launched (0 once every song
-    /// awaits only its last read, which this call then delivers).
+    /// emitted frames and ends to `sink` (chorus-lm's [`pipeline::step`]). Returns the number of
+    /// songs launched (0 once every song awaits only its last read, which this call delivers).
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
-        // The frame in flight is read even when the launch fails, so no output is lost and the
-        // halves stay in step (a failed launch advances neither the half nor any song).
-        let prev = self.pipe.take();
-        let launched = self.launch_frame();
-        if let Some(prev) = prev {
-            self.pipe.wait(&self.be, prev.half)?;
-            self.collect(&prev, sink)?;
-        }
-        launched?;
-        Ok(self.last.0.len())
+        pipeline::step(self, sink)
     }
 
-    /// Runs every bucket's frame program on both halves, on padding alone (the dummy slot, the
-    /// null block), before any song is admitted: a graph-capturing backend captures them here
-    /// instead of when a bucket is first needed.
+    /// Captures every bucket's frame program on padding alone, before any song is admitted
+    /// ([`pipeline::warm_up`]).
     pub fn warmup(&mut self) -> Result<()> {
-        if !self.songs.is_empty() {
-            return Err(Error::input(
-                "SemanticStage::warmup",
-                "warm up before admitting songs",
-            ));
-        }
-        self.launch.clear();
-        for bucket in 0..self.pipe.buckets.len() {
-            for half in 0..2 {
-                self.stage_inputs(bucket, half)?;
-                self.run_frame(bucket, half)?;
-                self.pipe.wait(&self.be, half)?;
-            }
-        }
-        Ok(())
+        pipeline::warm_up(self, "SemanticStage::warmup")
     }
 
     /// Bucket sizes and the backend's program key of each (half 0), for device timing.
@@ -58,8 +35,8 @@ impl<B: LmOps> SemanticStage<B> {
     }
 
     /// Picks the songs with a frame left, stages their inputs and launches the frame (the
-    /// pipeline then holds it as the frame in flight).
-    fn launch_frame(&mut self) -> Result<()> {
+    /// pipeline then holds it as the frame in flight); returns the songs launched.
+    fn launch_songs(&mut self) -> Result<usize> {
         self.launch.clear();
         for (i, s) in self.songs.iter().enumerate() {
             let forced_left = s.forced.as_ref().is_none_or(|f| s.frame < f.len());
@@ -70,7 +47,7 @@ impl<B: LmOps> SemanticStage<B> {
         }
         self.last.0.clear();
         if self.launch.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let bucket = self.pipe.pick(self.launch.len())?;
         let half = self.pipe.half();
@@ -91,7 +68,7 @@ impl<B: LmOps> SemanticStage<B> {
         self.last.1 = bucket;
         self.last.2 = half;
         self.pipe.launched(bucket, rows);
-        Ok(())
+        Ok(self.last.0.len())
     }
 
     /// Queues bucket `bucket`'s frame program on half `half` and records that half's marker.
@@ -187,7 +164,7 @@ impl<B: LmOps> SemanticStage<B> {
     }
 
     /// Reads a finished frame's outputs, emits frames and ends, and retires ended songs.
-    fn collect(
+    fn collect_songs(
         &mut self,
         prev: &Pending<Launched>,
         sink: &mut dyn FnMut(SongEvent<'_>),
@@ -241,5 +218,40 @@ impl<B: LmOps> SemanticStage<B> {
             });
         }
         Ok(())
+    }
+}
+
+impl<'s, B: LmOps> FrameLoop<'s> for SemanticStage<B> {
+    type Launched = Launched;
+    type Sink = dyn for<'e> FnMut(SongEvent<'e>) + 's;
+
+    fn launch_frame(&mut self) -> Result<usize> {
+        self.launch_songs()
+    }
+
+    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()> {
+        self.launch.clear();
+        self.stage_inputs(bucket, half)?;
+        self.run_frame(bucket, half)
+    }
+
+    fn collect(&mut self, prev: &Pending<Launched>, sink: &mut Self::Sink) -> Result<()> {
+        self.collect_songs(prev, sink)
+    }
+
+    fn take_pending(&mut self) -> Option<Pending<Launched>> {
+        self.pipe.take()
+    }
+
+    fn wait_half(&self, half: usize) -> Result<()> {
+        self.pipe.wait(&self.be, half)
+    }
+
+    fn bucket_count(&self) -> usize {
+        self.pipe.buckets.len()
+    }
+
+    fn has_requests(&self) -> bool {
+        !self.songs.is_empty()
     }
 }
