@@ -91,6 +91,7 @@ impl PyMusicStage {
             max_context: max_context.unwrap_or(MAX_CONTEXT),
             threads,
             batch_invariant,
+            prefill_chunk: None,
         };
         let name = model.to_owned();
         let (actor, info, tok_path) = py

@@ -180,6 +180,9 @@ pub struct QkNormRopeArgs<'a, B: Backend + ?Sized> {
     pub geom: HeadGeom,
     /// Of the q/k norm (unused without one).
     pub eps: f32,
+    /// Token of `qkv` the call's first token is (a frame runs its decode rows and a prompt chunk
+    /// over one `qkv`, each group in its own call).
+    pub first_token: usize,
 }
 
 /// Causal GQA attention over a paged KV cache, for prefill (`time` = prompt length) and decode
@@ -206,6 +209,8 @@ pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
     pub geom: HeadGeom,
     pub block_size: usize,
     pub max_blocks: usize,
+    /// Token of `qkv` and of `out` the call's first token is (see [`QkNormRopeArgs`]).
+    pub first_token: usize,
 }
 
 /// `out[i, j] = silu(x[i, j]) * x[i, inter + j]` for `i < n`, `j < inter`: `x` is the fused

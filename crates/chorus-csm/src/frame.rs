@@ -263,6 +263,7 @@ pub fn frame_program<B: LmOps>(
                 max_blocks,
             },
             out: None,
+            chunk: None,
         },
     )?;
     be.scatter_rows(ScatterArgs {
@@ -334,6 +335,7 @@ fn depth_position<B: LmOps>(
                 max_blocks: 1,
             },
             out: Some(&mut depth_out[pos]),
+            chunk: None,
         },
     )
 }

@@ -43,6 +43,21 @@ pub struct DecoderCall<'a, B: LmOps> {
     pub shape: PagedShape,
     /// `[rows * time, hidden]` for the final-normed hidden; `None`: `acts.scratch.normed`.
     pub out: Option<&'a mut B::Buf>,
+    /// More sequences after the call's own tokens, through the same products.
+    pub chunk: Option<Segment<'a, B>>,
+}
+
+/// Sequences whose tokens follow the call's own in `acts` (a prompt chunk prefilled alongside a
+/// frame's decode rows, so one pass over the weights serves both): their own positions, block
+/// tables and token count per row; the cache geometry is the call's.
+pub struct Segment<'a, B: LmOps> {
+    /// `[rows]`: position of each row's first token.
+    pub start: &'a B::Ints,
+    /// `[rows, max_blocks]`.
+    pub block_tables: &'a B::Ints,
+    pub rows: usize,
+    /// Tokens per row.
+    pub time: usize,
 }
 
 /// Shape of one call over the paged cache.
@@ -68,16 +83,28 @@ pub fn decoder_stack<B: LmOps>(
         block_tables,
         shape,
         out,
+        chunk,
     } = call;
     let (h, eps) = (s.hidden, s.eps);
-    let geom = HeadGeom {
-        rows: shape.rows,
-        time: shape.time,
+    let geom_of = |rows, time| HeadGeom {
+        rows,
+        time,
         q_heads: s.q_heads,
         kv_heads: s.kv_heads,
         head_dim: s.head_dim,
     };
-    let n = geom.tokens();
+    let geom = geom_of(shape.rows, shape.time);
+    // The call's groups of sequences: its own, then the chunk's, one after the other in `acts`.
+    let own = (start, block_tables, geom, 0);
+    let extra = chunk.map(|c| {
+        (
+            c.start,
+            c.block_tables,
+            geom_of(c.rows, c.time),
+            geom.tokens(),
+        )
+    });
+    let n = geom.tokens() + extra.map_or(0, |e| e.2.tokens());
     let q_width = geom.q_heads * geom.head_dim;
     for (l, cache) in s.layers.iter().zip(caches.iter_mut()) {
         // 1-2. input_layernorm and q, k, v in one product.
@@ -91,28 +118,32 @@ pub fn decoder_stack<B: LmOps>(
         linear(be, &l.qkv, io.normed(&l.input_layernorm, eps))?;
         // 3-4. per-head q/k RMSNorm (Qwen3) if the layer has one, then rotate-half RoPE at each
         // token's position (Llama-style models rotate only).
-        if let Some(rope) = s.rope {
-            be.qk_norm_rope(QkNormRopeArgs {
-                qkv: &mut acts.qkv,
-                qk_norm: l.qk_norm.as_ref().map(|qk| [&qk.q, &qk.k]),
-                rope,
+        for (start, block_tables, geom, first_token) in std::iter::once(own).chain(extra) {
+            if let Some(rope) = s.rope {
+                be.qk_norm_rope(QkNormRopeArgs {
+                    qkv: &mut acts.qkv,
+                    qk_norm: l.qk_norm.as_ref().map(|qk| [&qk.q, &qk.k]),
+                    rope,
+                    start,
+                    geom,
+                    eps,
+                    first_token,
+                })?;
+            }
+            // 5. causal GQA attention over the paged cache (writes this call's k/v first).
+            be.paged_attention(PagedAttentionArgs {
+                qkv: &acts.qkv,
+                k_cache: &mut cache.k,
+                v_cache: &mut cache.v,
+                block_tables,
                 start,
+                out: &mut acts.attn,
                 geom,
-                eps,
+                block_size: shape.block_size,
+                max_blocks: shape.max_blocks,
+                first_token,
             })?;
         }
-        // 5. causal GQA attention over the paged cache (writes this call's k/v first).
-        be.paged_attention(PagedAttentionArgs {
-            qkv: &acts.qkv,
-            k_cache: &mut cache.k,
-            v_cache: &mut cache.v,
-            block_tables,
-            start,
-            out: &mut acts.attn,
-            geom,
-            block_size: shape.block_size,
-            max_blocks: shape.max_blocks,
-        })?;
         // 6. o_proj, added to the residual stream in the product.
         let io = LinearIo::new(
             &acts.attn,
@@ -231,6 +262,7 @@ mod tests {
                 max_blocks: 1,
             },
             out: None,
+            chunk: None,
         };
         decoder_stack(be, &stack, call)?;
         be.download(&acts.scratch.normed)

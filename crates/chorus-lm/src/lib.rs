@@ -32,7 +32,9 @@ pub mod seats;
 
 pub use acts::{ActDims, Acts, Scratch};
 pub use cache::{layer_caches, LayerCache};
-pub use decoder::{check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape};
+pub use decoder::{
+    check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape, Segment,
+};
 pub use host_linear::{HostLinear, Q8Tensor};
 pub use io::{store_last_hidden, IntInput, LastHidden};
 pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};

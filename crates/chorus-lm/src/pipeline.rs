@@ -3,8 +3,9 @@
 //!
 //! Frame `f` uses half `f % 2` of its bucket, so the host fills frame `f + 1`'s inputs and reads
 //! frame `f - 1`'s outputs while the device runs frame `f`; each half has a completion marker, and
-//! the host waits for one frame only, a frame late. A frame program is launched under the key
-//! `2 * bucket + half`, so a graph-capturing backend keeps one graph per bucket and half.
+//! the host waits for one frame only, a frame late. A frame program is launched under one key
+//! per bucket, half and variant (a model's frame may come in variants, such as one that also
+//! prefills a prompt chunk), so a graph-capturing backend keeps one graph for each.
 
 use chorus_core::{Buckets, LmOps, Result};
 
@@ -69,29 +70,30 @@ impl<B: LmOps, T, P> Pipeline<B, T, P> {
         self.half
     }
 
-    /// The backend's program key of a bucket's half.
-    pub fn key(bucket: usize, half: usize) -> usize {
-        2 * bucket + half
+    /// The backend's program key of a bucket's half in frame variant `variant`.
+    pub fn key(&self, bucket: usize, half: usize, variant: usize) -> usize {
+        2 * (variant * self.buckets.len() + bucket) + half
     }
 
-    /// Bucket sizes with the program key of each one's half 0 (for device timing).
+    /// Bucket sizes with the program key of each one's half 0, variant 0 (for device timing).
     pub fn keys(&self) -> Vec<(usize, usize)> {
         (0..self.buckets.len())
-            .map(|b| (self.buckets[b].size, Self::key(b, 0)))
+            .map(|b| (self.buckets[b].size, self.key(b, 0, 0)))
             .collect()
     }
 
-    /// Queues `program` for `bucket` on `half` over that half's I/O, recording the half's marker,
-    /// without waiting.
+    /// Queues `program` (frame variant `variant`) for `bucket` on `half` over that half's I/O,
+    /// recording the half's marker, without waiting.
     pub fn run(
         &mut self,
         be: &B,
-        (bucket, half): (usize, usize),
+        (bucket, half, variant): (usize, usize, usize),
         program: &mut dyn FnMut(&B, &mut T) -> Result<()>,
     ) -> Result<()> {
+        let key = self.key(bucket, half, variant);
         let io = &mut self.buckets[bucket].halves[half];
         be.launch(
-            Self::key(bucket, half),
+            key,
             &mut |b: &B| program(b, &mut *io),
             &mut self.marks[half],
         )
@@ -130,8 +132,13 @@ pub trait FrameLoop<'s> {
     /// Picks the requests with a frame left, stages their inputs and launches the frame
     /// (recording it with [`Pipeline::launched`]); returns how many it launched (0: none).
     fn launch_frame(&mut self) -> Result<usize>;
-    /// Stages padding-only inputs for `bucket`'s `half` and queues its program.
-    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()>;
+    /// Stages padding-only inputs for `bucket`'s `half` and queues its program in frame variant
+    /// `variant`.
+    fn run_padding(&mut self, bucket: usize, half: usize, variant: usize) -> Result<()>;
+    /// Frame variants the model launches (each bucket and half has one program per variant).
+    fn variants(&self) -> usize {
+        1
+    }
     /// Reads a finished frame's outputs, hands its events to `sink`, retires ended requests.
     fn collect(&mut self, prev: &Pending<Self::Launched>, sink: &mut Self::Sink) -> Result<()>;
     /// Takes the frame in flight without waiting ([`Pipeline::take`]).
@@ -158,7 +165,7 @@ pub fn step<'s, S: FrameLoop<'s>>(s: &mut S, sink: &mut S::Sink) -> Result<usize
     launched
 }
 
-/// Runs every bucket's frame program on both halves on padding alone (the dummy slot, the null
+/// Runs every bucket's frame program (every variant) on both halves on padding alone (the dummy slot, the null
 /// block), before any request is admitted: a graph-capturing backend captures them here instead
 /// of when a bucket is first needed. `op` names the caller in the error.
 pub fn warm_up<'s, S: FrameLoop<'s>>(s: &mut S, op: &'static str) -> Result<()> {
@@ -168,10 +175,12 @@ pub fn warm_up<'s, S: FrameLoop<'s>>(s: &mut S, op: &'static str) -> Result<()> 
             "warm up before admitting requests",
         ));
     }
-    for bucket in 0..s.bucket_count() {
-        for half in 0..2 {
-            s.run_padding(bucket, half)?;
-            s.wait_half(half)?;
+    for variant in 0..s.variants() {
+        for bucket in 0..s.bucket_count() {
+            for half in 0..2 {
+                s.run_padding(bucket, half, variant)?;
+                s.wait_half(half)?;
+            }
         }
     }
     Ok(())

@@ -14,6 +14,7 @@ use chorus_core::lm_ops::{
 use chorus_core::{BufRole, LmOps, Result};
 use chorus_lm::{linear, DecoderCall, LayerCache, LinearIo, PagedShape};
 
+use crate::chunk::{embed_chunk, store_chunk, ChunkBufs, ChunkInputs};
 use crate::config::{
     DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_LOGITS, CFG_SCALE, CFG_TOP_K, END_COLUMN,
     SAMPLING_TOP_K,
@@ -46,11 +47,14 @@ pub struct FrameBufs<B: LmOps> {
     pub depth_start: Vec<B::Ints>,
     /// `[rows]`: `r` (row `r` owns depth cache block `r`).
     pub depth_table: B::Ints,
+    /// A prompt chunk's embedding and hand-over (`None`: the stage prefills whole prompts).
+    pub chunk: Option<ChunkBufs<B>>,
 }
 
 impl<B: LmOps> FrameBufs<B> {
-    /// Buffers for up to `songs` songs of the models `m`.
-    pub fn new(be: &B, m: &Models<'_, B>, songs: usize) -> Result<Self> {
+    /// Buffers for up to `songs` songs of the models `m` and, if `chunk` > 0, a prompt chunk of
+    /// `chunk` tokens per row in the LM step.
+    pub fn new(be: &B, m: &Models<'_, B>, songs: usize, chunk: usize) -> Result<Self> {
         let (lm, dc) = (m.lm, m.depth);
         let rows = 2 * songs;
         let h = lm.hidden_size;
@@ -70,13 +74,16 @@ impl<B: LmOps> FrameBufs<B> {
                 .collect::<Result<_>>()?,
             feedback: z(rows * h)?,
             frame_hiddens: z(songs * levels * h)?,
-            lm: lm_acts(be, lm, rows, m.w.lm_q8())?,
+            lm: lm_acts(be, lm, rows + 2 * chunk, m.w.lm_q8())?,
             depth: depth_acts(be, dc, rows, m.w.depth_q8())?,
             depth_caches: depth_caches(be, dc, rows)?,
             depth_start: (0..levels)
                 .map(|p| be.ints(rows, p as i32))
                 .collect::<Result<_>>()?,
             depth_table,
+            chunk: (chunk > 0)
+                .then(|| ChunkBufs::new(be, chunk, h))
+                .transpose()?,
         })
     }
 }
@@ -91,6 +98,8 @@ pub struct FrameCall<'a, B: LmOps> {
     pub songs: usize,
     pub block_size: usize,
     pub max_blocks: usize,
+    /// A joining song's prompt chunk, prefilled in this frame's LM step after the songs' rows.
+    pub chunk: Option<&'a mut ChunkInputs<B>>,
 }
 
 /// The models and their configs.
@@ -115,11 +124,15 @@ pub fn frame_program<B: LmOps>(
         songs,
         block_size,
         max_blocks,
+        mut chunk,
     } = call;
     let (h, rows) = (m.lm.hidden_size, 2 * songs);
     let levels = m.depth.num_codebooks;
     let vocab = m.depth.audio_vocab_size;
     inputs.stage(be)?;
+    if let Some(c) = chunk.as_deref_mut() {
+        c.stage(be)?;
+    }
     // Each song's last hidden, both rows: state row `slot` is `[2, hidden]`.
     be.gather_rows(GatherArgs {
         table: hidden_state,
@@ -242,6 +255,17 @@ pub fn frame_program<B: LmOps>(
         dst_offset: 0,
         dst_stride: 0,
     })?;
+    // A joining song's prompt chunk rides along after the songs' rows.
+    let chunk = chunk.as_deref();
+    if let (Some(c), Some(cb)) = (chunk, bufs.chunk.as_mut()) {
+        embed_chunk(
+            be,
+            &m.w.embed_tokens,
+            c,
+            cb,
+            (&mut bufs.lm.residual, rows, h),
+        )?;
+    }
     // 9: the LM step at position P + f; its final-normed output is the next frame's hidden.
     lm_forward(
         be,
@@ -259,6 +283,7 @@ pub fn frame_program<B: LmOps>(
                 max_blocks,
             },
             out: None,
+            chunk: chunk.map(ChunkInputs::segment),
         },
     )?;
     be.scatter_rows(ScatterArgs {
@@ -268,6 +293,9 @@ pub fn frame_program<B: LmOps>(
         rows: songs,
         dim: 2 * h,
     })?;
+    if let (Some(c), Some(cb)) = (chunk, bufs.chunk.as_mut()) {
+        store_chunk(be, c, cb, (&bufs.lm.scratch.normed, &mut *hidden_state, h))?;
+    }
     be.copy_out_ints(&inputs.codes.dev, &mut outputs.codes, songs * levels)?;
     be.copy_out_floats(
         &bufs.frame_hiddens,

@@ -98,6 +98,7 @@ pub fn prefill_program<B: LmOps>(
                 max_blocks,
             },
             out: None,
+            chunk: None,
         },
     )?;
     store_last_hidden(

@@ -109,9 +109,9 @@ fn full_size_teacher_forcing_matches_the_oracle() {
 }
 
 /// The batch-invariant mode (`CudaOptions::batch_invariant`): a seeded song's codes and hiddens
-/// on CUDA bf16 are the same bits alone and beside 1, 7 and 30 other songs (buckets of 1 to 32),
-/// the others joining at other frames. The model is `random-small` with a depth MLP of 512, so
-/// that every product takes the skinny kernel.
+/// on CUDA bf16 are the same bits alone and beside 1, 7, 63 and 127 other songs (buckets of 1 to
+/// 128), the others joining at other frames with their prompts chunked into its frames. The model
+/// is `random-small` with a depth MLP of 512, so that every product takes the skinny kernel.
 #[test]
 fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
     use chorus_music::{Sampling, SongEvent, SongRequest};
@@ -132,7 +132,7 @@ fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
     })
     .unwrap();
     let context = 160;
-    let opts = StageOptions::for_songs(32, context).unwrap();
+    let opts = StageOptions::for_songs(128, context).unwrap();
     let mut st = SemanticStage::new(be, &model, opts).unwrap();
     st.warmup().unwrap();
     let request = |seed: u64| {
@@ -147,7 +147,7 @@ fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
         }
     };
     let mut runs = Vec::new();
-    for others in [0usize, 1, 7, 30] {
+    for others in [0usize, 1, 7, 63, 127] {
         let mut outs: Vec<(Vec<[u32; 8]>, Vec<u32>)> = Vec::new();
         let mine = st.add_song(request(7)).unwrap();
         for s in 0..others {
@@ -156,7 +156,7 @@ fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
         let mut frame = 0;
         while st.active() > 0 {
             if frame == 3 && others > 0 {
-                // One more joins mid-song (its prefill runs between this song's frames).
+                // One more joins mid-song (its prompt is chunked into this song's frames).
                 st.add_song(request(999)).unwrap();
             }
             st.step(&mut |ev| {
@@ -186,6 +186,111 @@ fn cuda_bf16_song_is_bit_identical_in_any_batch_in_the_invariant_mode() {
         for (f, (a, b)) in r.iter().zip(&runs[0]).enumerate() {
             assert_eq!(a.0, b.0, "run {i}: codes of frame {f} differ");
             assert!(a.1 == b.1, "run {i}: hiddens of frame {f} differ");
+        }
+    }
+}
+
+/// A song joining running ones is prefilled in chunks inside their frames: on CUDA its codes equal
+/// those of the same song prefilled whole (f32: hiddens within 1e-5; bf16 in the batch-invariant
+/// mode: the same bits), and the running songs' outputs do not change.
+#[test]
+fn cuda_chunked_prefill_equals_whole_prefill() {
+    use chorus_music::{Sampling, SongEvent, SongRequest};
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let depth = chorus_music::DepthConfig {
+        intermediate_size: 512,
+        ..chorus_music::DepthConfig::small()
+    };
+    let model =
+        chorus_music::load::random_model(chorus_music::Qwen3Config::small(), depth, 1.0).unwrap();
+    // (prompt length, frames, seed, the frame it joins at).
+    let reqs = [
+        (40usize, 10usize, 31u64, 0usize),
+        (20, 6, 32, 1),
+        (5, 6, 33, 2),
+        (70, 4, 34, 2),
+    ];
+    let run = |precision: Precision, invariant: bool, chunk: usize| {
+        let be = CudaBackend::new(CudaOptions {
+            precision,
+            batch_invariant: invariant,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut opts = StageOptions::for_songs(4, 160).unwrap();
+        opts.prefill_chunk = chunk;
+        let mut st = SemanticStage::new(be, &model, opts).unwrap();
+        st.warmup().unwrap();
+        let mut outs: Vec<(Vec<[u32; 8]>, Vec<f32>)> = vec![Default::default(); reqs.len()];
+        let mut ids = Vec::new();
+        for f in 0..100 {
+            for &(len, frames, seed, at) in &reqs {
+                if at == f {
+                    let mut rng = chorus_core::rng::SplitMix64::new(seed);
+                    let cond = (0..len)
+                        .map(|_| (rng.next_u64() % 151_643) as u32)
+                        .collect();
+                    let req = SongRequest {
+                        prompt: chorus_music::prompt::PromptIds::from_cond(cond, 200_000).unwrap(),
+                        max_frames: frames,
+                        sampling: Sampling::Seeded(seed),
+                        allow_end: false,
+                        forced: None,
+                    };
+                    ids.push(st.add_song(req).unwrap());
+                }
+            }
+            st.step(&mut |ev| {
+                if let SongEvent::Frame {
+                    song,
+                    codes,
+                    hidden,
+                    ..
+                } = ev
+                {
+                    let i = ids.iter().position(|&x| x == song).unwrap();
+                    outs[i].0.push(codes);
+                    outs[i].1.extend_from_slice(hidden);
+                }
+            })
+            .unwrap();
+            if f > 2 && st.active() == 0 {
+                break;
+            }
+        }
+        outs
+    };
+    for (precision, invariant) in [(Precision::F32, false), (Precision::Bf16, true)] {
+        let whole = run(precision, invariant, 0);
+        for chunk in [8, 64] {
+            let chunked = run(precision, invariant, chunk);
+            for (i, (c, w)) in chunked.iter().zip(&whole).enumerate() {
+                assert_eq!(c.0.len(), reqs[i].1, "song {i}");
+                assert_eq!(
+                    c.0,
+                    w.0,
+                    "{}: song {i} codes, chunks of {chunk}",
+                    precision.name()
+                );
+                let e = rel_l2(&c.1, &w.1);
+                eprintln!(
+                    "cuda {} invariant {invariant}: song {i} chunks of {chunk} vs whole: hiddens rel L2 {e:.3e}",
+                    precision.name()
+                );
+                if invariant {
+                    assert!(
+                        c.1.iter()
+                            .zip(&w.1)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "bf16 invariant: song {i} hiddens differ with chunks of {chunk}"
+                    );
+                } else {
+                    assert!(e <= 1e-5, "f32: song {i} rel L2 {e:.3e}");
+                }
+            }
         }
     }
 }

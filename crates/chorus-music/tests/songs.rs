@@ -76,8 +76,9 @@ fn a_song_is_bit_identical_alone_and_among_others_joining_and_leaving() {
     assert_eq!(alone.end, Some((EndReason::MaxFrames, 10)));
     assert_eq!(alone.codes.len(), 10);
 
-    // Among others: B from the start, C joins at frame 3 (its prefill runs between A's frames),
-    // D is cancelled at frame 5; buckets of 1, 2, 4 songs are all used.
+    // Among others: B from the start (an idle stage prefills it whole), D and A join it (each
+    // prefilled in a chunk inside a frame of the songs before it), C joins at frame 3, D is
+    // cancelled at frame 5; buckets of 1, 2, 4 songs are all used.
     let mut st = stage(&model, 4, CONTEXT);
     let mut outs = HashMap::new();
     let b = st.add_song(request(2, 30, 12)).unwrap();
@@ -115,6 +116,85 @@ fn a_song_is_bit_identical_alone_and_among_others_joining_and_leaving() {
             );
         }
     }
+}
+
+/// Runs `reqs` (prompt length, frames, seed, the frame of the stage it joins at) on a stage that
+/// prefills `chunk` tokens per frame (0: whole prompts); returns each song's output.
+fn run_joins(chunk: usize, reqs: &[(usize, usize, u64, usize)]) -> Vec<Output> {
+    let model = small_model(1.0);
+    let mut opts = chorus_music::StageOptions::for_songs(reqs.len(), CONTEXT).unwrap();
+    opts.prefill_chunk = chunk;
+    let be = chorus_cpu::CpuBackend::new(Some(2)).unwrap();
+    let mut st = chorus_music::SemanticStage::new(be, &model, opts).unwrap();
+    let mut outs = HashMap::new();
+    let mut ids = vec![None; reqs.len()];
+    for f in 0..200 {
+        for (i, &(len, frames, seed, at)) in reqs.iter().enumerate() {
+            if at == f {
+                ids[i] = Some(st.add_song(request(seed, len, frames)).unwrap());
+                if chunk > 0 && f > 0 {
+                    assert!(st.joining() > 0, "a song joining running songs is chunked");
+                }
+            }
+        }
+        st.step(&mut record(&mut outs)).unwrap();
+        if f > reqs.iter().map(|r| r.3).max().unwrap() && st.active() == 0 {
+            break;
+        }
+    }
+    assert_eq!(st.active(), 0);
+    assert_eq!(st.kv_blocks().0, 0, "every block returns");
+    ids.iter()
+        .map(|id| outs.remove(&id.unwrap()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_prompt_prefilled_in_chunks_inside_other_songs_frames_equals_it_prefilled_whole() {
+    // Chunks of 8: 20 tokens take 0..8, 8..16 and 12..20 (the last recomputes 12..16); 5 tokens
+    // one chunk padded to 8; 16 tokens exactly two; 3 tokens join together with another song.
+    let reqs = [
+        (24, 14, 11, 0),
+        (20, 6, 12, 1),
+        (5, 6, 13, 2),
+        (16, 5, 14, 2),
+        (3, 4, 15, 6),
+    ];
+    let whole = run_joins(0, &reqs);
+    for chunk in [8, 64] {
+        let chunked = run_joins(chunk, &reqs);
+        for (i, (c, w)) in chunked.iter().zip(&whole).enumerate() {
+            assert_eq!(w.end, Some((EndReason::MaxFrames, reqs[i].1)), "song {i}");
+            assert_eq!(c, w, "song {i} differs when prefilled in chunks of {chunk}");
+        }
+    }
+}
+
+#[test]
+fn a_song_cancelled_while_its_prompt_is_chunked_leaves_the_others_untouched() {
+    let model = small_model(1.0);
+    let alone = run_joins(8, &[(24, 8, 21, 0)]).remove(0);
+    let mut opts = chorus_music::StageOptions::for_songs(2, CONTEXT).unwrap();
+    opts.prefill_chunk = 8;
+    let be = chorus_cpu::CpuBackend::new(Some(2)).unwrap();
+    let mut st = chorus_music::SemanticStage::new(be, &model, opts).unwrap();
+    let mut outs = HashMap::new();
+    let a = st.add_song(request(21, 24, 8)).unwrap();
+    st.step(&mut record(&mut outs)).unwrap();
+    let b = st.add_song(request(22, 40, 8)).unwrap();
+    st.step(&mut record(&mut outs)).unwrap();
+    assert_eq!(st.joining(), 1, "40 tokens take five chunks of 8");
+    st.cancel(b).unwrap();
+    assert_eq!(st.joining(), 0);
+    while st.active() > 0 {
+        st.step(&mut record(&mut outs)).unwrap();
+    }
+    assert!(
+        !outs.contains_key(&b),
+        "a song cancelled while joining emits nothing"
+    );
+    assert_eq!(outs.remove(&a).unwrap(), alone);
+    assert_eq!(st.kv_blocks().0, 0);
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub struct StageSpec {
     /// CUDA: every product and attention split in one order per row whatever the batch
     /// ([`CudaOptions::batch_invariant`]); the CPU always is.
     pub batch_invariant: bool,
+    /// Prompt tokens per row a frame prefills for a joining song (`StageOptions::prefill_chunk`;
+    /// 0: whole prompts at admission); `None`: the stage's default.
+    pub prefill_chunk: Option<usize>,
 }
 
 macro_rules! each {
@@ -79,7 +82,10 @@ impl AnyStage {
         Self::with_options(model, spec, opts)
     }
 
-    fn with_options(model: &MusicModel, spec: &StageSpec, opts: StageOptions) -> Result<Self> {
+    fn with_options(model: &MusicModel, spec: &StageSpec, mut opts: StageOptions) -> Result<Self> {
+        if let Some(chunk) = spec.prefill_chunk {
+            opts.prefill_chunk = chunk;
+        }
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let defaults = CudaOptions::default();
@@ -107,6 +113,16 @@ impl AnyStage {
 
     pub fn add_song(&mut self, req: SongRequest) -> Result<SongId> {
         each!(self, s => s.add_song(req))
+    }
+
+    /// See [`SemanticStage::add_song_prefilled`].
+    pub fn add_song_prefilled(&mut self, req: SongRequest) -> Result<SongId> {
+        each!(self, s => s.add_song_prefilled(req))
+    }
+
+    /// Songs whose prompts are still being prefilled in chunks.
+    pub fn joining(&self) -> usize {
+        each!(self, s => s.joining())
     }
 
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {
@@ -145,6 +161,15 @@ impl AnyStage {
             return Ok(None);
         };
         replay_ms_of(s.backend(), &s.bucket_keys(), songs, iters)
+    }
+
+    /// CUDA only: like [`AnyStage::device_ms`], of the frame graph that also prefills a prompt
+    /// chunk (the frame the running songs see while a song joins).
+    pub fn device_ms_joining(&self, songs: usize, iters: usize) -> Result<Option<f64>> {
+        let AnyStage::Cuda(s) = self else {
+            return Ok(None);
+        };
+        replay_ms_of(s.backend(), &s.chunk_bucket_keys(), songs, iters)
     }
 
     /// CUDA only: times every op of the work `f` runs (eagerly, one event pair per op) and returns

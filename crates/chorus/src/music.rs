@@ -74,6 +74,7 @@ pub fn run(args: MusicArgs) -> Result<()> {
         max_context: prompt.len() + max_frames + 1,
         threads: args.threads,
         batch_invariant: args.batch_invariant,
+        prefill_chunk: None,
     };
     let mut stage = AnyStage::open(&model, &spec)?;
     let hidden = model.lm_config.hidden_size;

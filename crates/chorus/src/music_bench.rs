@@ -12,7 +12,7 @@ use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_music::config::{DRAWS_PER_FRAME, FRAME_RATE};
 use chorus_music::prompt::PromptIds;
 use chorus_music::prompt::CFG_FILLER;
-use chorus_music::{MusicModel, Sampling, SongRequest};
+use chorus_music::{MusicModel, Sampling, SongEvent, SongRequest};
 
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::music::{AnyStage, StageSpec};
@@ -64,7 +64,18 @@ pub struct MusicBenchArgs {
     /// device time (kernels one at a time: no overlap, unlike the graph).
     #[arg(long)]
     pub profile_frame: bool,
+    /// With `--prefill-tokens`: for each of these counts of running songs (at `--context`), time
+    /// their frames while one song of that prompt joins, prefilled in chunks inside their frames,
+    /// and the gap a whole prefill makes instead.
+    #[arg(long)]
+    pub join_songs: Option<String>,
+    /// Prompt tokens per row a frame prefills for a joining song (0: whole prompts).
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
 }
+
+/// Steps timed before a song joins (`--join-songs`).
+const STEADY_STEPS: usize = 6;
 
 /// Timed prefills per `--prefill-tokens` measurement.
 const PREFILL_REPEATS: usize = 5;
@@ -120,7 +131,24 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
         max_context,
         threads: args.threads,
         batch_invariant: args.batch_invariant,
+        prefill_chunk: args.prefill_chunk,
     };
+    let join_counts = match &args.join_songs {
+        Some(j) if args.prefill_tokens.is_none() => {
+            bail!("--join-songs {j} needs --prefill-tokens (the joining song's prompt)")
+        }
+        Some(j) => Buckets::parse(j)?.sizes().to_vec(),
+        None => Vec::new(),
+    };
+    if let Some(&most) = join_counts.iter().max() {
+        // The chunked joiner still runs when the whole-prefilled one joins.
+        if most + 2 > max_songs {
+            bail!(
+                "--join-songs {most} needs room for two more songs: add {} to --songs",
+                most + 2
+            );
+        }
+    }
     let mut stage = AnyStage::open_sized(&model, &spec, kv_blocks, max_context)?;
     if !args.json {
         println!("{}", stage.describe());
@@ -167,7 +195,92 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
             bail!("--prefill-tokens must be 3..{max_context} (the largest context)");
         }
         bench_prefill(&mut stage, tokens)?;
+        for &running in &join_counts {
+            bench_join(&mut stage, running, args.context, tokens)?;
+        }
     }
+    Ok(())
+}
+
+/// The running songs' frames while a song of `tokens` prompt tokens joins `running` songs at
+/// `context`: in chunks inside their frames (wall ms per step, and on CUDA the device ms of the
+/// frame graph that carries a chunk), against the gap of a whole prefill between two frames.
+fn bench_join(stage: &mut AnyStage, running: usize, context: usize, tokens: usize) -> Result<()> {
+    // Enough frames for the steady steps, the join, its first frame and the whole prefill's step.
+    let frames = WARMUP_FRAMES + STEADY_STEPS + tokens.div_ceil(16) + 8;
+    if context <= frames + 3 || tokens + frames + 1 > context {
+        bail!("--join-songs: context {context} is too short for a {tokens}-token join over {frames} frames");
+    }
+    let mut rng = SplitMix64::new(running as u64 ^ 0x101);
+    let mut ids = Vec::with_capacity(running + 2);
+    for s in 0..running {
+        let req = synthetic_song(&mut rng, context - frames - 2, s as u64, frames);
+        ids.push(stage.add_song_prefilled(req)?);
+    }
+    for _ in 0..WARMUP_FRAMES {
+        stage.step(&mut |_| {})?;
+    }
+    let mut steady = Vec::with_capacity(STEADY_STEPS);
+    for _ in 0..STEADY_STEPS {
+        let t = Instant::now();
+        stage.step(&mut |_| {})?;
+        steady.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let steady_device = stage.device_ms(running, DEVICE_REPLAYS)?;
+    let joining_device = stage.device_ms_joining(running, DEVICE_REPLAYS)?;
+    // Chunked: step until the joining song's first frame arrives.
+    let t0 = Instant::now();
+    let joiner = stage.add_song(synthetic_song(&mut rng, tokens, 777, 4))?;
+    ids.push(joiner);
+    let mut during = Vec::new();
+    let mut first = None;
+    while first.is_none() {
+        let t = Instant::now();
+        stage.step(&mut |ev| {
+            if let SongEvent::Frame { song, .. } = ev {
+                if song == joiner && first.is_none() {
+                    first = Some(t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        })?;
+        during.push(t.elapsed().as_secs_f64() * 1e3);
+        if during.len() > frames {
+            bail!("the joining song did not start within {frames} frames");
+        }
+    }
+    // Whole: the running songs' next frame waits for the prefill.
+    let t1 = Instant::now();
+    ids.push(stage.add_song_prefilled(synthetic_song(&mut rng, tokens, 778, 4))?);
+    stage.step(&mut |_| {})?;
+    let whole_gap = t1.elapsed().as_secs_f64() * 1e3;
+    for id in ids {
+        // A song that ended already is gone; the others are still running.
+        let _ = stage.cancel(id);
+    }
+    while stage.step(&mut |_| {})? > 0 {}
+    steady.sort_by(f64::total_cmp);
+    let base = steady[steady.len() / 2];
+    let max = during.iter().cloned().fold(0.0, f64::max);
+    let mean = during.iter().sum::<f64>() / during.len() as f64;
+    let pct = |x: f64| 100.0 * (x / base - 1.0);
+    let dev = match (steady_device, joining_device) {
+        (Some(s), Some(j)) => format!(
+            "; device {s:.3} ms/frame, {j:.3} ms with a chunk (+{:.1}%)",
+            100.0 * (j / s - 1.0)
+        ),
+        _ => String::new(),
+    };
+    println!(
+        "join of a {tokens}-token song beside {running} running: steady {base:.3} ms/frame{dev}; \
+         while it joins {} steps, mean {mean:.3} ms (+{:.1}%), max {max:.3} ms (+{:.1}%), its \
+         first frame {:.1} ms after admission; prefilled whole instead: a {whole_gap:.2} ms gap \
+         (+{:.1}%)",
+        during.len(),
+        pct(mean),
+        pct(max),
+        first.unwrap_or(f64::NAN),
+        pct(whole_gap)
+    );
     Ok(())
 }
 
@@ -200,7 +313,7 @@ fn bench_prefill(stage: &mut AnyStage, tokens: usize) -> Result<()> {
     for i in 0..PREFILL_REPEATS {
         let req = synthetic_song(&mut rng, tokens, i as u64, 1);
         let t = Instant::now();
-        let id = stage.add_song(req)?;
+        let id = stage.add_song_prefilled(req)?;
         ms.push(t.elapsed().as_secs_f64() * 1e3);
         stage.cancel(id)?;
     }
@@ -211,7 +324,7 @@ fn bench_prefill(stage: &mut AnyStage, tokens: usize) -> Result<()> {
         ms[0]
     );
     let req = synthetic_song(&mut rng, tokens, 99, 1);
-    let (id, ops) = stage.profile_ops(|s| s.add_song(req))?;
+    let (id, ops) = stage.profile_ops(|s| s.add_song_prefilled(req))?;
     stage.cancel(id)?;
     print_ops(&format!("prefill ops, {tokens} tokens"), ops);
     Ok(())
@@ -243,7 +356,8 @@ fn bench_point(
     let mut ids = Vec::with_capacity(songs);
     for s in 0..songs {
         let req = synthetic_song(&mut rng, prompt_len, s as u64, max_frames);
-        ids.push(stage.add_song(req)?);
+        // Every song runs from the first timed frame.
+        ids.push(stage.add_song_prefilled(req)?);
     }
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / songs as f64;
     for _ in 0..WARMUP_FRAMES {

@@ -50,11 +50,12 @@ fn validate(a: &PagedAttentionArgs<'_, CpuBackend>) -> Result<Paged> {
             ),
         ));
     }
-    let tokens = g.tokens();
+    // The call's tokens end here in `qkv` and `out`.
+    let end = a.first_token + g.tokens();
     let kv_dim = g.kv_heads * g.head_dim;
     let block_len = a.block_size * kv_dim;
     let num_blocks = a.k_cache.len() / block_len;
-    check::at_least(OP, "qkv", a.qkv.len(), tokens * g.qkv_width())?;
+    check::at_least(OP, "qkv", a.qkv.len(), end * g.qkv_width())?;
     check::at_least(OP, "v_cache", a.v_cache.len(), num_blocks * block_len)?;
     check::at_least(
         OP,
@@ -63,7 +64,7 @@ fn validate(a: &PagedAttentionArgs<'_, CpuBackend>) -> Result<Paged> {
         g.rows * a.max_blocks,
     )?;
     check::at_least(OP, "start", a.start.len(), g.rows)?;
-    check::at_least(OP, "out", a.out.len(), tokens * g.q_heads * g.head_dim)?;
+    check::at_least(OP, "out", a.out.len(), end * g.q_heads * g.head_dim)?;
     if g.time == 0 {
         return Ok(Paged {
             block_size: a.block_size,
@@ -117,7 +118,8 @@ pub(super) fn paged_attention(
         return Ok(());
     }
     let cache_len = pg.num_blocks * pg.block_size * pg.kv_dim;
-    let qkv = &a.qkv.0[..tokens * width];
+    let first = a.first_token;
+    let qkv = &a.qkv.0[first * width..(first + tokens) * width];
     let (tables, start) = (
         &a.block_tables.0[..g.rows * a.max_blocks],
         &a.start.0[..g.rows],
@@ -146,7 +148,7 @@ pub(super) fn paged_attention(
     let runs = g.q_heads / heads;
     let context_hint = start[0] as usize + g.time;
     let min_len = (TASK_WORK / (2 * heads * hd * context_hint).max(1)).max(1);
-    let out = &mut a.out.0[..tokens * g.q_heads * hd];
+    let out = &mut a.out.0[first * g.q_heads * hd..(first + tokens) * g.q_heads * hd];
     be.install(|| {
         out.par_chunks_mut(heads * hd)
             .with_min_len(min_len)

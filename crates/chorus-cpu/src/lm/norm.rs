@@ -147,7 +147,8 @@ pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -
         ));
     }
     let (tokens, width) = (g.tokens(), g.qkv_width());
-    check::at_least(OP, "qkv", a.qkv.len(), tokens * width)?;
+    let first = a.first_token;
+    check::at_least(OP, "qkv", a.qkv.len(), (first + tokens) * width)?;
     if let Some([q, k]) = a.qk_norm {
         check::at_least(OP, "q_norm", q.len(), hd)?;
         check::at_least(OP, "k_norm", k.len(), hd)?;
@@ -165,7 +166,7 @@ pub(super) fn qk_norm_rope(be: &CpuBackend, a: QkNormRopeArgs<'_, CpuBackend>) -
     let norms = a.qk_norm.map(|[q, k]| (&q.0[..hd], &k.0[..hd]));
     let (rope, eps, q_heads) = (&a.rope.0, a.eps, g.q_heads);
     let normed_heads = g.q_heads + g.kv_heads;
-    let qkv = &mut a.qkv.0[..tokens * width];
+    let qkv = &mut a.qkv.0[first * width..(first + tokens) * width];
     be.install(|| {
         qkv.par_chunks_mut(width)
             .with_min_len(grain(width))

@@ -82,6 +82,7 @@ impl Cache {
             .zeros(g.tokens() * Q_HEADS * HD, BufRole::Activation)
             .unwrap();
         be.paged_attention(PagedAttentionArgs {
+            first_token: 0,
             qkv: &buf(be, qkv),
             k_cache: &mut self.k,
             v_cache: &mut self.v,
@@ -267,6 +268,7 @@ fn paged_attention_handles_any_head_grouping() {
         );
         let mut out = be.zeros(9 * qh * HD, BufRole::Activation).unwrap();
         be.paged_attention(PagedAttentionArgs {
+            first_token: 0,
             qkv: &buf(&be, &seq.concat()),
             k_cache: &mut k,
             v_cache: &mut v,
@@ -364,6 +366,7 @@ fn paged_attention_rejects_bad_tables_and_buffers() {
     let mut attempt = |tables: &[i32], start: &[i32], out_len: usize| {
         let mut out = be.zeros(out_len, BufRole::Activation).unwrap();
         be.paged_attention(PagedAttentionArgs {
+            first_token: 0,
             qkv: &buf(&be, &qkv),
             k_cache: &mut cache.k,
             v_cache: &mut cache.v,

@@ -141,6 +141,7 @@ fn qk_norm_rope_case(with_norm: bool) {
         ints(&be, &start_host),
     );
     be.qk_norm_rope(QkNormRopeArgs {
+        first_token: 0,
         qkv: &mut qkv,
         qk_norm: with_norm.then_some([&qnb, &knb]),
         rope: &rb,
@@ -184,6 +185,7 @@ fn qk_norm_rope_case(with_norm: bool) {
     // Row 1 reaches position 8; a table of 8 positions is one short.
     let short = buf(&be, &rope[..8 * hd]);
     let r = be.qk_norm_rope(QkNormRopeArgs {
+        first_token: 0,
         qkv: &mut qkv,
         qk_norm: with_norm.then_some([&qnb, &knb]),
         rope: &short,

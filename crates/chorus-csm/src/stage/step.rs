@@ -89,7 +89,7 @@ impl<B: LmOps> TtsStage<B> {
             };
             frame_program(be, &model, bufs, call)
         };
-        self.pipe.run(&self.be, (bucket, half), &mut program)
+        self.pipe.run(&self.be, (bucket, half, 0), &mut program)
     }
 
     /// Writes the inputs of the utterances in `self.launch`; padding rows get the dummy slot and
@@ -220,7 +220,7 @@ impl<'s, B: LmOps> FrameLoop<'s> for TtsStage<B> {
         self.launch_utterances()
     }
 
-    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()> {
+    fn run_padding(&mut self, bucket: usize, half: usize, _variant: usize) -> Result<()> {
         self.launch.clear();
         self.stage_inputs(bucket, half)?;
         self.run_frame(bucket, half)

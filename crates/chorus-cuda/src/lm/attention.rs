@@ -188,12 +188,13 @@ pub(crate) fn paged_attention(
     let kv_dim = g.kv_heads * hd;
     let block_len = a.block_size * kv_dim;
     let num_blocks = a.k_cache.len / block_len;
-    need("qkv", a.qkv.len, tokens * g.qkv_width())?;
+    let first = a.first_token;
+    need("qkv", a.qkv.len, (first + tokens) * g.qkv_width())?;
     need("k_cache", a.k_cache.len, block_len)?;
     need("v_cache", a.v_cache.len, num_blocks * block_len)?;
     need("block_tables", a.block_tables.len, g.rows * a.max_blocks)?;
     need("start", a.start.len, g.rows)?;
-    need("out", a.out.len, tokens * g.q_heads * hd)?;
+    need("out", a.out.len, (first + tokens) * g.q_heads * hd)?;
     for (name, b) in [
         ("qkv", a.qkv),
         ("k_cache", &*a.k_cache),
@@ -243,8 +244,12 @@ pub(crate) fn paged_attention(
         group_pairs: i32::from(plan.group_pairs),
     };
     i32_of("qkv elements", tokens * g.qkv_width())?;
-    let (qkv, kc, vc) = (a.qkv.mem.ptr(), a.k_cache.mem.ptr(), a.v_cache.mem.ptr());
-    let (tables, start, out) = (a.block_tables.mem.ptr(), a.start.mem.ptr(), a.out.mem.ptr());
+    // The call's tokens start `first` tokens into `qkv` and `out`.
+    let esize = be.esize();
+    let qkv = a.qkv.mem.ptr() + (first * g.qkv_width() * esize) as u64;
+    let out = a.out.mem.ptr() + (first * g.q_heads * hd * esize) as u64;
+    let (kc, vc) = (a.k_cache.mem.ptr(), a.v_cache.mem.ptr());
+    let (tables, start) = (a.block_tables.mem.ptr(), a.start.mem.ptr());
     let vec = 16 / be.esize();
     be.launch(
         Kernel::LmPagedKvWrite,

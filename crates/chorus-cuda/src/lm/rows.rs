@@ -492,7 +492,7 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
         ));
     }
     let (tokens, width) = (g.tokens(), g.qkv_width());
-    check_len(OP, "qkv", a.qkv.len, tokens * width)?;
+    check_len(OP, "qkv", a.qkv.len, (a.first_token + tokens) * width)?;
     if let Some([q, k]) = a.qk_norm {
         check_len(OP, "q_norm", q.len, hd)?;
         check_len(OP, "k_norm", k.len, hd)?;
@@ -510,7 +510,7 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
             "`rope` must be stored in f32 (BufRole::Table)",
         ));
     }
-    let qkv = t_ptr(be, OP, "qkv", a.qkv)?;
+    let qkv = t_ptr(be, OP, "qkv", a.qkv)? + (a.first_token * width * be.esize()) as u64;
     // Without norms the kernel reads neither pointer; 0 keeps the alignment tests below true.
     let (q_norm, k_norm) = match a.qk_norm {
         Some([q, k]) => (t_ptr(be, OP, "q_norm", q)?, t_ptr(be, OP, "k_norm", k)?),

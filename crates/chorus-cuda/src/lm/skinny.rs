@@ -1,8 +1,9 @@
 //! Skinny LM products on the tensor cores (kernels/lm_skinny.cu): [`LmOps::fused_linear`] for at
 //! most [`SKINNY_MAX_ROWS`] rows in bf16, dense or int8 weights, the input's RMSNorm in the
 //! product's prologue and the residual add or SwiGLU in its epilogue. int8 products take it by
-//! default, dense ones in the batch-invariant mode; the rest (dense by default, more rows, f32
-//! storage, `k` not a multiple of its chunks) run the ops apart ([`fused_linear_apart`]).
+//! default, dense ones in the batch-invariant mode, which also takes more rows in groups of
+//! [`SKINNY_MAX_ROWS`]; the rest (dense by default, more rows, f32 storage, `k` not a multiple of
+//! its chunks) run the ops apart ([`fused_linear_apart`]).
 //!
 //! Every output is summed in one order fixed by `k` alone, so a row's bits do not depend on the
 //! other rows of the call (the batch invariance of `docs/protocol.md`).
@@ -66,7 +67,7 @@ impl CudaBackend {
         let chunk = if q8 { CHUNK_Q8 } else { CHUNK_DENSE };
         self.skinny_mma
             && self.precision == Precision::Bf16
-            && (1..=SKINNY_MAX_ROWS).contains(&a.n)
+            && ((1..=SKINNY_MAX_ROWS).contains(&a.n) || (self.batch_invariant && a.n > 0))
             && a.k.is_multiple_of(SKINNY_WARPS * chunk)
             && a.m >= 1
             && (a.epilogue != Epilogue::Swiglu || a.m.is_multiple_of(2))
@@ -167,6 +168,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
 }
 
 /// Device pointers of one launch (0: absent).
+#[derive(Clone, Copy)]
 struct Skinny {
     x: u64,
     w: u64,
@@ -177,7 +179,32 @@ struct Skinny {
     q8: bool,
 }
 
+/// Launches the product in groups of at most [`SKINNY_MAX_ROWS`] rows (more than one group only
+/// in the batch-invariant mode): a row's sums are fixed by `k` alone, whatever group holds it.
 fn launch(
+    be: &CudaBackend,
+    p: Skinny,
+    (n, k, m, epilogue): (usize, usize, usize, Epilogue),
+) -> Result<()> {
+    let cols = if epilogue == Epilogue::Swiglu {
+        m / 2
+    } else {
+        m
+    };
+    let esize = be.esize() as u64;
+    for r0 in (0..n).step_by(SKINNY_MAX_ROWS) {
+        let rows = (n - r0).min(SKINNY_MAX_ROWS);
+        let group = Skinny {
+            x: p.x + (r0 * k) as u64 * esize,
+            out: p.out + (r0 * cols) as u64 * esize,
+            ..p
+        };
+        launch_rows(be, group, (rows, k, m, epilogue))?;
+    }
+    Ok(())
+}
+
+fn launch_rows(
     be: &CudaBackend,
     p: Skinny,
     (n, k, m, epilogue): (usize, usize, usize, Epilogue),

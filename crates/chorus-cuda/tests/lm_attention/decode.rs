@@ -338,6 +338,7 @@ fn paged_decode_timing() {
         let k = key();
         be.run(k, &mut |b: &CudaBackend| {
             b.paged_attention(PagedAttentionArgs {
+                first_token: 0,
                 qkv: &qkv_b,
                 k_cache: &mut paged.k,
                 v_cache: &mut paged.v,

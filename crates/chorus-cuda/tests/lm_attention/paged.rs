@@ -78,16 +78,37 @@ impl<B: LmOps> Paged<B> {
 
     /// One call over `start.len()` rows of `qkv` (`[rows * time, width]`); returns the output.
     pub(crate) fn call(&mut self, be: &B, qkv: &[f32], start: &[i32]) -> Result<Vec<f32>> {
+        self.call_at(be, qkv, start, 0)
+    }
+
+    /// [`Paged::call`] with `first` other tokens before the call's own in `qkv` and `out`
+    /// (`first_token`): it must read and write its own tokens only.
+    pub(crate) fn call_at(
+        &mut self,
+        be: &B,
+        qkv: &[f32],
+        start: &[i32],
+        first: usize,
+    ) -> Result<Vec<f32>> {
+        const OTHER_IN: f32 = 7.5;
+        const OTHER_OUT: f32 = -3.0;
         let h = self.heads;
         let rows = start.len();
         let g = h.geom(rows, qkv.len() / h.width() / rows);
-        let qkv = be.upload(qkv, BufRole::Activation)?;
+        let mut padded = vec![OTHER_IN; first * h.width()];
+        padded.extend_from_slice(qkv);
+        let qkv = be.upload(&padded, BufRole::Activation)?;
         let start = ints(be, start)?;
-        let mut out = be.zeros(g.tokens() * h.q * h.hd, BufRole::Activation)?;
+        let n = h.q * h.hd;
+        let mut out = be.upload(
+            &vec![OTHER_OUT; (first + g.tokens()) * n],
+            BufRole::Activation,
+        )?;
         let (k, v, tables) = (&mut self.k, &mut self.v, &self.tables);
         let (block_size, max_blocks) = (self.block_size, self.max_blocks);
         be.run(key(), &mut |b: &B| {
             b.paged_attention(PagedAttentionArgs {
+                first_token: first,
                 qkv: &qkv,
                 k_cache: &mut *k,
                 v_cache: &mut *v,
@@ -99,7 +120,12 @@ impl<B: LmOps> Paged<B> {
                 max_blocks,
             })
         })?;
-        be.download(&out)
+        let mut got = be.download(&out)?;
+        assert!(
+            got[..first * n].iter().all(|&v| v == OTHER_OUT),
+            "paged_attention wrote outside its own tokens"
+        );
+        Ok(got.split_off(first * n))
     }
 }
 

@@ -4,8 +4,9 @@ use super::*;
 use crate::paged::*;
 
 /// Outputs of three schedules of two 48-token rows (blocks of 16, NaN-filled caches): a prefill of
-/// 40 then 8 decode steps; one prefill of 48; a chunked prefill of 24 + 16 then 8 decode steps.
-/// Each output is `[48 positions][2 rows][q_heads * head_dim]`.
+/// 40 then 8 decode steps; one prefill of 48; a chunked prefill of 24 + 16 then 8 decode steps,
+/// the chunk and the steps after other tokens of their `qkv` (`first_token` 5 and 3, as a prompt
+/// chunk follows a frame's decode rows). Each output is `[48 positions][2 rows][q_heads * head_dim]`.
 fn prefill_schedules<B: LmOps>(
     be: &B,
     h: Heads,
@@ -38,9 +39,13 @@ fn prefill_schedules<B: LmOps>(
     let mut c = Vec::new();
     let mut paged = fresh()?;
     push(&mut c, &paged.call(be, &qkv(0, 24), &[0, 0])?, 24);
-    push(&mut c, &paged.call(be, &qkv(24, 40), &[24, 24])?, 16);
+    push(&mut c, &paged.call_at(be, &qkv(24, 40), &[24, 24], 5)?, 16);
     for t in 40..48 {
-        push(&mut c, &paged.call(be, &qkv(t, t + 1), &[t as i32; 2])?, 1);
+        push(
+            &mut c,
+            &paged.call_at(be, &qkv(t, t + 1), &[t as i32; 2], 3)?,
+            1,
+        );
     }
     Ok([a, b, c])
 }

@@ -35,6 +35,7 @@ fn length_errors_name_op_and_buffer() {
         let start = be.ints(2, 0).unwrap();
         let err = be
             .qk_norm_rope(QkNormRopeArgs {
+                first_token: 0,
                 qkv: &mut qkv,
                 qk_norm: Some([&norm, &norm]),
                 rope: &rope,

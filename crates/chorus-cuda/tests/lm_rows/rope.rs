@@ -16,6 +16,10 @@ pub(crate) fn rope_table(max_pos: usize, head_dim: usize, theta: f64) -> Vec<f32
     t
 }
 
+/// Tokens of other calls before each call's own in `qkv` (`first_token`): they must come back
+/// untouched.
+const OTHER_TOKENS: usize = 2;
+
 /// Two replays: the second with new start positions (device data, read afresh by the graph).
 fn run_qk<B: LmOps>(
     be: &B,
@@ -38,12 +42,15 @@ fn run_qk<B: LmOps>(
                 be.fill_ints(&mut start, i, v)?;
             }
         }
-        let mut qkv = be.upload(
-            &rvec(&mut r, geom.tokens() * geom.qkv_width(), 3.0),
-            BufRole::Activation,
-        )?;
+        let input = rvec(
+            &mut r,
+            (OTHER_TOKENS + geom.tokens()) * geom.qkv_width(),
+            3.0,
+        );
+        let mut qkv = be.upload(&input, BufRole::Activation)?;
         be.run(0, &mut |b: &B| {
             b.qk_norm_rope(QkNormRopeArgs {
+                first_token: OTHER_TOKENS,
                 qkv: &mut qkv,
                 qk_norm: normed.then_some([&q_norm, &k_norm]),
                 rope: &rope,
@@ -52,7 +59,16 @@ fn run_qk<B: LmOps>(
                 eps: 1e-6,
             })
         })?;
-        results.push(be.download(&qkv)?);
+        let mut got = be.download(&qkv)?;
+        let own = OTHER_TOKENS * geom.qkv_width();
+        // Bf16 storage rounds the untouched tokens once, on upload.
+        let rounded = be.download(&be.upload(&input[..own], BufRole::Activation)?)?;
+        assert_eq!(
+            got[..own],
+            rounded[..],
+            "qk_norm_rope wrote outside its own tokens"
+        );
+        results.push(got.split_off(own));
     }
     Ok(results)
 }

@@ -166,6 +166,7 @@ fn replay_timing_decode_shapes() {
         report("swiglu 256x12288", us, 3.0 * (rows * inter) as f64 * es);
         let us = time_op(&be, 7, REPS, &mut |b| {
             b.qk_norm_rope(QkNormRopeArgs {
+                first_token: 0,
                 qkv: &mut qkv,
                 qk_norm: Some([&w, &w]),
                 rope: &rope,

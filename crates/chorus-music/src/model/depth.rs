@@ -117,6 +117,7 @@ pub fn depth_forward<B: LmOps>(
             max_blocks: 1,
         },
         out: Some(out),
+        chunk: None,
     };
     decoder_stack(be, &stack, call)
 }

@@ -5,13 +5,16 @@
 //! row) over one shared KV pool. Admission reserves the song's worst case (prompt + max frames + 1
 //! positions, both rows), so a running song never waits for blocks; blocks are taken as positions
 //! grow and returned when the song ends. Every active song runs in every step, padded up to a
-//! bucket with the dummy slot and the null block.
+//! bucket with the dummy slot and the null block. A song that joins while others run is
+//! prefilled in chunks inside their frames (`chunk.rs`); one that joins an idle stage is
+//! prefilled whole at once.
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_lm::{layer_caches, LayerCache, Pipeline, Seat, Seats};
 
+use crate::chunk::{ChunkInputs, PREFILL_CHUNK};
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
 use crate::frame::{FrameBufs, Models};
@@ -39,6 +42,9 @@ pub struct StageOptions {
     pub max_prompt: usize,
     /// Longest song in positions per row (prompt + frames + 1).
     pub max_context: usize,
+    /// Prompt tokens per row a frame prefills for a song joining running ones (at most
+    /// `max_context`); 0: every prompt is prefilled whole when its song is admitted.
+    pub prefill_chunk: usize,
 }
 
 impl StageOptions {
@@ -59,6 +65,7 @@ impl StageOptions {
             block_size: DEFAULT_BLOCK_SIZE,
             max_prompt: MAX_PROMPT_TOKENS.min(max_context),
             max_context,
+            prefill_chunk: PREFILL_CHUNK.min(max_context),
         })
     }
 }
@@ -79,12 +86,22 @@ struct Song {
     seed: u64,
     allow_end: bool,
     forced: Option<Vec<[u32; LEVELS]>>,
+    /// The prompt while it is prefilled in chunks; `None` once the song runs frames.
+    joining: Option<Joining>,
+}
+
+/// A joining song's prompt and how much of it is prefilled.
+struct Joining {
+    prompt: crate::prompt::PromptIds,
+    done: usize,
 }
 
 /// One half of a bucket's step I/O (chorus-lm's [`Pipeline`] keeps two per bucket).
 struct Half<B: LmOps> {
     inputs: FrameInputs<B>,
     outputs: FrameOutputs<B>,
+    /// A prompt chunk's inputs (when the stage prefills in chunks).
+    chunk: Option<ChunkInputs<B>>,
 }
 
 /// What the host needs to read a launched frame: its songs in row order, with the loop frame
@@ -134,8 +151,9 @@ impl<B: LmOps> SemanticStage<B> {
             || opts.max_prompt > MAX_CONTEXT
             || opts.max_prompt < 3
             || opts.block_size == 0
+            || opts.prefill_chunk > opts.max_context
         {
-            return Err(Error::config(OP, format!("max_context {} (<= {MAX_CONTEXT}), max_prompt {} (3..={MAX_CONTEXT}), block_size {} out of range", opts.max_context, opts.max_prompt, opts.block_size)));
+            return Err(Error::config(OP, format!("max_context {} (<= {MAX_CONTEXT}), max_prompt {} (3..={MAX_CONTEXT}), block_size {}, prefill_chunk {} (<= max_context) out of range", opts.max_context, opts.max_prompt, opts.block_size, opts.prefill_chunk)));
         }
         let (lm, depth) = (model.lm_config.clone(), model.depth_config.clone());
         let max_blocks = blocks_for(opts.max_context, opts.block_size);
@@ -149,11 +167,15 @@ impl<B: LmOps> SemanticStage<B> {
             depth: &depth,
             w: &w,
         };
-        let bufs = FrameBufs::new(&be, &models, largest)?;
+        let chunk = opts.prefill_chunk;
+        let bufs = FrameBufs::new(&be, &models, largest, chunk)?;
         let pipe = Pipeline::new(&be, &opts.buckets, |songs| {
             Ok(Half {
                 inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
                 outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
+                chunk: (chunk > 0)
+                    .then(|| ChunkInputs::new(&be, chunk, max_blocks))
+                    .transpose()?,
             })
         })?;
         let prefill = PrefillBufs::new(&be, &models, opts.max_prompt, max_blocks)?;
@@ -193,9 +215,15 @@ impl<B: LmOps> SemanticStage<B> {
         &self.lm
     }
 
-    /// Songs admitted and not yet ended (a song whose last frame is in flight still counts).
+    /// Songs admitted and not yet ended (a song whose last frame is in flight still counts, and
+    /// so does a song whose prompt is still being prefilled).
     pub fn active(&self) -> usize {
         self.songs.len()
+    }
+
+    /// Songs whose prompt is still being prefilled in chunks.
+    pub fn joining(&self) -> usize {
+        self.songs.iter().filter(|s| s.joining.is_some()).count()
     }
 
     /// KV blocks `(in use, available to new songs, usable in all)`.
@@ -208,8 +236,21 @@ impl<B: LmOps> SemanticStage<B> {
         prompt_len + max_frames + 1
     }
 
-    /// Admits a song and prefills its prompt; on any error nothing changes.
+    /// Admits a song; on any error nothing changes. An idle stage prefills its prompt at once;
+    /// beside running songs it is prefilled in chunks within their next frames, and the song's
+    /// first frame follows its last chunk.
     pub fn add_song(&mut self, req: SongRequest) -> Result<SongId> {
+        let chunked = self.opts.prefill_chunk > 0 && !self.songs.is_empty();
+        self.admit(req, chunked)
+    }
+
+    /// Admits a song and prefills its whole prompt at once, whatever runs (the running songs'
+    /// next frame waits for it); on any error nothing changes.
+    pub fn add_song_prefilled(&mut self, req: SongRequest) -> Result<SongId> {
+        self.admit(req, false)
+    }
+
+    fn admit(&mut self, req: SongRequest, chunked: bool) -> Result<SongId> {
         const OP: &str = "SemanticStage::add_song";
         req.validate(self.depth.audio_vocab_size)?;
         let p = req.prompt.len();
@@ -249,10 +290,11 @@ impl<B: LmOps> SemanticStage<B> {
             return Err(Error::input(OP, format!("prompt {p} + {} frames + 1 = {positions} positions exceed the stage's max context {}", req.max_frames, self.opts.max_context)));
         }
         let mut seat = self.seats.admit(positions, "song")?;
-        // Blocks for the prompt and for the first feedback position P.
+        // Blocks for the prompt and for the first feedback position P (a short prompt's chunk
+        // padding past them lands in the null block, which nothing real reads).
         self.seats.grow(&mut seat, p + 1);
         let (mode, seed) = req.sampling.device();
-        let song = Song {
+        let mut song = Song {
             id: self.next_id,
             seat,
             prompt_len: p,
@@ -263,8 +305,14 @@ impl<B: LmOps> SemanticStage<B> {
             seed,
             allow_end: req.allow_end,
             forced: req.forced,
+            joining: None,
         };
-        if let Err(e) = self.run_prefill(&song, &req.prompt) {
+        if chunked {
+            song.joining = Some(Joining {
+                prompt: req.prompt,
+                done: 0,
+            });
+        } else if let Err(e) = self.run_prefill(&song, &req.prompt) {
             self.finish(song);
             return Err(e);
         }

@@ -5,12 +5,13 @@
 //! output is discarded.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{LmOps, Result};
+use chorus_core::{Error, LmOps, Result};
 
 use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Launched, SemanticStage};
+use crate::chunk::{plan, ChunkPlan, PAD_TOKEN};
 use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
 use crate::frame::{frame_program, FrameCall, Models};
 use crate::song::{EndReason, SongEvent, LEVELS};
@@ -34,22 +35,36 @@ impl<B: LmOps> SemanticStage<B> {
         self.pipe.keys()
     }
 
-    /// Picks the songs with a frame left, stages their inputs and launches the frame (the
-    /// pipeline then holds it as the frame in flight); returns the songs launched.
+    /// Like [`SemanticStage::bucket_keys`], of the frames that also prefill a prompt chunk
+    /// (none when the stage prefills whole prompts).
+    pub fn chunk_bucket_keys(&self) -> Vec<(usize, usize)> {
+        if self.opts.prefill_chunk == 0 {
+            return Vec::new();
+        }
+        (0..self.pipe.buckets.len())
+            .map(|b| (self.pipe.buckets[b].size, self.pipe.key(b, 0, 1)))
+            .collect()
+    }
+
+    /// Picks the songs with a frame left and the first joining song's next prompt chunk, stages
+    /// their inputs and launches the frame (the pipeline then holds it as the frame in flight);
+    /// returns the songs launched, the joining one included.
     fn launch_songs(&mut self) -> Result<usize> {
         self.launch.clear();
         for (i, s) in self.songs.iter().enumerate() {
             let forced_left = s.forced.as_ref().is_none_or(|f| s.frame < f.len());
             // Loop frames 0..=max_frames emit max_frames frames; none runs past the reservation.
-            if s.frame <= s.max_frames && forced_left {
+            if s.joining.is_none() && s.frame <= s.max_frames && forced_left {
                 self.launch.push(i);
             }
         }
+        let joining = self.songs.iter().position(|s| s.joining.is_some());
         self.last.0.clear();
-        if self.launch.is_empty() {
+        if self.launch.is_empty() && joining.is_none() {
             return Ok(0);
         }
-        let bucket = self.pipe.pick(self.launch.len())?;
+        // A frame of padding alone carries a chunk when no song runs yet.
+        let bucket = self.pipe.pick(self.launch.len().max(1))?;
         let half = self.pipe.half();
         for &i in &self.launch {
             let s = &mut self.songs[i];
@@ -57,7 +72,19 @@ impl<B: LmOps> SemanticStage<B> {
             self.seats.grow(&mut s.seat, pos + 1);
         }
         self.stage_inputs(bucket, half)?;
-        self.run_frame(bucket, half)?;
+        let plan = match joining {
+            Some(j) => Some((j, self.stage_chunk(bucket, half, Some(j))?)),
+            None => None,
+        };
+        self.run_frame(bucket, half, plan.is_some())?;
+        if let Some((j, plan)) = plan {
+            let s = &mut self.songs[j];
+            if plan.last.is_some() {
+                s.joining = None;
+            } else if let Some(jn) = s.joining.as_mut() {
+                jn.done = plan.done;
+            }
+        }
         let mut rows = Vec::with_capacity(self.launch.len());
         for &i in &self.launch {
             let s = &mut self.songs[i];
@@ -68,11 +95,77 @@ impl<B: LmOps> SemanticStage<B> {
         self.last.1 = bucket;
         self.last.2 = half;
         self.pipe.launched(bucket, rows);
-        Ok(self.last.0.len())
+        Ok(self.last.0.len() + usize::from(plan.is_some()))
     }
 
-    /// Queues bucket `bucket`'s frame program on half `half` and records that half's marker.
-    fn run_frame(&mut self, bucket: usize, half: usize) -> Result<()> {
+    /// Stages the next prompt chunk of song `song` (`None`: a chunk of padding alone, for warm-up)
+    /// into `bucket`'s `half`; returns where the chunk lies.
+    fn stage_chunk(
+        &mut self,
+        bucket: usize,
+        half: usize,
+        song: Option<usize>,
+    ) -> Result<ChunkPlan> {
+        let be = &self.be;
+        let rows = 2 * self.pipe.buckets[bucket].size;
+        let Some(c) = self.pipe.buckets[bucket].halves[half].chunk.as_mut() else {
+            return Err(Error::config(
+                "SemanticStage::stage_chunk",
+                "the stage was built without chunked prefill (prefill_chunk 0)",
+            ));
+        };
+        let n = c.chunk;
+        let dummy = self.opts.max_songs as i32;
+        let s = song.map(|i| &self.songs[i]);
+        let jn = s.and_then(|s| s.joining.as_ref());
+        let plan = match jn {
+            Some(j) => plan(j.done, j.prompt.len(), n),
+            None => ChunkPlan {
+                start: 0,
+                done: 0,
+                last: None,
+            },
+        };
+        let ids = be.pinned_ints_nowait(&mut c.ids.host);
+        for (r, row) in ids.chunks_exact_mut(n).enumerate() {
+            let src = jn.map(|j| {
+                if r == 0 {
+                    &j.prompt.cond
+                } else {
+                    &j.prompt.uncond
+                }
+            });
+            for (t, v) in row.iter_mut().enumerate() {
+                let tok = src.and_then(|p| p.get(plan.start + t)).copied();
+                *v = tok.unwrap_or(PAD_TOKEN) as i32;
+            }
+        }
+        be.pinned_ints_nowait(&mut c.start.host)
+            .fill(plan.start as i32);
+        self.seats.fill_tables(
+            s.map(|s| &s.seat),
+            be.pinned_ints_nowait(&mut c.tables.host),
+        );
+        let last = plan.last.unwrap_or(0);
+        for (r, v) in be
+            .pinned_ints_nowait(&mut c.pick.host)
+            .iter_mut()
+            .enumerate()
+        {
+            // Row `r`'s tokens follow the frame's rows in the LM step.
+            *v = (rows + r * n + last) as i32;
+        }
+        let slot = match (s, plan.last) {
+            (Some(s), Some(_)) => s.seat.slot as i32,
+            _ => dummy,
+        };
+        be.pinned_ints_nowait(&mut c.slot.host)[0] = slot;
+        Ok(plan)
+    }
+
+    /// Queues bucket `bucket`'s frame program on half `half` (with the staged prompt chunk if
+    /// `with_chunk`) and records that half's marker.
+    fn run_frame(&mut self, bucket: usize, half: usize, with_chunk: bool) -> Result<()> {
         let size = self.pipe.buckets[bucket].size;
         let models = Models {
             lm: &self.lm,
@@ -91,10 +184,13 @@ impl<B: LmOps> SemanticStage<B> {
                 songs: size,
                 block_size,
                 max_blocks,
+                chunk: io.chunk.as_mut().filter(|_| with_chunk),
             };
             frame_program(be, &models, bufs, call)
         };
-        self.pipe.run(&self.be, (bucket, half), &mut program)
+        let variant = usize::from(with_chunk);
+        self.pipe
+            .run(&self.be, (bucket, half, variant), &mut program)
     }
 
     /// Writes the per-song inputs of the songs in `self.launch`; padding rows get the dummy slot
@@ -229,10 +325,19 @@ impl<'s, B: LmOps> FrameLoop<'s> for SemanticStage<B> {
         self.launch_songs()
     }
 
-    fn run_padding(&mut self, bucket: usize, half: usize) -> Result<()> {
+    fn run_padding(&mut self, bucket: usize, half: usize, variant: usize) -> Result<()> {
         self.launch.clear();
         self.stage_inputs(bucket, half)?;
-        self.run_frame(bucket, half)
+        let with_chunk = variant == 1;
+        if with_chunk {
+            self.stage_chunk(bucket, half, None)?;
+        }
+        self.run_frame(bucket, half, with_chunk)
+    }
+
+    fn variants(&self) -> usize {
+        // Frames without a chunk, and with one when the stage prefills in chunks.
+        1 + usize::from(self.opts.prefill_chunk > 0)
     }
 
     fn collect(&mut self, prev: &Pending<Launched>, sink: &mut Self::Sink) -> Result<()> {
