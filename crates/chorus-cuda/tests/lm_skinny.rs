@@ -134,8 +134,9 @@ fn fused_products_match_the_cpu() {
             return;
         };
         let mut key = 0;
-        // Row counts at every tile edge and past the kernel (65: the ops apart); a last weight
-        // tile cut short (m 1000 and 520); k 512 (one chunk per warp slice) to 4096.
+        // Row counts at every tile edge and past one launch (65 and 130: the ops apart, or row
+        // groups in the invariant mode); a last weight tile cut short (m 1000 and 520); k 512 (one
+        // chunk per warp slice) to 4096.
         for (n, k, m) in [
             (1, 4096, 1000),
             (2, 512, 520),
@@ -146,6 +147,7 @@ fn fused_products_match_the_cpu() {
             (33, 1024, 1000),
             (64, 512, 520),
             (65, 512, 256),
+            (130, 512, 520),
         ] {
             for epilogue in EPILOGUES {
                 for (norm, q8) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -164,8 +166,7 @@ fn fused_products_match_the_cpu() {
                     assert_parity(&c.name(), precision, &got, &want);
                     let took = cuda.skinny_products() > before;
                     let expect = precision == Precision::Bf16
-                        && n <= chorus_cuda::SKINNY_MAX_ROWS
-                        && (q8 || invariant);
+                        && ((n <= chorus_cuda::SKINNY_MAX_ROWS && q8) || invariant);
                     let name = format!("{} invariant={invariant}", c.name());
                     assert_eq!(took, expect, "{name}: skinny kernel taken");
                     key += 1;
@@ -239,7 +240,15 @@ fn a_rows_bits_do_not_depend_on_the_other_rows() {
             let all = run(&cuda, &full, &d, key);
             key += 1;
             let cols = full.out_cols();
-            for (n, at, src) in [(1, 0, 5), (2, 0, 40), (9, 4, 63), (33, 20, 0)] {
+            // 65 and 130 rows: the second and third launch's row groups.
+            for (n, at, src) in [
+                (1, 0, 5),
+                (2, 0, 40),
+                (9, 4, 63),
+                (33, 20, 0),
+                (65, 64, 7),
+                (130, 100, 50),
+            ] {
                 // `src`'s row placed at `at` among other rows of the full input.
                 let c = Case { n, ..full };
                 let mut dd = data(&c, 99 + n as u64);
