@@ -98,7 +98,7 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 #define PA_THREADS 128
 #define PA_UNROLL 4
 
-template <int D, int G, bool OWN>
+template <int D, int G, bool OWN, bool PIPE>
 __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __restrict__ k_cache,
                                           const T* __restrict__ v_cache, const int* __restrict__ tables,
                                           const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
@@ -159,15 +159,14 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
         }
     }
 
-    for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
+    // Loads the keys and values of the step at key k0. Keys past the split reload its last key (a
+    // valid position) and are masked. The group's keys start at a multiple of PA_UNROLL (splits
+    // are multiples of 64 positions), so with `grouped` they lie in one block: one table lookup.
+    auto load_step = [&](int k0, uint4 (&kr)[PA_UNROLL][VPL], uint4 (&vr)[PA_UNROLL][VPL]) {
         int kfirst = k0 + koff;
-        // Keys past the split reload its last key (a valid position) and are masked below. The
-        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions), so
-        // with `grouped` they lie in one block: one table lookup.
         int kpos = min(kfirst, k_end - 1);
         int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
         long long e0 = pa_entry(table, kpos, d);
-        uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
 #pragma unroll
         for (int u = 0; u < PA_UNROLL; ++u) {
             long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
@@ -178,6 +177,10 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
                 vr[u][j] = *reinterpret_cast<const uint4*>(v_head + e + (li + j * L) * VEC);
             }
         }
+    };
+    // Scores, the streaming softmax and the value sums of the step at key k0.
+    auto compute_step = [&](int k0, const uint4 (&kr)[PA_UNROLL][VPL], const uint4 (&vr)[PA_UNROLL][VPL]) {
+        int kfirst = k0 + koff;
         float sc[G][PA_UNROLL];
 #pragma unroll
         for (int u = 0; u < PA_UNROLL; ++u) {
@@ -236,6 +239,32 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
                     acc[g][c] += sc[g][u] * vf[c];
                 }
             }
+        }
+    };
+    if constexpr (!PIPE) {
+        for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
+            uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
+            load_step(k0, kr, vr);
+            compute_step(k0, kr, vr);
+        }
+    } else {
+        // Two named register sets (not one array indexed by a variable, which would live in local
+        // memory): the next step's loads are in flight while this step computes. The arithmetic
+        // and its order are those of the plain loop.
+        uint4 ka[PA_UNROLL][VPL], va[PA_UNROLL][VPL], kb[PA_UNROLL][VPL], vb[PA_UNROLL][VPL];
+        load_step(k_begin, ka, va);
+        for (int k0 = k_begin; k0 < k_end; k0 += 2 * kstep) {
+            if (k0 + kstep < k_end) {
+                load_step(k0 + kstep, kb, vb);
+            }
+            compute_step(k0, ka, va);
+            if (k0 + kstep >= k_end) {
+                break;
+            }
+            if (k0 + 2 * kstep < k_end) {
+                load_step(k0 + 2 * kstep, ka, va);
+            }
+            compute_step(k0 + kstep, kb, vb);
         }
     }
 
@@ -309,7 +338,12 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
 
 #define PA_DECODE_CASE(DD, GG, OWN)                                                       \
     if (d.head_dim == DD && group == GG) {                                                \
-        pa_decode<DD, GG, OWN>(qkv, k_cache, v_cache, tables, start, out, part, d);       \
+        pa_decode<DD, GG, OWN, false>(qkv, k_cache, v_cache, tables, start, out, part, d); \
+        return;                                                                           \
+    }
+#define PA_DECODE_PIPE_CASE(DD, GG)                                                      \
+    if (d.head_dim == DD && group == GG) {                                                \
+        pa_decode<DD, GG, false, true>(qkv, k_cache, v_cache, tables, start, out, part, d); \
         return;                                                                           \
     }
 
@@ -337,6 +371,26 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
     PA_DECODE_CASE(64, 2, false)
     PA_DECODE_CASE(256, 2, false)
     PA_DECODE_CASE(256, 4, false)
+}
+
+// lm_paged_attention with the next step's keys and values loading while a step computes (twice
+// the registers, so three blocks per multiprocessor instead of four); splits only (group_pairs
+// stays on lm_paged_attention). The same shapes, the same arithmetic in the same order.
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 3)
+    lm_paged_attention_pipe(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                            const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out,
+                            float* __restrict__ part, PagedDims d) {
+    pdl_enter();
+    int group = d.q_heads / d.kv_heads;
+    PA_DECODE_PIPE_CASE(128, 4)
+    PA_DECODE_PIPE_CASE(256, 1)
+    PA_DECODE_PIPE_CASE(64, 4)
+    PA_DECODE_PIPE_CASE(128, 1)
+    PA_DECODE_PIPE_CASE(128, 2)
+    PA_DECODE_PIPE_CASE(64, 1)
+    PA_DECODE_PIPE_CASE(64, 2)
+    PA_DECODE_PIPE_CASE(256, 2)
+    PA_DECODE_PIPE_CASE(256, 4)
 }
 
 // Merges the splits of lm_paged_attention: one block per (row, query head). The row's active

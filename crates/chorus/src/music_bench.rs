@@ -274,12 +274,17 @@ fn bench_join(stage: &mut AnyStage, running: usize, context: usize, tokens: usiz
         "join of a {tokens}-token song beside {running} running: steady {base:.3} ms/frame{dev}; \
          while it joins {} steps, mean {mean:.3} ms (+{:.1}%), max {max:.3} ms (+{:.1}%), its \
          first frame {:.1} ms after admission; prefilled whole instead: a {whole_gap:.2} ms gap \
-         (+{:.1}%)",
+         (+{:.1}%); steps while it joined (ms): {}",
         during.len(),
         pct(mean),
         pct(max),
         first.unwrap_or(f64::NAN),
-        pct(whole_gap)
+        pct(whole_gap),
+        during
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     Ok(())
 }

@@ -35,6 +35,8 @@ const GENERAL_WARPS: usize = 4;
 /// blocks costs more than the longer splits of one (H200, 8 songs at 8,000 positions: 159 us in
 /// one wave, 209 us in 1.2).
 const DECODE_BLOCKS_PER_SM: usize = 4;
+/// The same for the pipelined decode kernel (`lm_paged_attention_pipe`: at most 170 registers).
+const DECODE_PIPE_BLOCKS_PER_SM: usize = 3;
 /// Positions per split: a multiple of this, within [`SPLIT_QUANTUM`, `SPLIT_MAX`] (long splits
 /// only when there are enough (row, kv head) pairs to fill the GPU anyway).
 const SPLIT_QUANTUM: usize = 64;
@@ -112,14 +114,13 @@ pub(crate) struct DecodePlan {
     pub group_pairs: bool,
 }
 
-/// The decode plan for `sm_count` multiprocessors: short contexts without GQA take `group_pairs`;
-/// otherwise
-/// `rows * kv_heads * splits` blocks fill at most one wave of [`DECODE_BLOCKS_PER_SM`] per
-/// multiprocessor for contexts of `max_blocks * block_size` positions (blocks past a row's real
+/// The decode plan for `sm_count` multiprocessors holding `per_sm` decode blocks each: short
+/// contexts without GQA take `group_pairs`; otherwise `rows * kv_heads * splits` blocks fill at
+/// most one wave for contexts of `max_blocks * block_size` positions (blocks past a row's real
 /// context exit at once), each split a multiple of [`SPLIT_QUANTUM`] positions and at most
 /// [`SPLIT_MAX`]; with `invariant`, every split is [`SPLIT_INVARIANT`] positions whatever the rows.
 pub(crate) fn decode_plan(
-    sm_count: usize,
+    (sm_count, per_sm): (usize, usize),
     g: &HeadGeom,
     block_size: usize,
     max_blocks: usize,
@@ -134,7 +135,7 @@ pub(crate) fn decode_plan(
         };
     }
     let pairs = (g.rows * g.kv_heads).max(1);
-    let wanted = (DECODE_BLOCKS_PER_SM * sm_count / pairs).max(1);
+    let wanted = (per_sm * sm_count / pairs).max(1);
     let split_len = if invariant {
         SPLIT_INVARIANT
     } else {
@@ -206,9 +207,14 @@ pub(crate) fn paged_attention(
     if tokens == 0 {
         return Ok(());
     }
+    let per_sm = if be.attention_pipeline {
+        DECODE_PIPE_BLOCKS_PER_SM
+    } else {
+        DECODE_BLOCKS_PER_SM
+    };
     let plan = if decode_fits(&g) {
         decode_plan(
-            be.sm_count,
+            (be.sm_count, per_sm),
             &g,
             a.block_size,
             a.max_blocks,
@@ -275,8 +281,13 @@ pub(crate) fn paged_attention(
         } else {
             0u64
         };
+        let kernel = if be.attention_pipeline && !plan.group_pairs {
+            Kernel::LmPagedAttentionPipe
+        } else {
+            Kernel::LmPagedAttention
+        };
         be.launch(
-            Kernel::LmPagedAttention,
+            kernel,
             Launch {
                 grid: blocks,
                 block: DECODE_THREADS,
@@ -331,7 +342,13 @@ mod tests {
         let wave = DECODE_BLOCKS_PER_SM * 132;
         for rows in [1, 2, 6, 16, 40, 64, 256] {
             for (max_blocks, bs) in [(55, 256), (12, 256), (188, 16), (3, 64)] {
-                let p = decode_plan(132, &geom(rows, 8), bs, max_blocks, false);
+                let p = decode_plan(
+                    (132, DECODE_BLOCKS_PER_SM),
+                    &geom(rows, 8),
+                    bs,
+                    max_blocks,
+                    false,
+                );
                 let ctx = bs * max_blocks;
                 assert!(!p.group_pairs);
                 assert!(p.splits * p.split_len >= ctx && (p.splits - 1) * p.split_len < ctx);
@@ -343,25 +360,27 @@ mod tests {
             }
         }
         // Qwen3, one song (16 pairs) at 14,080 positions: 32 splits of 448, 512 blocks.
-        let p = decode_plan(132, &geom(2, 8), 256, 55, false);
+        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(2, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (32, 448));
         // 128 songs: one pass per 2,048 positions.
-        let p = decode_plan(132, &geom(256, 8), 256, 55, false);
+        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(256, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (7, 2048));
         // The depth decoder (16/16 heads): one block of 16 positions.
         let depth = HeadGeom {
             q_heads: 16,
             ..geom(256, 16)
         };
-        let p = decode_plan(132, &depth, 16, 1, false);
+        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &depth, 16, 1, false);
         assert!(p.group_pairs && p.splits == 1 && p.split_len == 16);
-        assert!(!decode_plan(132, &geom(256, 16), 16, 1, false).group_pairs);
+        assert!(
+            !decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(256, 16), 16, 1, false).group_pairs
+        );
     }
 
     #[test]
     fn invariant_plan_splits_by_position_alone() {
         for rows in [1, 2, 16, 64, 256] {
-            let p = decode_plan(132, &geom(rows, 8), 256, 55, true);
+            let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(rows, 8), 256, 55, true);
             assert_eq!(
                 (p.splits, p.split_len),
                 ((256 * 55usize).div_ceil(SPLIT_INVARIANT), SPLIT_INVARIANT),
