@@ -21,7 +21,22 @@ struct PagedDims {
     int grouped;
     // Decode kernel: one (row, kv head) pair per key group (see pa_decode).
     int group_pairs;
+    // Decode kernel: each row's context spread over its splits (pa_split_len).
+    int adaptive;
 };
+
+// Positions per split of a row of n positions: fixed (the batch-invariant mode), or with
+// `adaptive` the row's context spread over its `splits` blocks in multiples of PA_SPLIT_QUANTUM
+// (mirrors SPLIT_QUANTUM), so that a stage sized for long contexts still spreads short ones over
+// its blocks; `split_len` is then the longest split any row can need.
+#define PA_SPLIT_QUANTUM 64
+__device__ __forceinline__ int pa_split_len(int n, const PagedDims& d) {
+    if (!d.adaptive) {
+        return d.split_len;
+    }
+    int per = (n + d.splits - 1) / d.splits;
+    return max(PA_SPLIT_QUANTUM, (per + PA_SPLIT_QUANTUM - 1) / PA_SPLIT_QUANTUM * PA_SPLIT_QUANTUM);
+}
 
 // Element offset of position kp's entry in a cache (kv head 0). Block ids are data: an id outside
 // the pool (a caller bug the host cannot see without a sync) is clamped so that nothing outside the
@@ -82,8 +97,8 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 // ------------------------------------------------------------------------------------------------
 // Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
 // share the kv head, so every key and value row is read once for the group. Its keys are the
-// positions [split * split_len, min((split + 1) * split_len, p + 1)); a split past the row's
-// context exits at once (the grid is sized for max_blocks * block_size positions, the contexts
+// positions [split * split_len, min((split + 1) * split_len, p + 1)) (split_len: pa_split_len);
+// a split past the row's context exits at once (the grid is sized for max_blocks * block_size positions, the contexts
 // are data).
 //
 // Lanes are grouped by L (a key row's 16-byte vectors, at most a warp); each group streams its own
@@ -98,7 +113,7 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 #define PA_THREADS 128
 #define PA_UNROLL 4
 
-template <int D, int G, bool OWN, bool PIPE>
+template <int D, int G, bool OWN>
 __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __restrict__ k_cache,
                                           const T* __restrict__ v_cache, const int* __restrict__ tables,
                                           const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
@@ -124,11 +139,12 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
     int h = pair % d.kv_heads;
     int r = pair / d.kv_heads;
     int n = start[r] + 1;
-    int k_begin = s * d.split_len;
+    int split_len = own ? d.split_len : pa_split_len(n, d);
+    int k_begin = s * split_len;
     if (k_begin >= n) {
         return;
     }
-    int k_end = min(n, k_begin + d.split_len);
+    int k_end = min(n, k_begin + split_len);
     // Keys of one step: the block's STEP (groups interleaved), or the group's own PA_UNROLL.
     const int kstep = own ? PA_UNROLL : STEP;
     const int koff = own ? 0 : grp * PA_UNROLL;
@@ -159,14 +175,15 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
         }
     }
 
-    // Loads the keys and values of the step at key k0. Keys past the split reload its last key (a
-    // valid position) and are masked. The group's keys start at a multiple of PA_UNROLL (splits
-    // are multiples of 64 positions), so with `grouped` they lie in one block: one table lookup.
-    auto load_step = [&](int k0, uint4 (&kr)[PA_UNROLL][VPL], uint4 (&vr)[PA_UNROLL][VPL]) {
+    for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
         int kfirst = k0 + koff;
+        // Keys past the split reload its last key (a valid position) and are masked below. The
+        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions), so
+        // with `grouped` they lie in one block: one table lookup.
         int kpos = min(kfirst, k_end - 1);
         int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
         long long e0 = pa_entry(table, kpos, d);
+        uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
 #pragma unroll
         for (int u = 0; u < PA_UNROLL; ++u) {
             long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
@@ -177,10 +194,6 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
                 vr[u][j] = *reinterpret_cast<const uint4*>(v_head + e + (li + j * L) * VEC);
             }
         }
-    };
-    // Scores, the streaming softmax and the value sums of the step at key k0.
-    auto compute_step = [&](int k0, const uint4 (&kr)[PA_UNROLL][VPL], const uint4 (&vr)[PA_UNROLL][VPL]) {
-        int kfirst = k0 + koff;
         float sc[G][PA_UNROLL];
 #pragma unroll
         for (int u = 0; u < PA_UNROLL; ++u) {
@@ -239,32 +252,6 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
                     acc[g][c] += sc[g][u] * vf[c];
                 }
             }
-        }
-    };
-    if constexpr (!PIPE) {
-        for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
-            uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
-            load_step(k0, kr, vr);
-            compute_step(k0, kr, vr);
-        }
-    } else {
-        // Two named register sets (not one array indexed by a variable, which would live in local
-        // memory): the next step's loads are in flight while this step computes. The arithmetic
-        // and its order are those of the plain loop.
-        uint4 ka[PA_UNROLL][VPL], va[PA_UNROLL][VPL], kb[PA_UNROLL][VPL], vb[PA_UNROLL][VPL];
-        load_step(k_begin, ka, va);
-        for (int k0 = k_begin; k0 < k_end; k0 += 2 * kstep) {
-            if (k0 + kstep < k_end) {
-                load_step(k0 + kstep, kb, vb);
-            }
-            compute_step(k0, ka, va);
-            if (k0 + kstep >= k_end) {
-                break;
-            }
-            if (k0 + 2 * kstep < k_end) {
-                load_step(k0 + 2 * kstep, ka, va);
-            }
-            compute_step(k0 + kstep, kb, vb);
         }
     }
 
@@ -338,12 +325,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
 
 #define PA_DECODE_CASE(DD, GG, OWN)                                                       \
     if (d.head_dim == DD && group == GG) {                                                \
-        pa_decode<DD, GG, OWN, false>(qkv, k_cache, v_cache, tables, start, out, part, d); \
-        return;                                                                           \
-    }
-#define PA_DECODE_PIPE_CASE(DD, GG)                                                      \
-    if (d.head_dim == DD && group == GG) {                                                \
-        pa_decode<DD, GG, false, true>(qkv, k_cache, v_cache, tables, start, out, part, d); \
+        pa_decode<DD, GG, OWN>(qkv, k_cache, v_cache, tables, start, out, part, d);       \
         return;                                                                           \
     }
 
@@ -373,26 +355,6 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
     PA_DECODE_CASE(256, 4, false)
 }
 
-// lm_paged_attention with the next step's keys and values loading while a step computes (twice
-// the registers, so three blocks per multiprocessor instead of four); splits only (group_pairs
-// stays on lm_paged_attention). The same shapes, the same arithmetic in the same order.
-extern "C" __global__ void __launch_bounds__(PA_THREADS, 3)
-    lm_paged_attention_pipe(const T* __restrict__ qkv, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                            const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out,
-                            float* __restrict__ part, PagedDims d) {
-    pdl_enter();
-    int group = d.q_heads / d.kv_heads;
-    PA_DECODE_PIPE_CASE(128, 4)
-    PA_DECODE_PIPE_CASE(256, 1)
-    PA_DECODE_PIPE_CASE(64, 4)
-    PA_DECODE_PIPE_CASE(128, 1)
-    PA_DECODE_PIPE_CASE(128, 2)
-    PA_DECODE_PIPE_CASE(64, 1)
-    PA_DECODE_PIPE_CASE(64, 2)
-    PA_DECODE_PIPE_CASE(256, 2)
-    PA_DECODE_PIPE_CASE(256, 4)
-}
-
 // Merges the splits of lm_paged_attention: one block per (row, query head). The row's active
 // splits follow from its position alone, as in the decode kernel.
 #define PA_COMBINE_THREADS 128
@@ -407,7 +369,8 @@ extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
     int r = blockIdx.x / d.q_heads;
     int head = blockIdx.x % d.q_heads;
     int n = start[r] + 1;
-    int active = min(S, (n + d.split_len - 1) / d.split_len);
+    int split_len = pa_split_len(n, d);
+    int active = min(S, (n + split_len - 1) / split_len);
     long long base = ((long long)r * d.q_heads + head) * S;
     const float* ml = part + (long long)d.rows * d.q_heads * S * D;
     int warp = threadIdx.x / 32;

@@ -84,10 +84,6 @@ pub struct CudaOptions {
     /// cuBLAS, faster from 4 rows up (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the
     /// default on.
     pub batch_invariant: bool,
-    /// LM decode attention loads the next keys and values while it computes a step
-    /// (`lm_paged_attention_pipe`: twice the registers, three blocks per multiprocessor instead of
-    /// four; the same arithmetic). `CHORUS_ATTN_PIPE=1` turns the default on, for A/B measurements.
-    pub attention_pipeline: bool,
 }
 
 impl Default for CudaOptions {
@@ -110,7 +106,6 @@ impl Default for CudaOptions {
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
-            attention_pipeline: std::env::var(ATTN_PIPE_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -120,8 +115,6 @@ impl Default for CudaOptions {
 pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 /// Environment switch of [`CudaOptions::batch_invariant`]'s default.
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
-/// Environment switch of [`CudaOptions::attention_pipeline`]'s default.
-pub const ATTN_PIPE_ENV: &str = "CHORUS_ATTN_PIPE";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -221,8 +214,6 @@ pub struct CudaBackend {
     pub(crate) skinny_launches: AtomicUsize,
     /// See [`CudaOptions::batch_invariant`].
     pub(crate) batch_invariant: bool,
-    /// See [`CudaOptions::attention_pipeline`].
-    pub(crate) attention_pipeline: bool,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -348,7 +339,6 @@ impl CudaBackend {
             skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
             skinny_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
-            attention_pipeline: options.attention_pipeline,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),

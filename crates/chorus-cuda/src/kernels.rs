@@ -114,7 +114,6 @@ kernel_table! {
     // Paged attention (kernels/lm_attention.cu).
     LmPagedKvWrite => "lm_paged_kv_write",
     LmPagedAttention => "lm_paged_attention",
-    LmPagedAttentionPipe => "lm_paged_attention_pipe",
     LmPagedCombine => "lm_paged_combine",
     LmPagedPrefill => "lm_paged_prefill",
     // CFG, top-k and the draw (kernels/lm_draw.cu).

@@ -35,9 +35,7 @@ const GENERAL_WARPS: usize = 4;
 /// blocks costs more than the longer splits of one (H200, 8 songs at 8,000 positions: 159 us in
 /// one wave, 209 us in 1.2).
 const DECODE_BLOCKS_PER_SM: usize = 4;
-/// The same for the pipelined decode kernel (`lm_paged_attention_pipe`: at most 170 registers).
-const DECODE_PIPE_BLOCKS_PER_SM: usize = 3;
-/// Positions per split: a multiple of this, within [`SPLIT_QUANTUM`, `SPLIT_MAX`] (long splits
+/// Positions per split (`PA_SPLIT_QUANTUM` in the kernel): a multiple of this, within [`SPLIT_QUANTUM`, `SPLIT_MAX`] (long splits
 /// only when there are enough (row, kv head) pairs to fill the GPU anyway).
 const SPLIT_QUANTUM: usize = 64;
 const SPLIT_MAX: usize = 2048;
@@ -75,6 +73,7 @@ struct PagedDims {
     scale: f32,
     grouped: i32,
     group_pairs: i32,
+    adaptive: i32,
 }
 
 fn i32_of(name: &str, v: usize) -> Result<i32> {
@@ -107,20 +106,23 @@ fn decode_fits(g: &HeadGeom) -> bool {
 /// How the decode kernel covers a call, from the geometry alone (never from the contexts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DecodePlan {
-    /// Blocks per (row, kv head) pair, each over `split_len` positions.
+    /// Blocks per (row, kv head) pair, each over `split_len` positions; outside the
+    /// batch-invariant mode the kernel spreads each row's real context over its splits instead
+    /// (`pa_split_len`), `split_len` being the longest.
     pub splits: usize,
     pub split_len: usize,
     /// One pair per lane group (splits is then 1).
     pub group_pairs: bool,
 }
 
-/// The decode plan for `sm_count` multiprocessors holding `per_sm` decode blocks each: short
-/// contexts without GQA take `group_pairs`; otherwise `rows * kv_heads * splits` blocks fill at
-/// most one wave for contexts of `max_blocks * block_size` positions (blocks past a row's real
+/// The decode plan for `sm_count` multiprocessors: short contexts without GQA take `group_pairs`;
+/// otherwise
+/// `rows * kv_heads * splits` blocks fill at most one wave of [`DECODE_BLOCKS_PER_SM`] per
+/// multiprocessor for contexts of `max_blocks * block_size` positions (blocks past a row's real
 /// context exit at once), each split a multiple of [`SPLIT_QUANTUM`] positions and at most
 /// [`SPLIT_MAX`]; with `invariant`, every split is [`SPLIT_INVARIANT`] positions whatever the rows.
 pub(crate) fn decode_plan(
-    (sm_count, per_sm): (usize, usize),
+    sm_count: usize,
     g: &HeadGeom,
     block_size: usize,
     max_blocks: usize,
@@ -135,7 +137,7 @@ pub(crate) fn decode_plan(
         };
     }
     let pairs = (g.rows * g.kv_heads).max(1);
-    let wanted = (per_sm * sm_count / pairs).max(1);
+    let wanted = (DECODE_BLOCKS_PER_SM * sm_count / pairs).max(1);
     let split_len = if invariant {
         SPLIT_INVARIANT
     } else {
@@ -207,14 +209,9 @@ pub(crate) fn paged_attention(
     if tokens == 0 {
         return Ok(());
     }
-    let per_sm = if be.attention_pipeline {
-        DECODE_PIPE_BLOCKS_PER_SM
-    } else {
-        DECODE_BLOCKS_PER_SM
-    };
     let plan = if decode_fits(&g) {
         decode_plan(
-            (be.sm_count, per_sm),
+            be.sm_count,
             &g,
             a.block_size,
             a.max_blocks,
@@ -248,6 +245,7 @@ pub(crate) fn paged_attention(
         scale: std::f32::consts::LOG2_E / (hd as f32).sqrt(),
         grouped: i32::from(a.block_size.is_multiple_of(DECODE_UNROLL)),
         group_pairs: i32::from(plan.group_pairs),
+        adaptive: i32::from(!be.batch_invariant && !plan.group_pairs),
     };
     i32_of("qkv elements", tokens * g.qkv_width())?;
     // The call's tokens start `first` tokens into `qkv` and `out`.
@@ -281,13 +279,8 @@ pub(crate) fn paged_attention(
         } else {
             0u64
         };
-        let kernel = if be.attention_pipeline && !plan.group_pairs {
-            Kernel::LmPagedAttentionPipe
-        } else {
-            Kernel::LmPagedAttention
-        };
         be.launch(
-            kernel,
+            Kernel::LmPagedAttention,
             Launch {
                 grid: blocks,
                 block: DECODE_THREADS,
@@ -342,13 +335,7 @@ mod tests {
         let wave = DECODE_BLOCKS_PER_SM * 132;
         for rows in [1, 2, 6, 16, 40, 64, 256] {
             for (max_blocks, bs) in [(55, 256), (12, 256), (188, 16), (3, 64)] {
-                let p = decode_plan(
-                    (132, DECODE_BLOCKS_PER_SM),
-                    &geom(rows, 8),
-                    bs,
-                    max_blocks,
-                    false,
-                );
+                let p = decode_plan(132, &geom(rows, 8), bs, max_blocks, false);
                 let ctx = bs * max_blocks;
                 assert!(!p.group_pairs);
                 assert!(p.splits * p.split_len >= ctx && (p.splits - 1) * p.split_len < ctx);
@@ -360,27 +347,25 @@ mod tests {
             }
         }
         // Qwen3, one song (16 pairs) at 14,080 positions: 32 splits of 448, 512 blocks.
-        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(2, 8), 256, 55, false);
+        let p = decode_plan(132, &geom(2, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (32, 448));
         // 128 songs: one pass per 2,048 positions.
-        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(256, 8), 256, 55, false);
+        let p = decode_plan(132, &geom(256, 8), 256, 55, false);
         assert_eq!((p.splits, p.split_len), (7, 2048));
         // The depth decoder (16/16 heads): one block of 16 positions.
         let depth = HeadGeom {
             q_heads: 16,
             ..geom(256, 16)
         };
-        let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &depth, 16, 1, false);
+        let p = decode_plan(132, &depth, 16, 1, false);
         assert!(p.group_pairs && p.splits == 1 && p.split_len == 16);
-        assert!(
-            !decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(256, 16), 16, 1, false).group_pairs
-        );
+        assert!(!decode_plan(132, &geom(256, 16), 16, 1, false).group_pairs);
     }
 
     #[test]
     fn invariant_plan_splits_by_position_alone() {
         for rows in [1, 2, 16, 64, 256] {
-            let p = decode_plan((132, DECODE_BLOCKS_PER_SM), &geom(rows, 8), 256, 55, true);
+            let p = decode_plan(132, &geom(rows, 8), 256, 55, true);
             assert_eq!(
                 (p.splits, p.split_len),
                 ((256 * 55usize).div_ceil(SPLIT_INVARIANT), SPLIT_INVARIANT),
