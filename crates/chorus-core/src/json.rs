@@ -1,27 +1,28 @@
-//! Typed reads of config json fields, each failure a named error: the file, the field's full path
-//! (`depth_decoder_config.hidden_size`) and what was wrong.
+//! Typed reads of config json fields, each failure a named error: the op, the file, the field's
+//! full path (`depth_decoder_config.hidden_size`) and what was wrong. Shared by the model
+//! families' config parsers.
 
-use chorus_core::{Error, Result};
+use crate::{Error, Result};
 pub use serde_json::Value as JsonValue;
-
-const OP: &str = "CsmConfig";
 
 /// One json object and where it sits (file, dotted path).
 pub struct Fields<'a> {
+    op: &'static str,
     obj: &'a serde_json::Map<String, JsonValue>,
     file: &'a str,
     path: String,
 }
 
 impl<'a> Fields<'a> {
-    /// The top-level object of `file`.
-    pub fn root(value: &'a JsonValue, file: &'a str) -> Result<Self> {
+    /// The top-level object of `file`; `op` (`CsmConfig`) names the parser in errors.
+    pub fn root(op: &'static str, value: &'a JsonValue, file: &'a str) -> Result<Self> {
         let obj = value.as_object().ok_or_else(|| Error::Format {
-            op: OP,
+            op,
             path: file.into(),
             reason: "the top level is not a JSON object".into(),
         })?;
         Ok(Self {
+            op,
             obj,
             file,
             path: String::new(),
@@ -44,7 +45,7 @@ impl<'a> Fields<'a> {
             format!("in `{}`: {reason}", self.path)
         };
         Error::Format {
-            op: OP,
+            op: self.op,
             path: self.file.into(),
             reason,
         }
@@ -52,7 +53,7 @@ impl<'a> Fields<'a> {
 
     fn field_error(&self, name: &str, what: &str) -> Error {
         Error::Format {
-            op: OP,
+            op: self.op,
             path: self.file.into(),
             reason: format!("field `{}` {what}", self.full(name)),
         }
@@ -163,6 +164,7 @@ impl<'a> Fields<'a> {
                     .as_object()
                     .ok_or_else(|| self.field_error(name, &format!("is {v}, not an object")))?;
                 Ok(Some(Fields {
+                    op: self.op,
                     obj,
                     file: self.file,
                     path: self.full(name),
@@ -171,17 +173,19 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The object holding Sesame's `ModelArgs` (`backbone_flavor`, ...): this one or its `args`.
-    pub fn sesame_args(&self) -> Result<Option<Fields<'a>>> {
-        if self.has("backbone_flavor") {
+    /// The object holding field `key`: this one, or its nested `args` (a config saved with its
+    /// arguments under `args`, as Sesame's); None when neither has it.
+    pub fn args_with(&self, key: &str) -> Result<Option<Fields<'a>>> {
+        if self.has(key) {
             return Ok(Some(Fields {
+                op: self.op,
                 obj: self.obj,
                 file: self.file,
                 path: self.path.clone(),
             }));
         }
         match self.opt_object("args")? {
-            Some(args) if args.has("backbone_flavor") => Ok(Some(args)),
+            Some(args) if args.has(key) => Ok(Some(args)),
             _ => Ok(None),
         }
     }
