@@ -149,6 +149,20 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An array of non-negative integers, None when absent or null.
+    pub fn opt_array_usize(&self, name: &str) -> Result<Option<Vec<usize>>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let bad = || self.field_error(name, &format!("is {v}, not an array of non-negative integers"));
+        let items = v.as_array().ok_or_else(bad)?;
+        items
+            .iter()
+            .map(|x| as_usize(x).ok_or_else(bad))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// A nested object that must be present.
     pub fn object(&self, name: &str) -> Result<Fields<'a>> {
         self.opt_object(name)?
