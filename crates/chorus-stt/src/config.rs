@@ -426,8 +426,8 @@ fn from_kyutai(f: &Fields) -> Result<SttConfig> {
                 Some(d) => d,
                 // The server's values for the two released delays; otherwise stt-rs's floor.
                 None => match s.opt_f32("audio_delay_seconds")? {
-                    Some(secs) if secs == 2.5 => 32,
-                    Some(secs) if secs == 0.5 => 6,
+                    Some(2.5) => 32,
+                    Some(0.5) => 6,
                     Some(secs) => (secs * FRAME_RATE).floor() as usize,
                     None => delay_default,
                 },

@@ -119,10 +119,11 @@ pub fn files_config(files: &SttFiles, src: &dyn TensorSource, layout: Layout) ->
             return Ok(c);
         }
     }
+    let rows = rows.map_or_else(|| "no".to_string(), |r| r.to_string());
     Err(Error::config(
         OP,
         format!(
-            "no config.json beside {} and `{name}` has {rows:?} rows, neither stt-2.6b-en's 4001 \
+            "no config.json beside {} and `{name}` has {rows} rows, neither stt-2.6b-en's 4001 \
              nor stt-1b-en_fr's 8001: pass the config",
             files.describe()
         ),

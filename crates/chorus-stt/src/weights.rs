@@ -74,7 +74,7 @@ pub const LAYER_TENSORS: [&str; 6] = [
 ];
 
 /// Every tensor of the checkpoint in a fixed order: 2 617 118 720 parameters for stt-2.6b-en,
-/// 989 302 784 for stt-1b-en_fr (its VAD heads included).
+/// 989 253 632 for stt-1b-en_fr (its 49 152 VAD-head weights included).
 pub fn tensor_specs(c: &SttConfig) -> Vec<TensorSpec> {
     let (h, f) = (c.hidden_size, c.ffn_hidden);
     let mut s: Vec<TensorSpec> = (0..c.num_codebooks)

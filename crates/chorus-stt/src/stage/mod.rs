@@ -31,8 +31,6 @@ pub type StreamId = u64;
 
 /// The longest stream by default: one hour of frames (the RoPE table's positions).
 pub const DEFAULT_MAX_FRAMES: usize = 45_000;
-/// Program keys of the eager reset (outside the pipeline's `2 * bucket + half`).
-const RESET_KEY: usize = usize::MAX / 2;
 
 /// Sizes fixed at construction.
 #[derive(Clone, Debug)]
@@ -283,13 +281,14 @@ impl<B: LmOps> SttStage<B> {
         Ok(id)
     }
 
-    /// The slot's next text input becomes the initial token (queued after any step using it).
+    /// The slot's next text input becomes the initial token: eager (after any step in flight),
+    /// once per admission, never on the step path.
     fn reset_slot(&mut self, slot: usize) -> Result<()> {
         let be = &self.be;
         self.reset.slot.host(be)?[0] = slot as i32;
         let (w, c) = (&self.w, &self.c);
         let (io, state) = (&mut self.reset, &mut self.text_state);
-        be.run(RESET_KEY, &mut |b: &B| reset_program(b, w, c, io, state))
+        be.run_eager(&mut |b: &B| reset_program(b, w, c, io, state))
     }
 
     fn find(&mut self, id: StreamId, op: &'static str) -> Result<&mut Stream> {
