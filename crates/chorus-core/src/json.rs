@@ -154,7 +154,12 @@ impl<'a> Fields<'a> {
         let Some(v) = self.get(name) else {
             return Ok(None);
         };
-        let bad = || self.field_error(name, &format!("is {v}, not an array of non-negative integers"));
+        let bad = || {
+            self.field_error(
+                name,
+                &format!("is {v}, not an array of non-negative integers"),
+            )
+        };
         let items = v.as_array().ok_or_else(bad)?;
         items
             .iter()
