@@ -2,8 +2,9 @@
 //! decode steps far past the ring so every entry is rewritten several times, against the CPU
 //! backend and the f64 reference over the last `window` positions. Caches start as NaN, so a read
 //! outside the window (or of an entry not yet written) poisons the output. The shapes are both
-//! STT models' heads (64 x 32 and 128 x 16, the decode kernel) and the small test model's 16 x 4
-//! (the general kernel).
+//! STT models' heads (64 x 32 and 128 x 16: the decode kernel, with windows of at most 64 keys
+//! one pair per lane group, longer ones split and combined) and the small test model's 16 x 4
+//! (the general kernel); every first call is a 2-token prefill (the general kernel).
 
 use super::*;
 use crate::paged::*;
@@ -131,4 +132,16 @@ fn windowed_decode_stt_1b_heads() {
 #[test]
 fn windowed_general_kernel_stt_small_heads() {
     check_window("window stt small heads", STT_SMALL, 4, 6);
+}
+
+#[test]
+fn windowed_decode_splits_stt_2b6_heads() {
+    // A window past the one-pair-per-lane-group limit (64 keys): the split kernel and its
+    // combine, each query's splits starting at its window's first key.
+    check_window("window splits stt-2.6b heads", STT_2B6, 64, 100);
+}
+
+#[test]
+fn windowed_decode_splits_stt_1b_heads() {
+    check_window("window splits stt-1b heads", STT_1B, 48, 90);
 }
