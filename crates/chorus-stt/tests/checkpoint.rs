@@ -156,3 +156,42 @@ fn every_bad_checkpoint_gets_a_named_error() {
     let e = err(Path::new("/nonexistent/stt/dir"));
     assert!(e.contains("no such file"), "{e}");
 }
+
+/// A SentencePiece model of `n` pieces (`▁w{i}`, the first four control).
+fn sp_model(n: usize) -> Vec<u8> {
+    use prost::Message;
+    use sentencepiece_model::{ModelProto, SentencePiece, Type};
+    let pieces = (0..n)
+        .map(|i| SentencePiece {
+            piece: Some(format!("\u{2581}w{i}")),
+            score: Some(0.0),
+            r#type: Some(if i < 4 { Type::Control } else { Type::Normal } as i32),
+        })
+        .collect();
+    ModelProto {
+        pieces,
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn the_tokenizer_the_config_names_is_found_beside_the_weights() {
+    let c = small();
+    let d = temp_dir("tokenizer");
+    write(&d.join("model.safetensors"), &kyutai_tensors(&c));
+    let mut cfg = kyutai_json(&c);
+    cfg["tokenizer_name"] = "tokenizer_test_40.model".into();
+    write_json(&d.join("config.json"), &cfg);
+    std::fs::write(d.join("tokenizer_test_40.model"), sp_model(40)).unwrap();
+    let m = load_stt_model(&d.display().to_string()).unwrap();
+    let tok = m.tokenizer.expect("the named tokenizer");
+    assert_eq!(tok.decode(&[5, 0, 6]).unwrap(), "w5 w6");
+    // A tokenizer of another vocabulary is refused by name.
+    std::fs::write(d.join("tokenizer_test_40.model"), sp_model(39)).unwrap();
+    let e = err(&d);
+    assert!(
+        e.contains("tokenizer_test_40.model") && e.contains("39 pieces"),
+        "{e}"
+    );
+}
