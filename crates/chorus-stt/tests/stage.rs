@@ -154,3 +154,25 @@ fn vad_probabilities_come_with_every_token() {
     .unwrap();
     assert_eq!(seen, 2);
 }
+
+#[test]
+fn a_reset_stream_starts_over_as_a_fresh_one() {
+    // Reset mid-stream with a step in flight: its old outputs are dropped and the new positions
+    // give the tokens of a fresh stage.
+    let m = model();
+    let mut st = stage(&m, 1);
+    let id = st.add(StreamRequest::default()).unwrap();
+    for k in 0..12 {
+        st.push_frame(id, &frame(k, 8)).unwrap();
+    }
+    for _ in 0..9 {
+        st.step(&mut |_| {}).unwrap();
+    }
+    st.reset(id).unwrap();
+    let after = tokens_of(&mut st, id, 10, 9);
+    let mut fresh = stage(&m, 1);
+    let other = fresh.add(StreamRequest::default()).unwrap();
+    assert_eq!(after, tokens_of(&mut fresh, other, 10, 9));
+    let e = st.reset(id).unwrap_err().to_string();
+    assert!(e.contains("no running stream"), "{e}");
+}

@@ -103,6 +103,8 @@ pub enum StreamEvent<'a> {
 
 struct Stream {
     id: StreamId,
+    /// Resets so far: outputs launched before the last one are discarded.
+    epoch: u32,
     seat: Seat,
     /// Positions launched so far.
     position: usize,
@@ -121,8 +123,8 @@ struct Half<B: LmOps> {
     outputs: StepOutputs<B>,
 }
 
-/// The streams of a launched step in row order, with the position each ran.
-type Launched = Vec<(StreamId, usize)>;
+/// The streams of a launched step in row order, with the position and epoch each ran.
+type Launched = Vec<(StreamId, usize, u32)>;
 
 /// The stage over backend `B`.
 pub struct SttStage<B: LmOps> {
@@ -269,6 +271,7 @@ impl<B: LmOps> SttStage<B> {
         self.next_id += 1;
         self.streams.push(Stream {
             id,
+            epoch: 0,
             seat,
             position: 0,
             queue: VecDeque::from([initial]),
@@ -337,6 +340,24 @@ impl<B: LmOps> SttStage<B> {
     /// [`SttStage::flush_frames`] frames of silence first.
     pub fn end(&mut self, id: StreamId) -> Result<()> {
         self.find(id, "SttStage::end")?.ended = true;
+        Ok(())
+    }
+
+    /// Restarts stream `id` from position 0 on its slot and ring (its state reset, its queued
+    /// frames and words dropped, the output of a step in flight discarded); it keeps its id and
+    /// sampling, and its forced tokens start over.
+    pub fn reset(&mut self, id: StreamId) -> Result<()> {
+        const OP: &str = "SttStage::reset";
+        let slot = self.find(id, OP)?.seat.slot;
+        self.reset_slot(slot)?;
+        let initial = vec![self.c.ids.initial_audio; self.c.num_codebooks];
+        let words = WordAssembler::new(&self.c);
+        let s = self.find(id, OP)?;
+        s.epoch += 1;
+        s.position = 0;
+        s.queue = VecDeque::from([initial]);
+        s.ended = false;
+        s.words = words;
         Ok(())
     }
 

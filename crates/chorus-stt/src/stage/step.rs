@@ -50,7 +50,7 @@ impl<B: LmOps> SttStage<B> {
         for &i in &self.launch {
             let s = &mut self.streams[i];
             s.queue.pop_front();
-            rows.push((s.id, s.position));
+            rows.push((s.id, s.position, s.epoch));
             s.position += 1;
         }
         let n = rows.len();
@@ -171,9 +171,13 @@ impl<B: LmOps> SttStage<B> {
         let vad = out.vad.as_ref().map(|p| self.be.pinned_floats_nowait(p));
         let logits = out.logits.as_ref().map(|p| self.be.pinned_floats_nowait(p));
         let mut probs = vec![0f32; heads];
-        for (i, &(id, position)) in prev.payload.iter().enumerate() {
-            // A stream cancelled since the launch is gone; its row is discarded.
-            let Some(s) = self.streams.iter_mut().find(|s| s.id == id) else {
+        for (i, &(id, position, epoch)) in prev.payload.iter().enumerate() {
+            // A stream cancelled or reset since the launch: its row is discarded.
+            let Some(s) = self
+                .streams
+                .iter_mut()
+                .find(|s| s.id == id && s.epoch == epoch)
+            else {
                 continue;
             };
             let token = tokens[i] as u32;
@@ -222,7 +226,7 @@ impl<B: LmOps> SttStage<B> {
     fn in_flight(&self, id: StreamId) -> bool {
         self.pipe
             .pending()
-            .is_some_and(|p| p.payload.iter().any(|&(s, _)| s == id))
+            .is_some_and(|p| p.payload.iter().any(|&(s, _, _)| s == id))
     }
 }
 
