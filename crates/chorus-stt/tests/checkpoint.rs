@@ -195,3 +195,16 @@ fn the_tokenizer_the_config_names_is_found_beside_the_weights() {
         "{e}"
     );
 }
+
+#[test]
+fn the_transformers_view_names_exactly_transformers_tensors() {
+    // The oracle wrote the LM tensors of transformers' own model of this config.
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stt_small.json");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let theirs: std::collections::BTreeMap<String, Vec<usize>> =
+        serde_json::from_value(meta["transformers_lm_tensors"].clone()).unwrap();
+    let ours: std::collections::BTreeMap<String, Vec<usize>> =
+        chorus_stt::hf::hf_specs(&small()).into_iter().collect();
+    assert_eq!(ours, theirs);
+}
