@@ -4,10 +4,10 @@
 //
 // A paged cache is [num_blocks, block_size, kv_heads * head_dim]: position kp of row r lives in
 // block tables[r * max_blocks + kp / block_size], entry kp % block_size. A query at position p reads
-// the positions 0..=p of its row and nothing else. With a sliding window (window > 0) it reads
+// the positions 0..=p of its row and nothing else (stale or unwritten entries past the context may
+// hold anything, NaN included). With a sliding window (window > 0) it reads
 // max(0, p + 1 - window)..=p, and a row's table is a ring of `ring` = max_blocks * block_size
-// entries: position kp lives at ring index kp % ring (the host checks ring >= window + time - 1) (stale or unwritten entries past the context may
-// hold anything, NaN included). Arithmetic is f32 throughout; the softmax is the streaming one
+// entries: position kp lives at ring index kp % ring (the host checks ring >= window + time - 1). Arithmetic is f32 throughout; the softmax is the streaming one
 // (running max subtracted before every exponential, sums rescaled when the max grows), in base 2:
 // scores carry log2(e) / sqrt(head_dim), so that every exponential is one exp2f.
 
@@ -102,8 +102,8 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 // Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
 // share the kv head, so every key and value row is read once for the group. Its keys are the
 // positions [lo + split * split_len, min(lo + (split + 1) * split_len, p + 1)), lo the first key
-// (0, or p + 1 - window under a window); a split past the row's context exits at once (the grid is sized for max_blocks * block_size positions, the contexts
-// are data).
+// (0, or p + 1 - window under a window); a split past the row's context exits at once (the grid
+// is sized for the most keys a query reads, the contexts are data).
 //
 // Lanes are grouped by L (a key row's 16-byte vectors, at most a warp); each group streams its own
 // keys PA_UNROLL at a time with its own online softmax (all K and V loads of a step in flight

@@ -4,8 +4,8 @@
 //! a captured graph's replay. Every figure is printed (run with `--nocapture` to see them). Skips
 //! (passes with a note) when no CUDA device is present.
 //!
-//! The tests live in `tests/lm_attention/`: decode, prefill, sliding windows and draw; `paged.rs` is the
-//! paged-attention harness they share.
+//! The tests live in `tests/lm_attention/`: decode, prefill, sliding windows and draw; `paged.rs`
+//! is the paged-attention harness they share.
 
 mod common;
 

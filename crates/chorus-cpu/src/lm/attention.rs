@@ -3,8 +3,9 @@
 //! Two phases. First every new token's k and v are written to its cache entry, sequentially in
 //! token order (padded rows all point at the null block 0 and may write the same entries; the
 //! last write wins, and nothing real reads block 0). Then every (token, query head) pair attends
-//! to the keys `0..=p` of its row (with a window `w`, `p + 1 - w..=p` over a ring of entries), reading the cache only: in parallel over tasks of one token and
-//! a run of up to [`MAX_HEADS`] query heads of one kv head, which share each key's load.
+//! to the keys `0..=p` of its row (with a window `w`, `p + 1 - w..=p` over a ring of entries),
+//! reading the cache only: in parallel over tasks of one token and a run of up to [`MAX_HEADS`]
+//! query heads of one kv head, which share each key's load.
 //!
 //! One query's softmax is an online (streaming) softmax over blocks of [`CHUNK`] keys: scores of
 //! a block on the stack, the running max subtracted before every `exp`, and the output rescaled
