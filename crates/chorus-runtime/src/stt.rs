@@ -6,6 +6,7 @@ use chorus_cuda::{CudaBackend, CudaOptions};
 use chorus_stt::{StreamEvent, StreamId, StreamRequest, SttModel, SttOptions, SttStage};
 
 use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
+use crate::music::{graph_nodes_of, replay_ms_of};
 
 /// The stage on either backend.
 pub enum AnyStt {
@@ -75,6 +76,24 @@ impl AnyStt {
 
     pub fn active(&self) -> usize {
         each!(self, s => s.active())
+    }
+
+    pub fn cancel(&mut self, id: StreamId) -> Result<usize> {
+        each!(self, s => s.cancel(id))
+    }
+
+    /// CUDA only: nodes of the step graph of the bucket holding `n` streams.
+    pub fn graph_nodes(&self, n: usize) -> Option<usize> {
+        let AnyStt::Cuda(s) = self else { return None };
+        graph_nodes_of(s.backend(), &s.bucket_keys(), n)
+    }
+
+    /// CUDA only: median device ms of `iters` back-to-back replays of the bucket holding `n`.
+    pub fn device_ms(&self, n: usize, iters: usize) -> Result<Option<f64>> {
+        let AnyStt::Cuda(s) = self else {
+            return Ok(None);
+        };
+        replay_ms_of(s.backend(), &s.bucket_keys(), n, iters)
     }
 
     /// Silence frames to push before `end` so that the last words come out.

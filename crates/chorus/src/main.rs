@@ -19,6 +19,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod stt_bench;
 mod transcribe;
 mod tts;
 mod tts_bench;
@@ -66,6 +67,8 @@ enum Command {
     TtsBench(tts_bench::TtsBenchArgs),
     /// Transcribe an audio file with Kyutai STT (words, optionally with times and VAD).
     Transcribe(transcribe::TranscribeArgs),
+    /// Benchmark the Kyutai STT stage: ms per step for several streams at once.
+    SttBench(stt_bench::SttBenchArgs),
 }
 
 /// The fix for a model spec that names nothing: neither a file nor a hub repo id.
@@ -177,5 +180,6 @@ fn run(command: Command) -> Result<()> {
         Command::Tts(a) => tts::run(a),
         Command::TtsBench(a) => tts_bench::run(a),
         Command::Transcribe(a) => transcribe::run(a),
+        Command::SttBench(a) => stt_bench::run(a),
     }
 }

@@ -228,6 +228,11 @@ impl<B: LmOps> SttStage<B> {
         &self.c
     }
 
+    /// Bucket sizes and the program key of each (half 0), for device timing.
+    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
+        self.pipe.keys()
+    }
+
     /// Streams admitted and not yet ended.
     pub fn active(&self) -> usize {
         self.streams.len()
