@@ -5,9 +5,9 @@
 # attention tests (the window's kernel change must leave them as they were), then the STT stage
 # on CUDA against the transformers oracle fixture (f32 and bf16 teacher forcing, f32 greedy
 # tokens) and at full size (random stt-1b-en_fr, bf16 against f32), then stt-bench at both real
-# sizes. Expects the binaries of
-# scripts/device/build_bins.sh in .device-bin/. The STT test reads its fixture through the path it
-# was built at: run from a checkout at that path (or link it there). Does not stop at a failure.
+# sizes. Expects the binaries of scripts/device/build_bins.sh in .device-bin/. The STT test reads
+# its fixture through the path it was built at: run from a checkout at that path (or link it
+# there). Does not stop at a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device-bin
