@@ -34,6 +34,15 @@ for line in sys.stdin:
         print(m['executable'])
 " | tail -1)
 [ -n "$exe" ] && cp "$exe" "$BIN/csm_cuda" && strip "$BIN/csm_cuda"
+# The STT stage's CUDA test (the oracle case and the full-size bf16 check on the device).
+exe=$(cargo test -p chorus-stt --release --test cuda --no-run --message-format=json 2>/dev/null | python3 -c "
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('reason') == 'compiler-artifact' and m['target']['name'] == 'cuda' and m.get('executable'):
+        print(m['executable'])
+" | tail -1)
+[ -n "$exe" ] && cp "$exe" "$BIN/stt_cuda" && strip "$BIN/stt_cuda"
 cargo build -p chorus-cuda --release --example replay_bench
 cp target/release/examples/replay_bench "$BIN/" && strip "$BIN/replay_bench"
 if cargo build -p chorus --release 2>/dev/null; then cp target/release/chorus "$BIN/" && strip "$BIN/chorus"; fi

@@ -16,6 +16,7 @@ pub mod decoder;
 pub mod encoder;
 pub mod error;
 pub mod host;
+pub mod json;
 pub mod lm_ops;
 pub mod npy;
 pub mod res_block;

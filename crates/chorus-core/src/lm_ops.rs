@@ -193,6 +193,13 @@ pub struct QkNormRopeArgs<'a, B: Backend + ?Sized> {
 /// to the keys of kv head `j / (q_heads / kv_heads)` at positions `0..=p` of row `r`, read through
 /// `block_tables`, with softmax scale `1 / sqrt(head_dim)`. Nothing past `p` is read: no mask
 /// tensor exists, and stale or unwritten entries beyond the context are never touched.
+///
+/// With `window = Some(w)` (sliding-window attention, Kyutai's `context`), the keys are the
+/// positions `max(0, p + 1 - w)..=p`, and a row's block table is a ring of
+/// `ring = max_blocks * block_size` entries: position `kp` lives at ring index `kp % ring`
+/// (block `table[(kp % ring) / block_size]`, entry `kp % block_size`), so positions grow without
+/// bound over a fixed cache. `ring >= w + time - 1` (the caller's rule) keeps a call's writes
+/// off every key its queries read.
 pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
     /// `[tokens, qkv_width]` (q and k already normed and rotated).
     pub qkv: &'a B::Buf,
@@ -211,6 +218,8 @@ pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
     pub max_blocks: usize,
     /// Token of `qkv` and of `out` the call's first token is (see [`QkNormRopeArgs`]).
     pub first_token: usize,
+    /// Keys per query, the query's own included; `None`: every position `0..=p`.
+    pub window: Option<usize>,
 }
 
 /// `out[i, j] = silu(x[i, j]) * x[i, inter + j]` for `i < n`, `j < inter`: `x` is the fused

@@ -5,7 +5,7 @@
 use chorus_core::{Error, Result};
 use chorus_lm::{Llama3Scaling, RopeScaling};
 
-use crate::json::{Fields, JsonValue};
+use chorus_core::json::{Fields, JsonValue};
 
 /// Classes per codebook of csm-1b: Mimi's 2048 codes plus three extra classes.
 pub const CSM_AUDIO_VOCAB: usize = 2051;
@@ -296,10 +296,10 @@ impl CsmConfig {
             path: what.into(),
             reason: format!("not valid JSON: {e}"),
         })?;
-        let top = Fields::root(&value, what)?;
+        let top = Fields::root(OP, &value, what)?;
         let c = if top.has("depth_decoder_config") {
             from_transformers(&top)?
-        } else if let Some(sesame) = top.sesame_args()? {
+        } else if let Some(sesame) = top.args_with("backbone_flavor")? {
             from_sesame(&sesame)?
         } else {
             return Err(top.malformed(

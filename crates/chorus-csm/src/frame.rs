@@ -64,6 +64,7 @@ pub fn stack<'a, B: LmOps>(c: &LlamaConfig, w: &'a DeviceDecoder<B>) -> DecoderS
         kv_heads: c.num_key_value_heads,
         head_dim: c.head_dim,
         eps: c.rms_norm_eps,
+        window: None,
     }
 }
 

@@ -6,7 +6,7 @@
 //! id (`sesame/csm-1b`). Without a config json the config is csm-1b's. The layout (HF or
 //! Sesame) is told from the tensor names; both load to the same HF-layout weights.
 
-use chorus_core::checkpoint::TensorSource;
+use chorus_core::checkpoint::{ShardedSource, TensorSource};
 use chorus_core::host::mem_available;
 use chorus_core::{Error, Result};
 
@@ -14,7 +14,6 @@ use crate::config::CsmConfig;
 use crate::files::{resolve, CsmFiles};
 use crate::random::{random_weights, RandomOptions};
 use crate::sesame::{is_sesame_layout, SesameView};
-use crate::shards::ShardedSource;
 use crate::tokenizer::CsmTokenizer;
 use crate::weights::{is_ignored, parameter_count, tensor_specs, CsmWeights, DEPTH_AUDIO_EMBED};
 

@@ -5,7 +5,9 @@
 // A paged cache is [num_blocks, block_size, kv_heads * head_dim]: position kp of row r lives in
 // block tables[r * max_blocks + kp / block_size], entry kp % block_size. A query at position p reads
 // the positions 0..=p of its row and nothing else (stale or unwritten entries past the context may
-// hold anything, NaN included). Arithmetic is f32 throughout; the softmax is the streaming one
+// hold anything, NaN included). With a sliding window (window > 0) it reads
+// max(0, p + 1 - window)..=p, and a row's table is a ring of `ring` = max_blocks * block_size
+// entries: position kp lives at ring index kp % ring (the host checks ring >= window + time - 1). Arithmetic is f32 throughout; the softmax is the streaming one
 // (running max subtracted before every exponential, sums rescaled when the max grows), in base 2:
 // scores carry log2(e) / sqrt(head_dim), so that every exponential is one exp2f.
 
@@ -21,12 +23,14 @@ struct PagedDims {
     int grouped;
     // Decode kernel: one (row, kv head) pair per key group (see pa_decode).
     int group_pairs;
-    // Decode kernel: each row's context spread over its splits (pa_split_len).
+    // Decode kernel: each row's keys spread over its splits (pa_split_len).
     int adaptive;
+    // Keys per query under a sliding window (0: none) and the entries of a row's table.
+    int window, ring;
 };
 
-// Positions per split of a row of n positions: fixed (the batch-invariant mode), or with
-// `adaptive` the row's context spread over its `splits` blocks in multiples of PA_SPLIT_QUANTUM
+// Positions per split of a row that reads n keys: fixed (the batch-invariant mode), or with
+// `adaptive` the row's keys spread over its `splits` blocks in multiples of PA_SPLIT_QUANTUM
 // (mirrors SPLIT_QUANTUM), so that a stage sized for long contexts still spreads short ones over
 // its blocks; `split_len` is then the longest split any row can need.
 #define PA_SPLIT_QUANTUM 64
@@ -38,13 +42,24 @@ __device__ __forceinline__ int pa_split_len(int n, const PagedDims& d) {
     return max(PA_SPLIT_QUANTUM, (per + PA_SPLIT_QUANTUM - 1) / PA_SPLIT_QUANTUM * PA_SPLIT_QUANTUM);
 }
 
+// Index of position kp in its row's table: wrapped on the ring under a window.
+__device__ __forceinline__ int pa_ring(int kp, const PagedDims& d) {
+    return d.window > 0 ? kp % d.ring : kp;
+}
+
+// The first key a query at position p reads.
+__device__ __forceinline__ int pa_first_key(int p, const PagedDims& d) {
+    return d.window > 0 ? max(0, p + 1 - d.window) : 0;
+}
+
 // Element offset of position kp's entry in a cache (kv head 0). Block ids are data: an id outside
 // the pool (a caller bug the host cannot see without a sync) is clamped so that nothing outside the
 // pool is ever read.
 __device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int kp, const PagedDims& d) {
-    int blk = table[kp / d.block_size];
+    int i = pa_ring(kp, d);
+    int blk = table[i / d.block_size];
     blk = min(max(blk, 0), d.num_blocks - 1);
-    return ((long long)blk * d.block_size + kp % d.block_size) * (long long)(d.kv_heads * d.head_dim);
+    return ((long long)blk * d.block_size + i % d.block_size) * (long long)(d.kv_heads * d.head_dim);
 }
 
 __device__ __forceinline__ float pa_warp_max(float v) {
@@ -79,15 +94,19 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
         int c = (i % nvec) * VEC;
         int r = tok / d.time;
         int p = start[r] + tok % d.time;
-        int b = p / d.block_size;
-        if (p < 0 || b >= d.max_blocks) {
+        if (p < 0) {
+            continue;
+        }
+        int ri = pa_ring(p, d);
+        int b = ri / d.block_size;
+        if (b >= d.max_blocks) {
             continue;
         }
         int blk = tables[(long long)r * d.max_blocks + b];
         if (blk < 0 || blk >= d.num_blocks) {
             continue;
         }
-        long long e = ((long long)blk * d.block_size + p % d.block_size) * kv_dim + c;
+        long long e = ((long long)blk * d.block_size + ri % d.block_size) * kv_dim + c;
         const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
         *reinterpret_cast<uint4*>(k_cache + e) = *reinterpret_cast<const uint4*>(src);
         *reinterpret_cast<uint4*>(v_cache + e) = *reinterpret_cast<const uint4*>(src + kv_dim);
@@ -97,9 +116,10 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 // ------------------------------------------------------------------------------------------------
 // Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
 // share the kv head, so every key and value row is read once for the group. Its keys are the
-// positions [split * split_len, min((split + 1) * split_len, p + 1)) (split_len: pa_split_len);
-// a split past the row's context exits at once (the grid is sized for max_blocks * block_size positions, the contexts
-// are data).
+// positions [lo + split * split_len, min(lo + (split + 1) * split_len, p + 1)), lo the first key
+// (0, or p + 1 - window under a window) and split_len from pa_split_len; a split past the row's
+// context exits at once (the grid is sized for the most keys a query reads, the contexts are
+// data).
 //
 // Lanes are grouped by L (a key row's 16-byte vectors, at most a warp); each group streams its own
 // keys PA_UNROLL at a time with its own online softmax (all K and V loads of a step in flight
@@ -139,8 +159,9 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
     int h = pair % d.kv_heads;
     int r = pair / d.kv_heads;
     int n = start[r] + 1;
-    int split_len = own ? d.split_len : pa_split_len(n, d);
-    int k_begin = s * split_len;
+    int lo = pa_first_key(start[r], d);
+    int split_len = own ? d.split_len : pa_split_len(n - lo, d);
+    int k_begin = lo + s * split_len;
     if (k_begin >= n) {
         return;
     }
@@ -178,8 +199,9 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
     for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
         int kfirst = k0 + koff;
         // Keys past the split reload its last key (a valid position) and are masked below. The
-        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions), so
-        // with `grouped` they lie in one block: one table lookup.
+        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions, and
+        // the host clears `grouped` under a window), so with `grouped` they lie in one block: one
+        // table lookup.
         int kpos = min(kfirst, k_end - 1);
         int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
         long long e0 = pa_entry(table, kpos, d);
@@ -368,7 +390,7 @@ extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
     int S = d.splits;
     int r = blockIdx.x / d.q_heads;
     int head = blockIdx.x % d.q_heads;
-    int n = start[r] + 1;
+    int n = start[r] + 1 - pa_first_key(start[r], d);
     int split_len = pa_split_len(n, d);
     int active = min(S, (n + split_len - 1) / split_len);
     long long base = ((long long)r * d.q_heads + head) * S;
@@ -424,7 +446,8 @@ extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
 // shared memory serves NQ queries) and walks the keys 0..=p_max of its last token in tiles of
 // PF_KT: lane j of every warp scores key j of the tile against the warp's QPW queries (a streaming
 // softmax per query), then every lane accumulates its channels of the values. Keys past a query's
-// position are masked; keys past p_max are never loaded.
+// position (or before its window) are masked; keys past p_max, or before the window of the
+// tile's first query, are never loaded.
 #define PF_WARPS 4
 #define PF_KT 32
 
@@ -478,6 +501,7 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
     int x_last = min(x0 + NQ, nx) - 1;
     int p0 = start[r];
     int nkeys = p0 + x_last / G + 1;
+    int k_first = pa_first_key(p0 + x0 / G, d);
     int width = (d.q_heads + 2 * d.kv_heads) * D;
     int warp = threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -507,7 +531,7 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
     }
     const int* table = tables + (long long)r * d.max_blocks;
 
-    for (int k0 = 0; k0 < nkeys; k0 += PF_KT) {
+    for (int k0 = k_first; k0 < nkeys; k0 += PF_KT) {
         __syncthreads();  // the queries are stored; the previous tile's values are consumed
         pf_load_tile(skv, k_cache, table, k0, nkeys, h, dp, d);
         __syncthreads();
@@ -528,7 +552,8 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
         int kp = k0 + lane;
 #pragma unroll
         for (int i = 0; i < QPW; ++i) {
-            float sc = kp <= pos[i] ? s[i] * d.scale : NEG_INF;
+            bool seen = kp <= pos[i] && (d.window == 0 || kp > pos[i] - d.window);
+            float sc = seen ? s[i] * d.scale : NEG_INF;
             float mt = fmaxf(m[i], pa_warp_max(sc));
             float ref = mt == NEG_INF ? 0.f : mt;
             float alpha = exp2f(m[i] - ref);

@@ -4,8 +4,8 @@
 //! a captured graph's replay. Every figure is printed (run with `--nocapture` to see them). Skips
 //! (passes with a note) when no CUDA device is present.
 //!
-//! The tests live in `tests/lm_attention/`: decode, prefill and draw; `paged.rs` is the
-//! paged-attention harness they share.
+//! The tests live in `tests/lm_attention/`: decode, prefill, sliding windows and draw; `paged.rs`
+//! is the paged-attention harness they share.
 
 mod common;
 
@@ -17,6 +17,8 @@ mod draw;
 mod paged;
 #[path = "lm_attention/prefill.rs"]
 mod prefill;
+#[path = "lm_attention/window.rs"]
+mod window;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -30,6 +30,9 @@ pub struct DecoderStack<'a, B: LmOps> {
     pub head_dim: usize,
     /// Of every RMSNorm of the stack.
     pub eps: f32,
+    /// Sliding-window attention: keys per query, its own included (Kyutai's `context`); the
+    /// block tables are then rings (`PagedAttentionArgs`). `None`: every earlier position.
+    pub window: Option<usize>,
 }
 
 /// What one call reads and writes besides the weights.
@@ -142,6 +145,7 @@ pub fn decoder_stack<B: LmOps>(
                 block_size: shape.block_size,
                 max_blocks: shape.max_blocks,
                 first_token,
+                window: s.window,
             })?;
         }
         // 6. o_proj, added to the residual stream in the product.
@@ -238,6 +242,7 @@ mod tests {
             kv_heads: 2,
             head_dim: 2,
             eps: 1e-6,
+            window: None,
         };
         let dims = ActDims {
             hidden: 4,

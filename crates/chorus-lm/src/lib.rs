@@ -7,7 +7,8 @@
 //!   [`Linear`] that every projection runs through as one `LmOps::fused_linear` (`linear`);
 //! - activation buffers allocated once per call size (`acts`), the MLP half (`mlp`);
 //! - one pre-norm decoder layer's weights (`layer`) and the layer stack over a paged KV cache
-//!   (`decoder`, `cache`), with the rotate-half RoPE table it reads (`rope`);
+//!   (`decoder`, `cache`), with the rotate-half RoPE table it reads (`rope`) and the load-time
+//!   q/k row permutation that runs interleaved-RoPE models on it (`rope_rows`);
 //! - the KV block pool (`kv`), integers only, and admission over it (`seats`: a state slot and a
 //!   worst-case KV reservation per request), which the model's scheduler drives;
 //! - per-step integer inputs with their pinned host side (`io`), and the step loop's buckets,
@@ -27,6 +28,7 @@ pub mod linear;
 pub mod mlp;
 pub mod pipeline;
 pub mod rope;
+pub mod rope_rows;
 pub mod sampling;
 pub mod seats;
 
@@ -43,5 +45,6 @@ pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
 pub use pipeline::{Bucket, FrameLoop, Pending, Pipeline};
 pub use rope::{inv_freq, rope_table, rope_table_scaled, Llama3Scaling, RopeScaling};
+pub use rope_rows::{half_to_interleaved, interleaved_to_half};
 pub use sampling::Sampling;
 pub use seats::{Seat, Seats};

@@ -110,6 +110,11 @@ impl<B: LmOps, T, P> Pipeline<B, T, P> {
         self.half ^= 1;
     }
 
+    /// The frame in flight, if any (launched and not yet taken).
+    pub fn pending(&self) -> Option<&Pending<P>> {
+        self.pending.as_ref()
+    }
+
     /// Takes the frame in flight, if any, without waiting for it.
     pub fn take(&mut self) -> Option<Pending<P>> {
         self.pending.take()

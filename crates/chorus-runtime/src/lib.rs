@@ -14,6 +14,7 @@ pub mod device;
 pub mod devices;
 pub mod encoder;
 pub mod music;
+pub mod stt;
 pub mod tts;
 
 pub use chorus_core::{Error, Result};
@@ -21,4 +22,5 @@ pub use device::{cuda_options, open_decoder, open_decoder_on, resolve, DecoderSp
 pub use devices::{visible_cuda_devices, DeviceList};
 pub use encoder::{open_encoder, EncoderSpec};
 pub use music::{AnyStage, StageSpec};
+pub use stt::{AnyStt, SttSpec};
 pub use tts::{AnyTts, TtsSpec};

@@ -14,10 +14,13 @@ mod decode;
 mod encode;
 mod info;
 mod loadgen;
+mod mimi_codes;
 mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod stt_bench;
+mod transcribe;
 mod tts;
 mod tts_bench;
 
@@ -62,6 +65,10 @@ enum Command {
     Tts(tts::TtsArgs),
     /// Benchmark the CSM speech stage: ms per frame for several utterances at once.
     TtsBench(tts_bench::TtsBenchArgs),
+    /// Transcribe an audio file with Kyutai STT (words, optionally with times and VAD).
+    Transcribe(transcribe::TranscribeArgs),
+    /// Benchmark the Kyutai STT stage: ms per step for several streams at once.
+    SttBench(stt_bench::SttBenchArgs),
 }
 
 /// The fix for a model spec that names nothing: neither a file nor a hub repo id.
@@ -81,6 +88,20 @@ pub(crate) fn load(spec: &str) -> Result<LoadedModel> {
         .with_context(|| format!("loading model `{spec}`{}", model_fix(spec, "kyutai/mimi")))?;
     if model.is_random() {
         eprintln!("warning: `--model random` uses random weights: its output is noise");
+    }
+    Ok(model)
+}
+
+/// Loads a Kyutai STT model, saying so when the weights are random.
+pub(crate) fn load_stt(spec: &str) -> Result<chorus_stt::SttModel> {
+    let model = chorus_stt::load_stt_model(spec).with_context(|| {
+        format!(
+            "loading STT model `{spec}`{}",
+            model_fix(spec, "kyutai/stt-1b-en_fr")
+        )
+    })?;
+    if model.is_random() {
+        eprintln!("warning: `--model {spec}` uses random weights: the text is noise");
     }
     Ok(model)
 }
@@ -158,5 +179,7 @@ fn run(command: Command) -> Result<()> {
         Command::MusicBench(a) => music_bench::run(a),
         Command::Tts(a) => tts::run(a),
         Command::TtsBench(a) => tts_bench::run(a),
+        Command::Transcribe(a) => transcribe::run(a),
+        Command::SttBench(a) => stt_bench::run(a),
     }
 }

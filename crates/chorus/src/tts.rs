@@ -5,15 +5,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use chorus_core::{Buckets, FRAME_SAMPLES};
+use chorus_core::FRAME_SAMPLES;
 use chorus_csm::prompt::{build_prompt, build_prompt_ids, PromptFrame, PromptLimits, Segment};
 use chorus_csm::{CsmModel, CsmTokenizer, EndReason, TtsOptions, UtteranceEvent, UtteranceRequest};
 use chorus_lm::Sampling;
 use chorus_mimi::checkpoint::LoadedModel;
-use chorus_runtime::bulk::{read_audio_input, EncodeBatch, SlotBatch};
+use chorus_runtime::bulk::read_audio_input;
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::tts::{AnyTts, TtsSpec};
-use chorus_runtime::{open_encoder, EncoderSpec};
 
 use crate::audio_out::{write_streams, WavFormat};
 
@@ -224,7 +223,14 @@ fn prompt(
     };
     let context = match (&args.context, &args.context_text) {
         (Some(audio), Some(ctx_text)) => {
-            let codes = encode_context(audio, mimi, c.num_codebooks, args.device)?;
+            let input = read_audio_input(audio, false, None)?;
+            let codes = crate::mimi_codes::encode_frames(input, mimi, c.num_codebooks, args.device)
+                .with_context(|| format!("encoding --context {}", audio.display()))?;
+            eprintln!(
+                "context {}: {} frames encoded",
+                audio.display(),
+                codes.len()
+            );
             vec![Segment {
                 speaker: args.context_speaker.unwrap_or(args.speaker),
                 text: ctx_text.clone(),
@@ -234,46 +240,4 @@ fn prompt(
         _ => Vec::new(),
     };
     Ok(build_prompt(tok, &context, args.speaker, text, &limits)?)
-}
-
-/// The context audio as `[T][codebooks]` Mimi codes, through Chorus's own streaming encoder.
-fn encode_context(
-    path: &std::path::Path,
-    mimi: &LoadedModel,
-    n_q: usize,
-    device: DeviceKind,
-) -> Result<Vec<Vec<u32>>> {
-    let input = read_audio_input(path, false, None)?;
-    let spec = EncoderSpec {
-        device,
-        precision: None,
-        max_slots: 1,
-        buckets: Buckets::new(&[1])?,
-        threads: None,
-        cuda_device: 0,
-    };
-    let mut enc = open_encoder(mimi, &spec).with_context(|| {
-        format!(
-            "opening the Mimi encoder of `{}` for --context",
-            mimi.source
-        )
-    })?;
-    let mut batch = EncodeBatch::new(vec![0], n_q)?;
-    batch.admit(0, input);
-    loop {
-        if let Some((_, file)) = batch.step(enc.as_mut())?.pop() {
-            let codes: Vec<Vec<u32>> = (0..file.frames)
-                .map(|f| {
-                    (0..n_q)
-                        .map(|q| file.codes[q * file.frames + f] as u32)
-                        .collect()
-                })
-                .collect();
-            eprintln!("context {}: {} frames encoded", path.display(), file.frames);
-            return Ok(codes);
-        }
-        if batch.is_empty() {
-            bail!("{}: no audio frames to encode", path.display());
-        }
-    }
 }

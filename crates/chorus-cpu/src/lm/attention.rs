@@ -3,8 +3,9 @@
 //! Two phases. First every new token's k and v are written to its cache entry, sequentially in
 //! token order (padded rows all point at the null block 0 and may write the same entries; the
 //! last write wins, and nothing real reads block 0). Then every (token, query head) pair attends
-//! to the keys `0..=p` of its row, reading the cache only: in parallel over tasks of one token and
-//! a run of up to [`MAX_HEADS`] query heads of one kv head, which share each key's load.
+//! to the keys `0..=p` of its row (with a window `w`, `p + 1 - w..=p` over a ring of entries),
+//! reading the cache only: in parallel over tasks of one token and a run of up to [`MAX_HEADS`]
+//! query heads of one kv head, which share each key's load.
 //!
 //! One query's softmax is an online (streaming) softmax over blocks of [`CHUNK`] keys: scores of
 //! a block on the stack, the running max subtracted before every `exp`, and the output rescaled
@@ -28,6 +29,11 @@ const TASK_WORK: usize = 32 * 1024;
 /// The cache geometry of one call, validated.
 struct Paged {
     block_size: usize,
+    /// Entries of a row's block table; positions wrap modulo it under a window (else never reach
+    /// it).
+    ring: usize,
+    /// Keys per query under a sliding window.
+    window: Option<usize>,
     /// Floats per cache entry: `kv_heads * head_dim`.
     kv_dim: usize,
     num_blocks: usize,
@@ -65,19 +71,42 @@ fn validate(a: &PagedAttentionArgs<'_, CpuBackend>) -> Result<Paged> {
     )?;
     check::at_least(OP, "start", a.start.len(), g.rows)?;
     check::at_least(OP, "out", a.out.len(), end * g.q_heads * g.head_dim)?;
+    let ring = a.block_size * a.max_blocks;
+    let pg = Paged {
+        block_size: a.block_size,
+        ring,
+        window: a.window,
+        kv_dim,
+        num_blocks,
+    };
+    if let Some(w) = a.window {
+        if w == 0 || ring < w + g.time.max(1) - 1 {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "window {w} over a ring of {ring} entries ({} blocks of {}): need a window of \
+                     at least 1 and a ring of at least window + time - 1 = {}",
+                    a.max_blocks,
+                    a.block_size,
+                    w + g.time.max(1) - 1
+                ),
+            ));
+        }
+    }
     if g.time == 0 {
-        return Ok(Paged {
-            block_size: a.block_size,
-            kv_dim,
-            num_blocks,
-        });
+        return Ok(pg);
     }
     // Every block a row touches must exist: O(rows * blocks in use), far below the attention.
     for r in 0..g.rows {
         let s = a.start.0[r];
         let s = usize::try_from(s)
             .map_err(|_| Error::input(OP, format!("row {r}: negative start {s}")))?;
-        let last_block = (s + g.time - 1) / a.block_size;
+        let last = s + g.time - 1;
+        // Under a window the ring wraps: once past it, every block of the table is in use.
+        let last_block = match a.window {
+            Some(_) if last >= ring => a.max_blocks - 1,
+            _ => last / a.block_size,
+        };
         if last_block >= a.max_blocks {
             return Err(Error::input(
                 OP,
@@ -100,11 +129,7 @@ fn validate(a: &PagedAttentionArgs<'_, CpuBackend>) -> Result<Paged> {
             }
         }
     }
-    Ok(Paged {
-        block_size: a.block_size,
-        kv_dim,
-        num_blocks,
-    })
+    Ok(pg)
 }
 
 pub(super) fn paged_attention(
@@ -131,9 +156,7 @@ pub(super) fn paged_attention(
     let v_at = k_at + pg.kv_dim;
     for (tok, row) in qkv.chunks_exact(width).enumerate() {
         let (r, t) = (tok / g.time, tok % g.time);
-        let p = start[r] as usize + t;
-        let block = tables[r * a.max_blocks + p / pg.block_size] as usize;
-        let at = (block * pg.block_size + p % pg.block_size) * pg.kv_dim;
+        let at = pg.entry(&tables[r * a.max_blocks..], start[r] as usize + t);
         k_cache[at..at + pg.kv_dim].copy_from_slice(&row[k_at..k_at + pg.kv_dim]);
         v_cache[at..at + pg.kv_dim].copy_from_slice(&row[v_at..v_at + pg.kv_dim]);
     }
@@ -146,7 +169,7 @@ pub(super) fn paged_attention(
         .find(|&d| group.is_multiple_of(d))
         .unwrap_or(1);
     let runs = g.q_heads / heads;
-    let context_hint = start[0] as usize + g.time;
+    let context_hint = (start[0] as usize + g.time).min(a.window.unwrap_or(usize::MAX));
     let min_len = (TASK_WORK / (2 * heads * hd * context_hint).max(1)).max(1);
     let out = &mut a.out.0[first * g.q_heads * hd..(first + tokens) * g.q_heads * hd];
     be.install(|| {
@@ -185,22 +208,40 @@ struct Queries<'a> {
     table: &'a [i32],
     /// Offset of the kv head within a cache entry.
     head_off: usize,
-    /// The token's position: it attends to keys `0..=p`.
+    /// The token's position: it attends to keys `0..=p` (`p + 1 - window..=p` under a window).
     p: usize,
 }
 
+impl Paged {
+    /// Offset of position `kp`'s entry in a cache, through the row's table (wrapped under a
+    /// window; its blocks were checked in `validate`).
+    #[inline(always)]
+    fn entry(&self, table: &[i32], kp: usize) -> usize {
+        let i = if self.window.is_some() {
+            kp % self.ring
+        } else {
+            kp
+        };
+        let block = table[i / self.block_size] as usize;
+        (block * self.block_size + i % self.block_size) * self.kv_dim
+    }
+}
+
 impl Queries<'_> {
-    /// Offset of position `kp`'s kv head in the caches (`kp <= p`, so its block was checked).
+    /// Offset of position `kp`'s kv head in the caches (`kp <= p`).
     #[inline(always)]
     fn key_at(&self, kp: usize) -> usize {
-        let bs = self.pg.block_size;
-        let block = self.table[kp / bs] as usize;
-        (block * bs + kp % bs) * self.pg.kv_dim + self.head_off
+        self.pg.entry(self.table, kp) + self.head_off
+    }
+
+    /// The first key the query reads.
+    fn first_key(&self) -> usize {
+        self.pg.window.map_or(0, |w| (self.p + 1).saturating_sub(w))
     }
 }
 
 dispatch! {
-    /// `o[j] = softmax(q[j] . k / sqrt(head_dim)) v` over keys `0..=p` for each head `j` of the
+    /// `o[j] = softmax(q[j] . k / sqrt(head_dim)) v` over the query's keys for each head `j` of the
     /// run, by online softmax. Each head's arithmetic is its own and in key order, exactly as if
     /// it ran alone: the run only shares the loads.
     fn attend(a: &Queries<'_>, o: &mut [f32]) {
@@ -213,7 +254,7 @@ dispatch! {
         let mut max = [f32::NEG_INFINITY; MAX_HEADS];
         let mut sum = [0.0_f32; MAX_HEADS];
         o.fill(0.0);
-        let mut first = 0;
+        let mut first = a.first_key();
         while first < n {
             let count = CHUNK.min(n - first);
             for (i, si) in scores[..count].iter_mut().enumerate() {

@@ -92,6 +92,7 @@ impl Cache {
             geom: g,
             block_size: layout.block_size,
             max_blocks: layout.max_blocks,
+            window: None,
         })
         .unwrap();
         down(be, &out)
@@ -278,6 +279,7 @@ fn paged_attention_handles_any_head_grouping() {
             geom: g,
             block_size: BLOCK_SIZE,
             max_blocks: 3,
+            window: None,
         })
         .unwrap();
         let want: Vec<f64> = (0..9).flat_map(|p| naive_heads(&seq, p, heads)).collect();
@@ -376,6 +378,7 @@ fn paged_attention_rejects_bad_tables_and_buffers() {
             geom: geom(1, 2),
             block_size: BLOCK_SIZE,
             max_blocks: MAX_BLOCKS,
+            window: None,
         })
     };
     let full = 2 * Q_HEADS * HD;
@@ -395,4 +398,98 @@ fn paged_attention_rejects_bad_tables_and_buffers() {
     );
     assert!(attempt(&T0, &[-1], full).is_err(), "negative start");
     assert!(attempt(&T0[..5], &[3], full).is_err(), "table too short");
+}
+
+/// Naive attention of position `p` over the keys `p + 1 - window..=p` only.
+fn naive_window(seq: &[Vec<f32>], p: usize, window: usize) -> Vec<f64> {
+    let first = (p + 1).saturating_sub(window);
+    naive(&seq[first..], p - first)
+}
+
+/// One windowed call: `rows` = (block tables, start), ring of `max_blocks * BLOCK_SIZE`.
+fn run_window(
+    be: &CpuBackend,
+    cache: &mut Cache,
+    qkv: &[f32],
+    rows: (&[i32], &[i32]),
+    (max_blocks, window): (usize, usize),
+) -> chorus_core::Result<Vec<f32>> {
+    let (tables, start) = rows;
+    let g = geom(start.len(), qkv.len() / WIDTH / start.len());
+    let mut out = be.zeros(g.tokens() * Q_HEADS * HD, BufRole::Activation)?;
+    be.paged_attention(PagedAttentionArgs {
+        first_token: 0,
+        qkv: &buf(be, qkv),
+        k_cache: &mut cache.k,
+        v_cache: &mut cache.v,
+        block_tables: &ints(be, tables),
+        start: &ints(be, start),
+        out: &mut out,
+        geom: g,
+        block_size: BLOCK_SIZE,
+        max_blocks,
+        window: Some(window),
+    })?;
+    Ok(down(be, &out))
+}
+
+#[test]
+fn windowed_attention_reads_the_last_window_over_a_ring() {
+    // Window 6 over rings of 2 blocks (8 entries): a 3-token prefill, then decode far past the
+    // ring, both rows in every call; the cache starts as NaN, so a read outside the window shows.
+    let be = common::backend();
+    let mut rng = Rng::new(31);
+    let (s0, s1) = (random_seq(&mut rng, 23), random_seq(&mut rng, 23));
+    let mut cache = Cache::filled(&be, f32::NAN);
+    let tables = [5, 2, 9, 1];
+    let per_tok = Q_HEADS * HD;
+    let o = run_window(
+        &be,
+        &mut cache,
+        &call_qkv(&[(&s0, 0), (&s1, 0)], 3),
+        (&tables, &[0, 0]),
+        (2, 6),
+    )
+    .unwrap();
+    for t in 0..3 {
+        let want = naive_window(&s0, t, 6);
+        assert_near("prefill row 0", &o[t * per_tok..(t + 1) * per_tok], &want);
+        let want = naive_window(&s1, t, 6);
+        assert_near(
+            "prefill row 1",
+            &o[(3 + t) * per_tok..(4 + t) * per_tok],
+            &want,
+        );
+    }
+    for p in 3..23 {
+        let qkv = call_qkv(&[(&s0, p), (&s1, p)], 1);
+        let o = run_window(&be, &mut cache, &qkv, (&tables, &[p as i32; 2]), (2, 6)).unwrap();
+        assert_near(
+            &format!("row 0 at {p}"),
+            &o[..per_tok],
+            &naive_window(&s0, p, 6),
+        );
+        assert_near(
+            &format!("row 1 at {p}"),
+            &o[per_tok..],
+            &naive_window(&s1, p, 6),
+        );
+    }
+}
+
+#[test]
+fn windowed_attention_refuses_a_ring_shorter_than_the_window() {
+    let be = common::backend();
+    let mut rng = Rng::new(32);
+    let s = random_seq(&mut rng, 3);
+    let mut cache = Cache::filled(&be, 0.0);
+    // Ring 8, window 7, 3 tokens: a write would land on a key another query of the call reads.
+    let err = run_window(&be, &mut cache, &s.concat(), (&[5, 2], &[0]), (2, 7))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("window 7 over a ring of 8"), "{err}");
+    let err = run_window(&be, &mut cache, &s[0], (&[5, 2], &[0]), (2, 0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("window 0"), "{err}");
 }

@@ -74,6 +74,9 @@ struct PagedDims {
     grouped: i32,
     group_pairs: i32,
     adaptive: i32,
+    /// Keys per query under a sliding window (0: none) and the entries of a row's table.
+    window: i32,
+    ring: i32,
 }
 
 fn i32_of(name: &str, v: usize) -> Result<i32> {
@@ -121,6 +124,7 @@ pub(crate) struct DecodePlan {
 /// multiprocessor for contexts of `max_blocks * block_size` positions (blocks past a row's real
 /// context exit at once), each split a multiple of [`SPLIT_QUANTUM`] positions and at most
 /// [`SPLIT_MAX`]; with `invariant`, every split is [`SPLIT_INVARIANT`] positions whatever the rows.
+#[cfg(test)]
 pub(crate) fn decode_plan(
     sm_count: usize,
     g: &HeadGeom,
@@ -128,7 +132,18 @@ pub(crate) fn decode_plan(
     max_blocks: usize,
     invariant: bool,
 ) -> DecodePlan {
-    let max_ctx = (block_size * max_blocks).max(1);
+    decode_plan_keys(sm_count, g, block_size * max_blocks, invariant)
+}
+
+/// [`decode_plan`] for queries that read at most `max_ctx` keys (the table's positions, or a
+/// sliding window's keys).
+pub(crate) fn decode_plan_keys(
+    sm_count: usize,
+    g: &HeadGeom,
+    max_ctx: usize,
+    invariant: bool,
+) -> DecodePlan {
+    let max_ctx = max_ctx.max(1);
     if max_ctx <= GROUP_PAIRS_MAX_CTX && g.q_heads == g.kv_heads {
         return DecodePlan {
             splits: 1,
@@ -206,17 +221,26 @@ pub(crate) fn paged_attention(
     ] {
         check_storage(be, name, b)?;
     }
+    let ring = a.block_size * a.max_blocks;
+    if let Some(w) = a.window {
+        if w == 0 || ring < w + g.time.max(1) - 1 {
+            return Err(cuda_error(
+                OP,
+                format!(
+                    "window {w} over a ring of {ring} entries: need a window of at least 1 and a \
+                     ring of at least window + time - 1 = {}",
+                    w + g.time.max(1) - 1
+                ),
+            ));
+        }
+    }
     if tokens == 0 {
         return Ok(());
     }
+    // The most keys one query reads.
+    let keys = a.window.map_or(ring, |w| w.min(ring));
     let plan = if decode_fits(&g) {
-        decode_plan(
-            be.sm_count,
-            &g,
-            a.block_size,
-            a.max_blocks,
-            be.batch_invariant,
-        )
+        decode_plan_keys(be.sm_count, &g, keys, be.batch_invariant)
     } else {
         DecodePlan {
             splits: 1,
@@ -243,9 +267,12 @@ pub(crate) fn paged_attention(
         splits: i32_of("splits", splits)?,
         split_len: i32_of("split_len", split_len)?,
         scale: std::f32::consts::LOG2_E / (hd as f32).sqrt(),
-        grouped: i32::from(a.block_size.is_multiple_of(DECODE_UNROLL)),
+        // A window starts a query's keys anywhere and wraps them on the ring: no shared block.
+        grouped: i32::from(a.block_size.is_multiple_of(DECODE_UNROLL) && a.window.is_none()),
         group_pairs: i32::from(plan.group_pairs),
         adaptive: i32::from(!be.batch_invariant && !plan.group_pairs),
+        window: i32_of("window", a.window.unwrap_or(0))?,
+        ring: i32_of("ring", ring)?,
     };
     i32_of("qkv elements", tokens * g.qkv_width())?;
     // The call's tokens start `first` tokens into `qkv` and `out`.

@@ -326,6 +326,7 @@ fn paged_decode_timing() {
             tables: ints(&be, &tables).expect("tables"),
             block_size,
             max_blocks,
+            window: None,
         };
         let mut rng = Rng::new(109);
         let qkv = rng.vec(rows * h.width(), 1.0);
@@ -348,6 +349,7 @@ fn paged_decode_timing() {
                 geom: g,
                 block_size,
                 max_blocks,
+                window: None,
             })
         })
         .expect("run");

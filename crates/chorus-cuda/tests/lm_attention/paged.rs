@@ -56,6 +56,8 @@ pub(crate) struct Paged<B: LmOps> {
     pub(crate) tables: B::Ints,
     pub(crate) block_size: usize,
     pub(crate) max_blocks: usize,
+    /// Sliding-window attention over rings of `max_blocks * block_size` entries.
+    pub(crate) window: Option<usize>,
 }
 
 impl<B: LmOps> Paged<B> {
@@ -73,6 +75,7 @@ impl<B: LmOps> Paged<B> {
             tables: ints(be, tables)?,
             block_size,
             max_blocks,
+            window: None,
         })
     }
 
@@ -105,7 +108,7 @@ impl<B: LmOps> Paged<B> {
             BufRole::Activation,
         )?;
         let (k, v, tables) = (&mut self.k, &mut self.v, &self.tables);
-        let (block_size, max_blocks) = (self.block_size, self.max_blocks);
+        let (block_size, max_blocks, window) = (self.block_size, self.max_blocks, self.window);
         be.run(key(), &mut |b: &B| {
             b.paged_attention(PagedAttentionArgs {
                 first_token: first,
@@ -118,6 +121,7 @@ impl<B: LmOps> Paged<B> {
                 geom: g,
                 block_size,
                 max_blocks,
+                window,
             })
         })?;
         let mut got = be.download(&out)?;

@@ -157,6 +157,7 @@ fn paged_long_prefill_sampled_and_timed() {
             tables: ints(&be, &tables).expect("tables"),
             block_size,
             max_blocks,
+            window: None,
         };
         be.set_profiling(true);
         let mut out = Vec::new();

@@ -104,6 +104,7 @@ pub fn depth_forward<B: LmOps>(
         kv_heads: c.num_attention_heads,
         head_dim: c.head_dim(),
         eps: DEPTH_RMS_EPS,
+        window: None,
     };
     let call = DecoderCall {
         caches,

@@ -42,6 +42,7 @@ pub fn lm_forward<B: LmOps>(
         kv_heads: c.num_key_value_heads,
         head_dim: c.head_dim,
         eps: c.rms_norm_eps as f32,
+        window: None,
     };
     decoder_stack(be, &stack, call)
 }

@@ -1,14 +1,15 @@
-//! One checkpoint stored as several safetensors files (HF's sharded `model.safetensors.index.json`
+//! One checkpoint stored as several safetensors files (shared by every model family that loads HF
+//! checkpoints) (HF's sharded `model.safetensors.index.json`
 //! layout, or explicit files), seen as one [`TensorSource`] over chorus-core's reader.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use chorus_core::checkpoint::safetensors::SUPPORTED_DTYPES;
-use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
-use chorus_core::{Error, HostTensor, Result};
+use crate::checkpoint::safetensors::SUPPORTED_DTYPES;
+use crate::checkpoint::{SafetensorsFile, TensorSource};
+use crate::{Error, HostTensor, Result};
 
-const OP: &str = "csm checkpoint";
+const OP: &str = "sharded checkpoint";
 
 /// Shards by tensor name; every name lives in exactly one file.
 pub struct ShardedSource {

@@ -1,27 +1,28 @@
-//! Typed reads of config json fields, each failure a named error: the file, the field's full path
-//! (`depth_decoder_config.hidden_size`) and what was wrong.
+//! Typed reads of config json fields, each failure a named error: the op, the file, the field's
+//! full path (`depth_decoder_config.hidden_size`) and what was wrong. Shared by the model
+//! families' config parsers.
 
-use chorus_core::{Error, Result};
+use crate::{Error, Result};
 pub use serde_json::Value as JsonValue;
-
-const OP: &str = "CsmConfig";
 
 /// One json object and where it sits (file, dotted path).
 pub struct Fields<'a> {
+    op: &'static str,
     obj: &'a serde_json::Map<String, JsonValue>,
     file: &'a str,
     path: String,
 }
 
 impl<'a> Fields<'a> {
-    /// The top-level object of `file`.
-    pub fn root(value: &'a JsonValue, file: &'a str) -> Result<Self> {
+    /// The top-level object of `file`; `op` (`CsmConfig`) names the parser in errors.
+    pub fn root(op: &'static str, value: &'a JsonValue, file: &'a str) -> Result<Self> {
         let obj = value.as_object().ok_or_else(|| Error::Format {
-            op: OP,
+            op,
             path: file.into(),
             reason: "the top level is not a JSON object".into(),
         })?;
         Ok(Self {
+            op,
             obj,
             file,
             path: String::new(),
@@ -44,7 +45,7 @@ impl<'a> Fields<'a> {
             format!("in `{}`: {reason}", self.path)
         };
         Error::Format {
-            op: OP,
+            op: self.op,
             path: self.file.into(),
             reason,
         }
@@ -52,7 +53,7 @@ impl<'a> Fields<'a> {
 
     fn field_error(&self, name: &str, what: &str) -> Error {
         Error::Format {
-            op: OP,
+            op: self.op,
             path: self.file.into(),
             reason: format!("field `{}` {what}", self.full(name)),
         }
@@ -148,6 +149,25 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An array of non-negative integers, None when absent or null.
+    pub fn opt_array_usize(&self, name: &str) -> Result<Option<Vec<usize>>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let bad = || {
+            self.field_error(
+                name,
+                &format!("is {v}, not an array of non-negative integers"),
+            )
+        };
+        let items = v.as_array().ok_or_else(bad)?;
+        items
+            .iter()
+            .map(|x| as_usize(x).ok_or_else(bad))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// A nested object that must be present.
     pub fn object(&self, name: &str) -> Result<Fields<'a>> {
         self.opt_object(name)?
@@ -163,6 +183,7 @@ impl<'a> Fields<'a> {
                     .as_object()
                     .ok_or_else(|| self.field_error(name, &format!("is {v}, not an object")))?;
                 Ok(Some(Fields {
+                    op: self.op,
                     obj,
                     file: self.file,
                     path: self.full(name),
@@ -171,17 +192,19 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The object holding Sesame's `ModelArgs` (`backbone_flavor`, ...): this one or its `args`.
-    pub fn sesame_args(&self) -> Result<Option<Fields<'a>>> {
-        if self.has("backbone_flavor") {
+    /// The object holding field `key`: this one, or its nested `args` (a config saved with its
+    /// arguments under `args`, as Sesame's); None when neither has it.
+    pub fn args_with(&self, key: &str) -> Result<Option<Fields<'a>>> {
+        if self.has(key) {
             return Ok(Some(Fields {
+                op: self.op,
                 obj: self.obj,
                 file: self.file,
                 path: self.path.clone(),
             }));
         }
         match self.opt_object("args")? {
-            Some(args) if args.has("backbone_flavor") => Ok(Some(args)),
+            Some(args) if args.has(key) => Ok(Some(args)),
             _ => Ok(None),
         }
     }

@@ -1,0 +1,305 @@
+//! The step (`KYUTAI_STT.md` §3.2), for every stream of a bucket: the input embedding (the 32
+//! audio rows of this position's codes, plus the embedding of the stream's previous text token,
+//! kept per slot on the device), the decoder stack with its sliding window over the stream's
+//! ring, the final norm, the text head and the draw (greedy, or the noise race at a
+//! temperature; a forced token wins), the VAD heads, and the drawn token's embedding stored as
+//! the slot's next text input.
+//!
+//! One program over device buffers: no host sync, no allocation, no data-dependent branch. The
+//! token goes back on the device, so the host may stage the next step before it reads this one.
+
+use chorus_core::lm_ops::{
+    CfgDrawArgs, EmbedSumArgs, Epilogue, GatherArgs, RmsNormArgs, ScatterArgs,
+};
+use chorus_core::{BufRole, LmOps, Result};
+use chorus_lm::{
+    decoder_stack, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache, LinearIo,
+    PagedShape,
+};
+
+use crate::config::SttConfig;
+use crate::device::DeviceWeights;
+use crate::io::{StepInputs, StepOutputs};
+
+/// How text tokens are drawn when the draw decides.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrawSettings {
+    /// Divides the logits of sampled draws (greedy ignores it).
+    pub temperature: f32,
+    /// Candidates of a sampled draw.
+    pub top_k: usize,
+}
+
+/// Kyutai's configs: greedy (a sampled stream uses these if it asks for noise).
+pub const KYUTAI_DRAWS: DrawSettings = DrawSettings {
+    temperature: 1.0,
+    top_k: 250,
+};
+
+/// Buffers every bucket shares (sized for the largest), read back by traces after a step.
+pub struct StepBufs<B: LmOps> {
+    /// `[n, hidden]`: the slots' previous text embeddings.
+    pub text_in: B::Buf,
+    pub acts: Acts<B>,
+    /// `[n, hidden]`: the final-normed hidden.
+    pub hidden: B::Buf,
+    /// `[n, text_vocab]`.
+    pub logits: B::Buf,
+    /// `[n, extra_heads * classes]` (one element without VAD heads).
+    pub vad: B::Buf,
+    /// `[n, hidden]`: the drawn tokens' embeddings.
+    pub text_next: B::Buf,
+}
+
+impl<B: LmOps> StepBufs<B> {
+    /// Buffers for up to `n` streams.
+    pub fn new(be: &B, c: &SttConfig, n: usize) -> Result<Self> {
+        let h = c.hidden_size;
+        let z = |len: usize| be.zeros(len.max(1), BufRole::Activation);
+        let dims = ActDims {
+            hidden: h,
+            qkv: c.qkv_width(),
+            attn: c.q_width(),
+            inter: c.ffn_hidden,
+            q8: false,
+        };
+        Ok(Self {
+            text_in: z(n * h)?,
+            acts: Acts::new(be, n, dims)?,
+            hidden: z(n * h)?,
+            logits: z(n * c.text_vocab)?,
+            vad: z(n * c.extra_heads * c.extra_head_dim)?,
+            text_next: z(n * h)?,
+        })
+    }
+}
+
+/// The model as the step sees it.
+pub struct Model<'a, B: LmOps> {
+    pub c: &'a SttConfig,
+    pub w: &'a DeviceWeights<B>,
+    pub draws: DrawSettings,
+}
+
+/// Everything a step touches besides the shared buffers.
+pub struct StepCall<'a, B: LmOps> {
+    pub inputs: &'a mut StepInputs<B>,
+    pub outputs: &'a mut StepOutputs<B>,
+    /// `[slots + 1, hidden]`: each stream's next text embedding.
+    pub text_state: &'a mut B::Buf,
+    pub caches: &'a mut [LayerCache<B>],
+    pub n: usize,
+    pub block_size: usize,
+    pub max_blocks: usize,
+}
+
+/// The decoder stack of the model.
+pub fn stack<'a, B: LmOps>(c: &SttConfig, w: &'a DeviceWeights<B>) -> DecoderStack<'a, B> {
+    DecoderStack {
+        layers: &w.layers,
+        norm: &w.out_norm,
+        rope: Some(&w.rope),
+        hidden: c.hidden_size,
+        inter: c.ffn_hidden,
+        q_heads: c.num_attention_heads,
+        kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+        eps: c.rms_norm_eps,
+        window: Some(c.sliding_window),
+    }
+}
+
+/// One step for `call.n` streams (see the module doc).
+pub fn step_program<B: LmOps>(
+    be: &B,
+    m: &Model<'_, B>,
+    bufs: &mut StepBufs<B>,
+    call: StepCall<'_, B>,
+) -> Result<()> {
+    let StepCall {
+        inputs,
+        outputs,
+        text_state,
+        caches,
+        n,
+        block_size,
+        max_blocks,
+    } = call;
+    let (c, w) = (m.c, m.w);
+    let (h, books) = (c.hidden_size, c.num_codebooks);
+    inputs.stage(be)?;
+    // 1. The 32 audio rows, then the previous text token's row added to them.
+    be.embed_sum(EmbedSumArgs {
+        text: None,
+        audio: &w.audio_emb,
+        ids: &inputs.codes.dev,
+        out: &mut bufs.acts.residual,
+        rows: n,
+        dim: h,
+        stride: books,
+        text_col: 0,
+        codes_col: 0,
+        levels: books,
+        cardinality: c.codebook_vocab,
+    })?;
+    be.gather_rows(GatherArgs {
+        table: text_state,
+        ids: &inputs.slots.dev,
+        out: &mut bufs.text_in,
+        rows: n,
+        dim: h,
+        rows_per_id: 1,
+        ids_stride: 1,
+        ids_col: 0,
+        offset: 0,
+        scale: 1.0,
+    })?;
+    // The fused residual add of RMSNorm is the op's one row-wise add; its normed output is
+    // scratch the first layer overwrites.
+    be.rms_norm(RmsNormArgs {
+        residual: &mut bufs.acts.residual,
+        delta: Some(&bufs.text_in),
+        weight: &w.out_norm,
+        out: &mut bufs.acts.scratch.normed,
+        n,
+        dim: h,
+        eps: c.rms_norm_eps,
+    })?;
+    // 2. The layers over each stream's ring, then out_norm.
+    decoder_stack(
+        be,
+        &stack(c, w),
+        DecoderCall {
+            caches,
+            acts: &mut bufs.acts,
+            start: &inputs.start.dev,
+            block_tables: &inputs.tables.dev,
+            shape: PagedShape {
+                rows: n,
+                time: 1,
+                block_size,
+                max_blocks,
+            },
+            out: Some(&mut bufs.hidden),
+            chunk: None,
+        },
+    )?;
+    // 3. The text head and the draw (a forced token is kept).
+    let io = LinearIo::new(
+        &bufs.hidden,
+        &mut bufs.logits,
+        bufs.acts.scratch.view(),
+        [n, h, c.text_vocab],
+        Epilogue::Store,
+    );
+    linear(be, &w.text_linear, io)?;
+    be.cfg_draw(CfgDrawArgs {
+        logits: &bufs.logits,
+        codes: &mut inputs.tokens.dev,
+        mode: &inputs.mode.dev,
+        seeds: &inputs.seeds.dev,
+        draws: &inputs.draws.dev,
+        allow_end: &inputs.allow_end.dev,
+        songs: n,
+        vocab: c.text_vocab,
+        codes_stride: 1,
+        col: 0,
+        draw_offset: 0,
+        cfg_scale: None,
+        temperature: m.draws.temperature,
+        cond_top_k: None,
+        top_k: m.draws.top_k,
+        end: None,
+    })?;
+    // 4. The VAD heads on the same hidden (softmax on the host: six classes per head).
+    if let (Some(vad), Some(out)) = (&w.vad, outputs.vad.as_mut()) {
+        let width = c.extra_heads * c.extra_head_dim;
+        let io = LinearIo::new(
+            &bufs.hidden,
+            &mut bufs.vad,
+            bufs.acts.scratch.view(),
+            [n, h, width],
+            Epilogue::Store,
+        );
+        linear(be, vad, io)?;
+        be.copy_out_floats(&bufs.vad, out, n * width)?;
+    }
+    // 5. The token's embedding is the slot's next text input.
+    be.gather_rows(GatherArgs {
+        table: &w.text_emb,
+        ids: &inputs.tokens.dev,
+        out: &mut bufs.text_next,
+        rows: n,
+        dim: h,
+        rows_per_id: 1,
+        ids_stride: 1,
+        ids_col: 0,
+        offset: 0,
+        scale: 1.0,
+    })?;
+    be.scatter_rows(ScatterArgs {
+        src: &bufs.text_next,
+        ids: &inputs.slots.dev,
+        table: text_state,
+        rows: n,
+        dim: h,
+    })?;
+    if let Some(out) = outputs.logits.as_mut() {
+        be.copy_out_floats(&bufs.logits, out, n * c.text_vocab)?;
+    }
+    be.copy_out_ints(&inputs.tokens.dev, &mut outputs.tokens, n)
+}
+
+/// The I/O of a stream's reset: its slot, the initial token, one row of scratch.
+pub struct ResetIo<B: LmOps> {
+    /// `[1]`: the slot to reset.
+    pub slot: chorus_lm::IntInput<B>,
+    /// `[1]`: the initial text token (set once).
+    pub initial: chorus_lm::IntInput<B>,
+    /// `[hidden]`.
+    pub row: B::Buf,
+}
+
+impl<B: LmOps> ResetIo<B> {
+    pub fn new(be: &B, c: &SttConfig) -> Result<Self> {
+        let mut initial = chorus_lm::IntInput::new(be, 1)?;
+        initial.host(be)?[0] = c.ids.initial_text as i32;
+        Ok(Self {
+            slot: chorus_lm::IntInput::new(be, 1)?,
+            initial,
+            row: be.zeros(c.hidden_size, BufRole::Activation)?,
+        })
+    }
+}
+
+/// Program: the slot's next text input becomes the initial token's row (a stream's reset; its
+/// ring needs nothing: a query never reads past its own position).
+pub fn reset_program<B: LmOps>(
+    be: &B,
+    w: &DeviceWeights<B>,
+    c: &SttConfig,
+    io: &mut ResetIo<B>,
+    text_state: &mut B::Buf,
+) -> Result<()> {
+    io.slot.stage(be)?;
+    io.initial.stage(be)?;
+    be.gather_rows(GatherArgs {
+        table: &w.text_emb,
+        ids: &io.initial.dev,
+        out: &mut io.row,
+        rows: 1,
+        dim: c.hidden_size,
+        rows_per_id: 1,
+        ids_stride: 1,
+        ids_col: 0,
+        offset: 0,
+        scale: 1.0,
+    })?;
+    be.scatter_rows(ScatterArgs {
+        src: &io.row,
+        ids: &io.slot.dev,
+        table: text_state,
+        rows: 1,
+        dim: c.hidden_size,
+    })
+}

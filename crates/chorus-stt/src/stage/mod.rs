@@ -1,0 +1,381 @@
+//! The stream stage: many streams, one step program per step, streams joining and leaving at any
+//! step.
+//!
+//! Each stream owns a state slot (its next text embedding) and one ring of KV entries, the
+//! model's window long, reserved whole at admission over chorus-lm's `Seats` (a stream never
+//! waits for memory, however long it runs). A stream's position 0 takes the initial tokens; its
+//! position `p >= 1` takes the codes of frame `p - 1` and the token of position `p - 1`
+//! (`KYUTAI_STT.md` §3.1), so the first frame a caller pushes is the input of position 1, and the
+//! stage runs position 0 on its own when the stream is added. Every stream with an input queued
+//! runs in every step, padded up to a bucket with the dummy slot and the null block (chorus-lm's
+//! `Pipeline`). A stream's rows never mix with another's in any reduction on the CPU backend, so
+//! its tokens do not depend on its company.
+
+use std::collections::VecDeque;
+
+use chorus_core::lm_ops::DrawMode;
+use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
+use chorus_lm::{layer_caches, LayerCache, Pipeline, Sampling, Seat, Seats};
+
+use crate::config::{SttConfig, FRAME_RATE};
+use crate::device::DeviceWeights;
+use crate::frame::{reset_program, DrawSettings, ResetIo, StepBufs, KYUTAI_DRAWS};
+use crate::io::{StepInputs, StepOutputs};
+use crate::load::SttModel;
+use crate::words::{WordAssembler, WordEvent};
+
+mod step;
+
+/// A stream's id, unique for the stage's life.
+pub type StreamId = u64;
+
+/// The longest stream by default: one hour of frames (the RoPE table's positions).
+pub const DEFAULT_MAX_FRAMES: usize = 45_000;
+
+/// Sizes fixed at construction.
+#[derive(Clone, Debug)]
+pub struct SttOptions {
+    /// Streams at once; at most the largest bucket.
+    pub max_streams: usize,
+    pub buckets: Buckets,
+    /// Most frames one stream may push (its positions are one more).
+    pub max_frames: usize,
+    pub draws: DrawSettings,
+    /// Copy each step's text logits out (for traces and tests; 4000 floats per stream-step).
+    pub keep_logits: bool,
+}
+
+impl SttOptions {
+    /// `n` streams of up to [`DEFAULT_MAX_FRAMES`] frames.
+    pub fn for_streams(n: usize) -> Result<Self> {
+        let buckets = Buckets::new(
+            &chorus_core::DEFAULT_BUCKETS
+                .iter()
+                .copied()
+                .filter(|&b| b < n)
+                .chain([n])
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(Self {
+            max_streams: n,
+            buckets,
+            max_frames: DEFAULT_MAX_FRAMES,
+            draws: KYUTAI_DRAWS,
+            keep_logits: false,
+        })
+    }
+}
+
+/// What a stream asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamRequest {
+    pub sampling: Sampling,
+    /// Teacher forcing: position `p`'s token is `forced[p]` while there are entries.
+    pub forced: Option<Vec<u32>>,
+}
+
+impl Default for StreamRequest {
+    fn default() -> Self {
+        Self {
+            sampling: Sampling::Greedy,
+            forced: None,
+        }
+    }
+}
+
+/// What a step hands its sink, in stream order.
+#[derive(Debug)]
+pub enum StreamEvent<'a> {
+    /// Position `position`'s text token, with the class-0 probability of each VAD head (the
+    /// 1B's pause horizons 0.5, 1, 2, 3 s) and the text logits when the stage keeps them.
+    Token {
+        stream: StreamId,
+        position: usize,
+        token: u32,
+        vad: Option<&'a [f32]>,
+        logits: Option<&'a [f32]>,
+    },
+    /// A word or a word's end (`words.rs`).
+    Word { stream: StreamId, event: WordEvent },
+    /// The stream ended (after [`SttStage::end`] and its last input) and left the stage.
+    Ended { stream: StreamId, positions: usize },
+}
+
+struct Stream {
+    id: StreamId,
+    /// Resets so far: outputs launched before the last one are discarded.
+    epoch: u32,
+    seat: Seat,
+    /// Positions launched so far.
+    position: usize,
+    /// Inputs not yet launched, one frame of codes each.
+    queue: VecDeque<Vec<u32>>,
+    ended: bool,
+    words: WordAssembler,
+    mode: DrawMode,
+    seed: u64,
+    forced: Option<Vec<u32>>,
+}
+
+/// One half of a bucket's step I/O.
+struct Half<B: LmOps> {
+    inputs: StepInputs<B>,
+    outputs: StepOutputs<B>,
+}
+
+/// The streams of a launched step in row order, with the position and epoch each ran.
+type Launched = Vec<(StreamId, usize, u32)>;
+
+/// The stage over backend `B`.
+pub struct SttStage<B: LmOps> {
+    be: B,
+    c: SttConfig,
+    w: DeviceWeights<B>,
+    caches: Vec<LayerCache<B>>,
+    /// `[max_streams + 1, hidden]`; the last row is the dummy slot.
+    text_state: B::Buf,
+    bufs: StepBufs<B>,
+    pipe: Pipeline<B, Half<B>, Launched>,
+    reset: ResetIo<B>,
+    seats: Seats,
+    streams: Vec<Stream>,
+    next_id: StreamId,
+    opts: SttOptions,
+    /// Indices into `streams` of the next step's streams.
+    launch: Vec<usize>,
+}
+
+impl<B: LmOps> SttStage<B> {
+    /// Uploads `model` and allocates every buffer a step will touch.
+    pub fn new(be: B, model: &SttModel, opts: SttOptions) -> Result<Self> {
+        const OP: &str = "SttStage::new";
+        let c = model.config.clone();
+        c.validate()?;
+        if opts.max_streams == 0 || opts.max_streams > opts.buckets.largest() {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "max_streams {} must be 1..={} (the largest bucket)",
+                    opts.max_streams,
+                    opts.buckets.largest()
+                ),
+            ));
+        }
+        if opts.max_frames == 0 {
+            return Err(Error::config(OP, "max_frames must be positive"));
+        }
+        if !(opts.draws.temperature.is_finite() && opts.draws.temperature > 0.0)
+            || opts.draws.top_k == 0
+        {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "draws {:?}: the temperature must be positive and top_k at least 1",
+                    opts.draws
+                ),
+            ));
+        }
+        // One block per stream: its ring, exactly the window long.
+        let block_size = c.sliding_window;
+        let seats = Seats::new(
+            opts.max_streams,
+            1,
+            opts.max_streams + 1,
+            block_size,
+            block_size,
+        )?;
+        let max_blocks = seats.max_blocks();
+        let w = DeviceWeights::upload(&be, model, opts.max_frames + 1)?;
+        let caches = layer_caches(
+            &be,
+            c.num_hidden_layers,
+            opts.max_streams + 1,
+            block_size,
+            c.kv_width(),
+        )?;
+        let largest = opts.buckets.largest();
+        let bufs = StepBufs::new(&be, &c, largest)?;
+        let (books, vad_width) = (c.num_codebooks, c.extra_heads * c.extra_head_dim);
+        let logits = opts.keep_logits.then_some(c.text_vocab);
+        let pipe = Pipeline::new(&be, &opts.buckets, |n| {
+            Ok(Half {
+                inputs: StepInputs::new(&be, n, max_blocks, books)?,
+                outputs: StepOutputs::new(&be, n, vad_width, logits)?,
+            })
+        })?;
+        Ok(Self {
+            text_state: be.zeros((opts.max_streams + 1) * c.hidden_size, BufRole::State)?,
+            reset: ResetIo::new(&be, &c)?,
+            be,
+            c,
+            w,
+            caches,
+            bufs,
+            pipe,
+            seats,
+            streams: Vec::new(),
+            next_id: 0,
+            opts,
+            launch: Vec::new(),
+        })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+
+    pub fn config(&self) -> &SttConfig {
+        &self.c
+    }
+
+    /// Bucket sizes and the program key of each (half 0), for device timing.
+    pub fn bucket_keys(&self) -> Vec<(usize, usize)> {
+        self.pipe.keys()
+    }
+
+    /// Streams admitted and not yet ended.
+    pub fn active(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Silence frames a caller appends before [`SttStage::end`] so that the last words come out
+    /// (the text delay plus one second, as transformers' feature extractor pads).
+    pub fn flush_frames(&self) -> usize {
+        self.c.text_delay_frames + FRAME_RATE.ceil() as usize
+    }
+
+    /// Admits a stream; its position 0 (the initial tokens) is queued at once. On any error
+    /// nothing changes.
+    pub fn add(&mut self, req: StreamRequest) -> Result<StreamId> {
+        const OP: &str = "SttStage::add";
+        if let Some(f) = &req.forced {
+            if let Some((p, &t)) = f
+                .iter()
+                .enumerate()
+                .find(|(_, &t)| t as usize >= self.c.text_vocab)
+            {
+                return Err(Error::input(
+                    OP,
+                    format!(
+                        "forced token {t} at position {p} is outside the {} pieces",
+                        self.c.text_vocab
+                    ),
+                ));
+            }
+        }
+        let window = self.c.sliding_window;
+        let mut seat = self.seats.admit(window, "stream")?;
+        self.seats.grow(&mut seat, window);
+        if let Err(e) = self.reset_slot(seat.slot) {
+            self.seats.release(seat);
+            return Err(e);
+        }
+        let (mode, seed) = req.sampling.device();
+        let initial = vec![self.c.ids.initial_audio; self.c.num_codebooks];
+        let id = self.next_id;
+        self.next_id += 1;
+        self.streams.push(Stream {
+            id,
+            epoch: 0,
+            seat,
+            position: 0,
+            queue: VecDeque::from([initial]),
+            ended: false,
+            words: WordAssembler::new(&self.c),
+            mode,
+            seed,
+            forced: req.forced,
+        });
+        Ok(id)
+    }
+
+    /// The slot's next text input becomes the initial token: eager (after any step in flight),
+    /// once per admission, never on the step path.
+    fn reset_slot(&mut self, slot: usize) -> Result<()> {
+        let be = &self.be;
+        self.reset.slot.host(be)?[0] = slot as i32;
+        let (w, c) = (&self.w, &self.c);
+        let (io, state) = (&mut self.reset, &mut self.text_state);
+        be.run_eager(&mut |b: &B| reset_program(b, w, c, io, state))
+    }
+
+    fn find(&mut self, id: StreamId, op: &'static str) -> Result<&mut Stream> {
+        self.streams
+            .iter_mut()
+            .find(|s| s.id == id)
+            .ok_or_else(|| Error::input(op, format!("no running stream {id}")))
+    }
+
+    /// Queues one frame of Mimi codes (`num_codebooks` codes, each below 2048) for stream `id`.
+    /// A bad frame is refused with nothing queued.
+    pub fn push_frame(&mut self, id: StreamId, codes: &[u32]) -> Result<()> {
+        const OP: &str = "SttStage::push_frame";
+        let (books, card) = (self.c.num_codebooks, self.c.ids.initial_audio);
+        let max_frames = self.opts.max_frames;
+        if codes.len() != books {
+            return Err(Error::input(
+                OP,
+                format!("a frame has {books} codes, got {}", codes.len()),
+            ));
+        }
+        if let Some((k, &v)) = codes.iter().enumerate().find(|(_, &v)| v >= card) {
+            return Err(Error::input(
+                OP,
+                format!("code {v} of codebook {k} is outside Mimi's {card} codes"),
+            ));
+        }
+        let s = self.find(id, OP)?;
+        if s.ended {
+            return Err(Error::input(OP, format!("stream {id} has ended")));
+        }
+        // Position 0 is the initial input; frame k is position k + 1.
+        let frames = s.position + s.queue.len() - 1;
+        if frames >= max_frames {
+            return Err(Error::input(
+                OP,
+                format!("stream {id} reached the stage's {max_frames} frames"),
+            ));
+        }
+        s.queue.push_back(codes.to_vec());
+        Ok(())
+    }
+
+    /// Marks stream `id` as complete: once its queued frames have run, its last words are closed
+    /// and it ends. Callers that want the words of the last frames push
+    /// [`SttStage::flush_frames`] frames of silence first.
+    pub fn end(&mut self, id: StreamId) -> Result<()> {
+        self.find(id, "SttStage::end")?.ended = true;
+        Ok(())
+    }
+
+    /// Restarts stream `id` from position 0 on its slot and ring (its state reset, its queued
+    /// frames and words dropped, the output of a step in flight discarded); it keeps its id and
+    /// sampling, and its forced tokens start over.
+    pub fn reset(&mut self, id: StreamId) -> Result<()> {
+        const OP: &str = "SttStage::reset";
+        let slot = self.find(id, OP)?.seat.slot;
+        self.reset_slot(slot)?;
+        let initial = vec![self.c.ids.initial_audio; self.c.num_codebooks];
+        let words = WordAssembler::new(&self.c);
+        let s = self.find(id, OP)?;
+        s.epoch += 1;
+        s.position = 0;
+        s.queue = VecDeque::from([initial]);
+        s.ended = false;
+        s.words = words;
+        Ok(())
+    }
+
+    /// Drops a stream at once; its slot and ring return to the stage. Returns its positions.
+    pub fn cancel(&mut self, id: StreamId) -> Result<usize> {
+        let Some(i) = self.streams.iter().position(|s| s.id == id) else {
+            return Err(Error::input(
+                "SttStage::cancel",
+                format!("no running stream {id}"),
+            ));
+        };
+        let s = self.streams.remove(i);
+        self.seats.release(s.seat);
+        Ok(s.position)
+    }
+}

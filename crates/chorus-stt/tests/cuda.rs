@@ -1,0 +1,116 @@
+//! The STT stage on the CUDA backend (skipped without a GPU), every step one graph replay: the
+//! oracle's teacher-forced logits and VAD in f32 (rel L2 <= 1e-4) and bf16 (<= 1e-1 at this
+//! 64-wide size), greedy tokens in f32 identical to the oracle's past the window, and at full
+//! size (random weights of stt-1b-en_fr) bf16 logits within 5e-2 of f32 on the same inputs.
+
+mod common;
+
+use chorus_core::checkpoint::TensorSource;
+use chorus_core::Precision;
+use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_stt::random::RANDOM_STT_SEED;
+use chorus_stt::{random_model, StreamEvent, StreamRequest, SttConfig, SttOptions, SttStage};
+use common::oracle::{fixture, ints, rel_l2, run_on, REL_L2};
+
+/// bf16 bound of the 64-wide test model (head dim 16: little width to average the rounding).
+const SMALL_BF16_REL_L2: f64 = 1e-1;
+/// bf16 bound at full size, against CUDA f32 on the same inputs.
+const FULL_BF16_REL_L2: f64 = 5e-2;
+
+fn cuda(precision: Precision) -> Option<CudaBackend> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    let opts = CudaOptions {
+        precision,
+        ..Default::default()
+    };
+    Some(CudaBackend::new(opts).unwrap())
+}
+
+#[test]
+fn cuda_teacher_forcing_matches_the_oracle_in_f32_and_bf16() {
+    let f = fixture();
+    let forced = ints(&f, "forced");
+    let want = f.load("forced.logits").unwrap().data;
+    let want_vad = f.load("forced.vad").unwrap().data;
+    for (precision, bound) in [
+        (Precision::F32, REL_L2),
+        (Precision::Bf16, SMALL_BF16_REL_L2),
+    ] {
+        let Some(be) = cuda(precision) else { return };
+        let r = run_on(be, SttConfig::random_small(), Some(forced.clone()), 2);
+        let e = rel_l2(&r.logits.concat(), &want);
+        let v = rel_l2(&r.vad.concat(), &want_vad);
+        eprintln!(
+            "cuda {}: logits rel L2 {e:.3e}, vad {v:.3e} (bound {bound:e})",
+            precision.name()
+        );
+        assert!(e <= bound && v <= bound, "{e:e} / {v:e}");
+    }
+}
+
+#[test]
+fn cuda_f32_greedy_tokens_equal_the_oracle() {
+    let f = fixture();
+    let Some(be) = cuda(Precision::F32) else {
+        return;
+    };
+    let r = run_on(be, SttConfig::random_small(), None, 0);
+    assert_eq!(r.tokens, ints(&f, "greedy.tokens"));
+}
+
+/// Logits of `positions` positions of one stream of the full-size random 1B, forced tokens.
+fn full_logits(be: CudaBackend, positions: usize) -> Vec<f32> {
+    let m = random_model(SttConfig::stt_1b_en_fr(), RANDOM_STT_SEED).unwrap();
+    let mut opts = SttOptions::for_streams(2).unwrap();
+    opts.keep_logits = true;
+    opts.max_frames = positions;
+    let mut st = SttStage::new(be, &m, opts).unwrap();
+    st.warmup().unwrap();
+    let forced: Vec<u32> = (0..positions as u32)
+        .map(|p| (p * 379 + 11) % 8000)
+        .collect();
+    let id = st
+        .add(StreamRequest {
+            sampling: chorus_lm::Sampling::Greedy,
+            forced: Some(forced),
+        })
+        .unwrap();
+    for k in 0..positions - 1 {
+        let fr: Vec<u32> = (0..32)
+            .map(|j| ((k * 977 + j * 31) % 2048) as u32)
+            .collect();
+        st.push_frame(id, &fr).unwrap();
+    }
+    st.end(id).unwrap();
+    let mut out = Vec::new();
+    st.drain(&mut |e| {
+        if let StreamEvent::Token {
+            logits: Some(l), ..
+        } = e
+        {
+            out.extend_from_slice(l);
+        }
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn cuda_full_size_bf16_logits_stay_near_f32() {
+    let Some(f32_be) = cuda(Precision::F32) else {
+        return;
+    };
+    let a = full_logits(f32_be, 6);
+    let Some(bf16_be) = cuda(Precision::Bf16) else {
+        return;
+    };
+    let b = full_logits(bf16_be, 6);
+    let e = rel_l2(&b, &a);
+    eprintln!(
+        "full-size stt-1b-en_fr bf16 vs f32 logits: rel L2 {e:.3e} (bound {FULL_BF16_REL_L2:e})"
+    );
+    assert!(e <= FULL_BF16_REL_L2, "{e:e}");
+}

@@ -1,0 +1,150 @@
+//! `chorus stt-bench`: milliseconds per step and real-time streams of the Kyutai STT stage for a
+//! number of streams stepping together, each first stepped through `--fill` positions so the
+//! attention reads a full window. One stage serves every point; each point's streams are added,
+//! filled, timed and cancelled.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use chorus_core::rng::SplitMix64;
+use chorus_core::Buckets;
+use chorus_runtime::device::DeviceKind;
+use chorus_runtime::{AnyStt, SttSpec};
+use chorus_stt::config::FRAME_RATE;
+use chorus_stt::{StreamRequest, SttOptions};
+
+/// CUDA-event-timed replays of the step graph per point.
+const DEVICE_REPLAYS: usize = 20;
+/// Seed of the synthetic codes.
+const CODES_SEED: u64 = 0x7374_742d_6265_6e63;
+
+#[derive(clap::Args, Debug)]
+pub struct SttBenchArgs {
+    #[arg(long, default_value = "random-small")]
+    pub model: String,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceKind,
+    /// Streams per step, comma-separated.
+    #[arg(long, default_value = "1,8")]
+    pub streams: String,
+    /// Untimed positions per stream before the timed steps (default: the model's window, so
+    /// every timed step attends over a full window).
+    #[arg(long)]
+    pub fill: Option<usize>,
+    /// Timed steps per point.
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_parser = crate::decode::parse_precision)]
+    pub precision: Option<chorus_core::Precision>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One point's figures.
+#[derive(Debug, serde::Serialize)]
+pub struct SttBenchRow {
+    pub backend: String,
+    pub streams: usize,
+    /// Positions each stream had run before the timed steps.
+    pub fill: usize,
+    pub steps: usize,
+    /// Wall time of one whole step through the API.
+    pub ms_per_step_median: f64,
+    /// CUDA only: median device time of one step-graph replay.
+    pub device_ms_per_step: Option<f64>,
+    pub graph_nodes: Option<usize>,
+    /// Stream-steps per second (wall).
+    pub steps_per_s: f64,
+    /// Each stream's speed over real time (12.5 steps/s).
+    pub realtime_factor: f64,
+}
+
+pub fn run(args: SttBenchArgs) -> Result<()> {
+    let counts = Buckets::parse(&args.streams)?;
+    if args.steps == 0 {
+        bail!("--steps must be positive");
+    }
+    let model = crate::load_stt(&args.model)?;
+    let fill = args.fill.unwrap_or(model.config.sliding_window);
+    let mut opts = SttOptions::for_streams(counts.largest())?;
+    opts.max_frames = fill + args.steps + 1;
+    let spec = SttSpec {
+        device: args.device,
+        precision: args.precision,
+        threads: args.threads,
+    };
+    let mut stage = AnyStt::open(&model, &spec, opts)?;
+    if !args.json {
+        println!("{}", stage.describe());
+        println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>6}",
+            "streams", "fill", "ms/step", "device ms", "steps/s", "x realtime", "nodes"
+        );
+    }
+    let books = model.config.num_codebooks;
+    let mut rng = SplitMix64::new(CODES_SEED);
+    for &n in counts.sizes() {
+        let ids = (0..n)
+            .map(|_| stage.add(StreamRequest::default()))
+            .collect::<chorus_stt::Result<Vec<_>>>()?;
+        let mut frame = vec![0u32; books];
+        for &id in &ids {
+            for _ in 0..fill + args.steps {
+                for c in frame.iter_mut() {
+                    *c = (rng.next_u64() % 2048) as u32;
+                }
+                stage.push_frame(id, &frame)?;
+            }
+        }
+        // Position 0 and the fill, untimed.
+        for _ in 0..=fill {
+            stage.step(&mut |_| {})?;
+        }
+        let mut ms = Vec::with_capacity(args.steps);
+        for _ in 0..args.steps {
+            let t = Instant::now();
+            stage.step(&mut |_| {})?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        let median = ms[ms.len() / 2];
+        let device = stage.device_ms(n, DEVICE_REPLAYS)?;
+        let per_step = device.unwrap_or(median);
+        let row = SttBenchRow {
+            backend: stage.describe(),
+            streams: n,
+            fill,
+            steps: args.steps,
+            ms_per_step_median: median,
+            device_ms_per_step: device,
+            graph_nodes: stage.graph_nodes(n),
+            steps_per_s: n as f64 * 1e3 / median,
+            realtime_factor: 1e3 / (per_step * f64::from(FRAME_RATE)),
+        };
+        for id in ids {
+            stage.cancel(id)?;
+        }
+        // The last launched step is read before the next point starts.
+        stage.step(&mut |_| {})?;
+        if args.json {
+            println!("{}", serde_json::to_string(&row)?);
+        } else {
+            println!(
+                "{:>8} {:>6} {:>10.3} {:>10} {:>12.1} {:>10.2} {:>6}",
+                row.streams,
+                row.fill,
+                row.ms_per_step_median,
+                row.device_ms_per_step
+                    .map_or("-".into(), |m| format!("{m:.3}")),
+                row.steps_per_s,
+                row.realtime_factor,
+                row.graph_nodes.map_or("-".into(), |g| g.to_string()),
+            );
+        }
+    }
+    Ok(())
+}
