@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use chorus_core::Result;
 use serde::Serialize;
 
-pub use http::http_request;
+pub use http::{http_exchange, http_request, HttpAnswer};
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
 pub use server_stats::{DeviceStats, Figures, ServerStats};
