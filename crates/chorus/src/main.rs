@@ -18,6 +18,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod serve_tts;
 mod tts;
 mod tts_bench;
 
