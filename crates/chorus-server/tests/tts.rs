@@ -19,6 +19,7 @@ use chorus_engine::fake::FakeDecoder;
 use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_lm::Sampling;
 use chorus_mimi::checkpoint::{load_model, LoadedModel};
+use chorus_server::loadgen::tts::{run_tts, TtsLoadConfig};
 use chorus_server::loadgen::{http_exchange, http_request, HttpAnswer};
 use chorus_server::protocol::{decode_pcm, to_s16, PcmFormat};
 use chorus_server::tts::{TtsConfig, TtsEndReason, TtsEngine, TtsServerMessage};
@@ -602,4 +603,32 @@ async fn a_server_without_a_speech_model_says_so() {
     let answer = post(&server, "/v1/tts", &[], r#"{"text":"Hi"}"#).await;
     let (status, code, _) = error_code(&answer);
     assert_eq!((status, code.as_str()), (404, "not_enabled"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_times_every_frame_of_every_utterance() {
+    let server = tts_server().await;
+    let config = TtsLoadConfig {
+        url: format!("ws://{}", server.local_addr()),
+        streams: SEATS,
+        duration: Duration::from_millis(500),
+        text: "Load.".into(),
+        frames: 4,
+        seed: 1,
+        format: PcmFormat::F32,
+        wait_ready: WAIT,
+    };
+    let report = run_tts(config).await.unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.utterances >= SEATS as u64, "{}", report.summary());
+    assert_eq!(report.frames, report.utterances * 4);
+    // Every frame but each utterance's first has a gap; every utterance a first audio.
+    assert_eq!(report.gap_ms.p99 > 0.0, report.frames > report.utterances);
+    assert!(report.first_audio_ms.max >= report.first_audio_ms.p50);
+    assert!(report.first_audio_ms.p50 > 0.0);
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(&text, "chorus_tts_utterances_finished_total"),
+        report.utterances as f64
+    );
 }
