@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chorus_core::FRAME_SAMPLES;
 use chorus_cpu::CpuBackend;
-use chorus_csm::prompt::{build_prompt, PromptLimits};
+use chorus_csm::prompt::{build_prompt, PromptLimits, Segment};
 use chorus_csm::{
     load_csm_model, CsmModel, CsmTokenizer, TtsOptions, TtsStage, UtteranceEvent, UtteranceRequest,
 };
@@ -22,7 +22,10 @@ use chorus_mimi::checkpoint::{load_model, LoadedModel};
 use chorus_server::loadgen::tts::{run_tts, TtsLoadConfig};
 use chorus_server::loadgen::{http_exchange, http_request, HttpAnswer};
 use chorus_server::protocol::{decode_pcm, to_s16, PcmFormat};
-use chorus_server::tts::{TtsConfig, TtsEndReason, TtsEngine, TtsServerMessage};
+use chorus_server::tts::{
+    parse_tts_body, TtsConfig, TtsEndReason, TtsEngine, TtsEvent, TtsOutcome, TtsServerMessage,
+    TtsUpdate,
+};
 use chorus_server::{Server, ServerConfig, Services};
 use common::{expect_close, fake, next, send_text, Ws, WAIT};
 use futures_util::SinkExt;
@@ -91,9 +94,20 @@ async fn tts_server() -> Server {
 
 /// The same utterance run on a fresh stage, alone: its audio.
 fn direct(text: &str, speaker: u32, frames: usize, sampling: Sampling) -> Vec<f32> {
+    direct_after(&[], text, speaker, frames, sampling)
+}
+
+/// [`direct`] after the `context` turns.
+fn direct_after(
+    context: &[Segment],
+    text: &str,
+    speaker: u32,
+    frames: usize,
+    sampling: Sampling,
+) -> Vec<f32> {
     let (mut st, _) = stage();
     let limits = PromptLimits::new(&model().config, frames);
-    let prompt = build_prompt(&tokenizer(), &[], speaker, text, &limits).unwrap();
+    let prompt = build_prompt(&tokenizer(), context, speaker, text, &limits).unwrap();
     let req = UtteranceRequest {
         prompt,
         max_frames: frames,
@@ -631,4 +645,94 @@ async fn the_load_generator_times_every_frame_of_every_utterance() {
         metric(&text, "chorus_tts_utterances_finished_total"),
         report.utterances as f64
     );
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_off_as_a_slow_consumer() {
+    // Through the engine's API: a socket's buffers would hide a slow reader for a long time.
+    let config = TtsConfig {
+        max_undelivered_frames: 3,
+        ..config()
+    };
+    let tts = TtsEngine::start(Box::new(|| Ok(stage())), config, Some(tokenizer())).unwrap();
+    let req = parse_tts_body(br#"{"text":"Slow.","max_frames":40}"#).unwrap();
+    let mut job = tts.submit(tts.prepare(&req).unwrap()).unwrap();
+    let slow = "chorus_tts_utterances_cancelled_total{reason=\"slow_consumer\"}";
+    let render = || {
+        let mut text = String::new();
+        tts.metrics().render(&mut text);
+        text
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metric(&render(), slow) < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "never cut off");
+        tokio::time::sleep(POLL).await;
+    }
+    let gauges = tts.metrics().gauges();
+    assert_eq!((gauges.active_utterances, gauges.kv_in_use), (0, 0));
+    assert!(matches!(
+        job.next().await,
+        TtsUpdate::Event(TtsEvent::Started(_))
+    ));
+    for i in 0..3 {
+        match job.next().await {
+            TtsUpdate::Event(TtsEvent::Frame(f)) => {
+                assert_eq!((f.index, f.pcm.len()), (i, FRAME_SAMPLES))
+            }
+            other => panic!("expected frame {i}, got {other:?}"),
+        }
+    }
+    match job.next().await {
+        TtsUpdate::Done(TtsOutcome::Failed(e)) => assert_eq!(e.code.as_str(), "slow_consumer"),
+        other => panic!("expected slow_consumer, got {other:?}"),
+    }
+    // The engine goes on: an utterance that is read runs to its end.
+    let req = parse_tts_body(br#"{"text":"Next.","max_frames":5}"#).unwrap();
+    let mut job = tts.submit(tts.prepare(&req).unwrap()).unwrap();
+    let mut frames = 0;
+    loop {
+        match job.next().await {
+            TtsUpdate::Event(TtsEvent::Frame(_)) => frames += 1,
+            TtsUpdate::Event(TtsEvent::Started(_)) => {}
+            TtsUpdate::Done(o) => {
+                assert!(
+                    matches!(
+                        o,
+                        TtsOutcome::Ended {
+                            reason: TtsEndReason::MaxFrames,
+                            frames: 5,
+                            ..
+                        }
+                    ),
+                    "{o:?}"
+                );
+                break;
+            }
+        }
+    }
+    assert_eq!(frames, 5);
+}
+
+#[tokio::test]
+async fn context_turns_given_as_codes_shape_the_utterance_as_in_the_stage() {
+    let server = tts_server().await;
+    let codes: Vec<Vec<u32>> = (0..3u32)
+        .map(|f| (0..8u32).map(|l| (f * 5 + l * 3) % 11).collect())
+        .collect();
+    let start = serde_json::json!({
+        "type": "start", "text": "Yes, I heard.", "speaker": 1, "max_frames": 5, "seed": 11,
+        "format": "f32",
+        "context": [{"speaker": 0, "text": "Did you hear?", "codes": codes}],
+    });
+    let mut ws = start_utterance(&server, &start.to_string(), 5).await;
+    let heard = read_utterance(&mut ws, PcmFormat::F32).await;
+    let context = [Segment {
+        speaker: 0,
+        text: "Did you hear?".into(),
+        audio: Some(codes),
+    }];
+    let want = direct_after(&context, "Yes, I heard.", 1, 5, Sampling::Seeded(11));
+    assert_eq!(bits(&heard.pcm), bits(&want));
+    let alone = direct("Yes, I heard.", 1, 5, Sampling::Seeded(11));
+    assert_ne!(bits(&want), bits(&alone), "the context changes the audio");
 }
