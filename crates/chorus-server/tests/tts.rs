@@ -736,3 +736,32 @@ async fn context_turns_given_as_codes_shape_the_utterance_as_in_the_stage() {
     let alone = direct("Yes, I heard.", 1, 5, Sampling::Seeded(11));
     assert_ne!(bits(&want), bits(&alone), "the context changes the audio");
 }
+
+#[tokio::test]
+async fn an_http_client_that_goes_away_cancels_its_utterance() {
+    use tokio::io::AsyncWriteExt;
+    let server = tts_server().await;
+    let body = r#"{"text":"A long answer.","max_frames":100}"#;
+    let mut tcp = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    wait_metrics(&server, |t| {
+        metric(t, "chorus_tts_active_utterances") == 1.0
+    })
+    .await;
+    drop(tcp);
+    let text = wait_metrics(&server, |t| {
+        metric(t, "chorus_tts_active_utterances") == 0.0
+    })
+    .await;
+    let disconnects = "chorus_tts_utterances_cancelled_total{reason=\"disconnect\"}";
+    assert_eq!(metric(&text, disconnects), 1.0, "{text}");
+    assert!(metric(&text, "chorus_tts_frames_total") < 100.0);
+    assert_eq!(metric(&text, "chorus_tts_kv_blocks_in_use"), 0.0);
+}
