@@ -28,9 +28,9 @@ pub(crate) enum DecodeFormat {
 }
 
 /// Default bitrate of `format=ogg` (bits per second).
-const DEFAULT_OGG_BITRATE: u32 = 64_000;
+pub(crate) const DEFAULT_OGG_BITRATE: u32 = 64_000;
 /// Serial number of the one logical stream of an Ogg Opus answer.
-const OGG_SERIAL: u32 = 0x4368_6f72;
+pub(crate) const OGG_SERIAL: u32 = 0x4368_6f72;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct DecodeQuery {
@@ -52,6 +52,20 @@ pub(crate) fn error(
 }
 
 /// Decodes a whole `.npy` codes file through the engine, like a stream that sends every frame.
+/// `pcm` as a whole Ogg Opus file through `w`; a long file is seconds of Opus encoding, so it
+/// runs off the async threads that serve streams.
+pub(crate) async fn ogg_file(
+    mut w: chorus_audio::OggOpusWriter,
+    pcm: Vec<f32>,
+) -> Result<Vec<u8>, String> {
+    tokio::task::spawn_blocking(move || {
+        w.push(&pcm).map_err(|e| e.to_string())?;
+        w.finish().map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()))
+}
+
 pub(crate) async fn decode(
     State(state): State<AppState>,
     Query(query): Query<DecodeQuery>,
@@ -157,16 +171,10 @@ pub(crate) async fn decode(
     drop(stream);
     match query.format {
         DecodeFormat::Ogg => {
-            // A long file is seconds of Opus encoding: off the async threads that serve streams.
-            let written = tokio::task::spawn_blocking(move || {
-                ogg.ok_or_else(|| "no Ogg writer".to_string())
-                    .and_then(|mut w| {
-                        w.push(&pcm).map_err(|e| e.to_string())?;
-                        w.finish().map_err(|e| e.to_string())
-                    })
-            })
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
+            let written = match ogg {
+                Some(w) => ogg_file(w, pcm).await,
+                None => Err("no Ogg writer".to_string()),
+            };
             match written {
                 Ok(bytes) => ([(header::CONTENT_TYPE, "audio/ogg")], bytes).into_response(),
                 Err(e) => error(
@@ -240,6 +248,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     state.gate.metrics.render(&mut text);
     if let Some(music) = &state.music {
         music.metrics().render(&mut text);
+    }
+    if let Some(tts) = &state.tts {
+        tts.metrics().render(&mut text);
     }
     if let Some(enc) = &state.encode {
         text.push_str(

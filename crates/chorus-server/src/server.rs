@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use crate::encode::EncodeEngine;
 use crate::gate::{ApiKeys, Gate, Limits};
 use crate::music::MusicEngine;
+use crate::tts::TtsEngine;
 
 /// Default time a new connection has to send `open`.
 const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -89,6 +90,8 @@ pub(crate) struct AppState {
     pub music: Option<Arc<MusicEngine>>,
     /// The encoder, when the server encodes audio.
     pub encode: Option<Arc<EncodeEngine>>,
+    /// The speech stage, when the server runs one.
+    pub tts: Option<Arc<TtsEngine>>,
     /// Limits, keys and their counters.
     pub(crate) gate: Arc<Gate>,
 }
@@ -98,6 +101,7 @@ pub(crate) struct AppState {
 pub struct Services {
     pub music: Option<Arc<MusicEngine>>,
     pub encode: Option<Arc<EncodeEngine>>,
+    pub tts: Option<Arc<TtsEngine>>,
 }
 
 /// A running server.
@@ -132,20 +136,21 @@ impl Server {
     ) -> Result<Self> {
         let services = Services {
             music,
-            encode: None,
+            ..Services::default()
         };
         Self::bind_with(pool, services, addr, config).await
     }
 
-    /// Like [`Server::bind`], also serving music (`/v1/music`) and encoding (`/v1/encode`,
-    /// `"input": "pcm"` streams) from the given engines; without them those answer `not_enabled`.
+    /// Like [`Server::bind`], also serving music (`/v1/music`), encoding (`/v1/encode`,
+    /// `"input": "pcm"` streams) and speech (`/v1/tts`) from the given engines; without them
+    /// those answer `not_enabled`.
     pub async fn bind_with(
         pool: Arc<EnginePool>,
         services: Services,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> Result<Self> {
-        let Services { music, encode } = services;
+        let Services { music, encode, tts } = services;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
@@ -167,6 +172,7 @@ impl Server {
             connections: connections.clone(),
             music,
             encode: encode.clone(),
+            tts,
             gate: gate.clone(),
         };
         let app = Router::new()
@@ -176,6 +182,10 @@ impl Server {
             .route(
                 "/v1/music",
                 get(crate::music::ws::upgrade).post(crate::music::http::generate),
+            )
+            .route(
+                "/v1/tts",
+                get(crate::tts::ws::upgrade).post(crate::tts::http::generate),
             )
             .route("/healthz", get(crate::http::healthz))
             .route("/metrics", get(crate::http::metrics))

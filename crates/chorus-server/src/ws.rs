@@ -455,7 +455,7 @@ fn opus_encoder(
 }
 
 /// One frame as an Opus message: the u32 frame index, then one 80 ms packet.
-fn opus_message(
+pub(crate) fn opus_message(
     enc: &mut chorus_audio::OpusFrameEncoder,
     packet: &mut Vec<u8>,
     index: u64,

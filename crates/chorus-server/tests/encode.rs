@@ -73,8 +73,8 @@ async fn start(encode_slots: usize) -> Server {
     });
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let services = Services {
-        music: None,
         encode,
+        ..Services::default()
     };
     Server::bind_with(
         Arc::new(EnginePool::from(engine)),

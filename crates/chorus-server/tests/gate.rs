@@ -144,7 +144,7 @@ async fn every_endpoint_but_healthz_needs_a_key_before_anything_is_read() {
     let server = serve(Limits::default(), true, false).await;
     let mut by = Bystander::open(&server, "?api_key=k-one").await;
     let npy = write_codes(2, &[codes(1, 0, 2), codes(1, 1, 2)].concat());
-    let no_key: [(&str, &str, &str); 7] = [
+    let no_key: [(&str, &str, &str); 9] = [
         ("GET", "/metrics", ""),
         ("POST", "/v1/decode", "content-length: 2147483648\r\n"),
         ("POST", "/v1/encode", "content-length: 10\r\n"),
@@ -152,6 +152,8 @@ async fn every_endpoint_but_healthz_needs_a_key_before_anything_is_read() {
         ("GET", "/v1/nothing", ""),
         ("GET", "/v1/stream", "upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"),
         ("GET", "/v1/music?api_key=wrong", "authorization: Bearer k-onex\r\n"),
+        ("POST", "/v1/tts", "content-length: 10\r\n"),
+        ("GET", "/v1/tts?api_key=wrong", "upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"),
     ];
     for (method, path, extra) in no_key {
         by.step().await;
@@ -207,6 +209,10 @@ async fn every_endpoint_but_healthz_needs_a_key_before_anything_is_read() {
     );
     assert_eq!(
         metric(&text, "chorus_unauthorized_total{endpoint=\"/v1/music\"}"),
+        2
+    );
+    assert_eq!(
+        metric(&text, "chorus_unauthorized_total{endpoint=\"/v1/tts\"}"),
         2
     );
     for ep in ["/metrics", "/v1/decode", "/v1/encode", "other"] {
@@ -440,6 +446,7 @@ async fn bodies_past_their_endpoint_limit_get_413_without_being_read() {
         ("/v1/decode", "--max-decode-body"),
         ("/v1/encode", "--max-encode-body"),
         ("/v1/music", "--max-music-body"),
+        ("/v1/tts", "--max-tts-body"),
         ("/healthz", "takes no request body"),
     ];
     for (path, needle) in cases {
@@ -488,7 +495,7 @@ async fn bodies_past_their_endpoint_limit_get_413_without_being_read() {
     let text = metrics(&server, "").await;
     assert_eq!(
         metric(&text, "chorus_refused_total{reason=\"body_too_large\"}"),
-        5
+        6
     );
     by.check().await;
 }

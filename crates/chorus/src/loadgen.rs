@@ -1,9 +1,11 @@
 //! `chorus loadgen`: plays N code (or audio) streams against a server and reports latency, wire
-//! bytes and exactness.
+//! bytes and exactness; `--input text` plays N speakers on `/v1/tts` and reports the gaps between
+//! frames.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use chorus_server::loadgen::tts::TtsLoadConfig;
 use chorus_server::loadgen::{LoadInput, LoadgenConfig, Rate};
 use chorus_server::protocol::PcmFormat;
 
@@ -15,6 +17,10 @@ const DEFAULT_WINDOW: usize = 8;
 const DEFAULT_KEEP_PCM_STREAMS: usize = 8;
 /// Default seconds to wait for the server to answer `/healthz`.
 const DEFAULT_WAIT_READY_SECS: f64 = 120.0;
+/// Default text of `--input text` utterances: a sentence of about four seconds.
+const DEFAULT_TTS_TEXT: &str = "The quick brown fox jumps over the lazy dog, then naps in the sun.";
+/// Default frames per `--input text` utterance: 4 s of audio.
+const DEFAULT_TTS_FRAMES: usize = 50;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum RateArg {
@@ -30,6 +36,9 @@ pub enum InputArg {
     Codes,
     /// Audio, encoded by the server.
     Pcm,
+    /// Text, spoken by the server (`/v1/tts`): each stream asks for one utterance after
+    /// another; the report gives the gaps between frames.
+    Text,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -79,6 +88,12 @@ pub struct LoadgenArgs {
     /// Seconds to wait for the server to come up.
     #[arg(long, default_value_t = DEFAULT_WAIT_READY_SECS)]
     pub wait_ready: f64,
+    /// `--input text`: what every utterance says.
+    #[arg(long, default_value = DEFAULT_TTS_TEXT)]
+    pub text: String,
+    /// `--input text`: frames per utterance (12.5 per second of audio).
+    #[arg(long, default_value_t = DEFAULT_TTS_FRAMES)]
+    pub frames: usize,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -95,6 +110,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
     let input = match args.input {
         InputArg::Codes => LoadInput::Codes,
         InputArg::Pcm => LoadInput::Pcm,
+        InputArg::Text => return run_tts(&args),
     };
     let pcm = match (args.pcm, input) {
         (Some(PcmArg::S16), _) | (None, LoadInput::Pcm) => PcmFormat::S16,
@@ -135,6 +151,38 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         && report.streams_completed == report.streams;
     if args.strict && !(verified && clean) {
         bail!("loadgen: errors, missing frames or mismatches (see the report)");
+    }
+    Ok(())
+}
+
+/// `--input text`: speakers on `/v1/tts`.
+fn run_tts(args: &LoadgenArgs) -> Result<()> {
+    let config = TtsLoadConfig {
+        url: args.url.clone(),
+        streams: args.streams,
+        duration: Duration::from_secs_f64(args.duration),
+        text: args.text.clone(),
+        frames: args.frames,
+        seed: args.seed,
+        format: match args.pcm {
+            Some(PcmArg::S16) => PcmFormat::S16,
+            Some(PcmArg::Opus) => PcmFormat::Opus,
+            Some(PcmArg::F32) | None => PcmFormat::F32,
+        },
+        wait_ready: Duration::from_secs_f64(args.wait_ready),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(chorus_server::loadgen::tts::run_tts(config))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.summary());
+    }
+    if args.strict && !report.real_time() {
+        bail!("loadgen: errors, or a p99 gap between frames of 80 ms or more (see the report)");
     }
     Ok(())
 }

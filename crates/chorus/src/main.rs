@@ -19,6 +19,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod serve_tts;
 mod stt_bench;
 mod transcribe;
 mod tts;

@@ -49,6 +49,9 @@ pub struct GateArgs {
     /// Largest POST /v1/music body.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
     pub max_music_body: usize,
+    /// Largest POST /v1/tts body.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
+    pub max_tts_body: usize,
     /// Largest WebSocket message a client may send; larger closes the connection with
     /// `message_too_big` (close 1009).
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
@@ -81,6 +84,7 @@ impl GateArgs {
             max_decode_body: self.max_decode_body,
             max_encode_body: self.max_encode_body,
             max_music_body: self.max_music_body,
+            max_tts_body: self.max_tts_body,
             max_ws_message: self.max_ws_message,
             max_uploads: self.max_uploads,
         })
@@ -125,7 +129,7 @@ pub fn describe_limits(l: &Limits) -> String {
         }
     };
     format!(
-        "limits: connections {} ({} per client), headers {} s, bodies {} s, decode/encode/music bodies {}/{}/{} bytes, WebSocket messages {} bytes, uploads {}",
+        "limits: connections {} ({} per client), headers {} s, bodies {} s, decode/encode/music/tts bodies {}/{}/{}/{} bytes, WebSocket messages {} bytes, uploads {}",
         off(l.max_connections),
         off(l.max_connections_per_client),
         l.header_timeout.as_secs_f64(),
@@ -133,6 +137,7 @@ pub fn describe_limits(l: &Limits) -> String {
         l.max_decode_body,
         l.max_encode_body,
         l.max_music_body,
+        l.max_tts_body,
         l.max_ws_message,
         off(l.max_uploads),
     )
@@ -188,7 +193,7 @@ mod tests {
     use super::*;
     use chorus_server::gate::{
         DEFAULT_MAX_DECODE_BODY, DEFAULT_MAX_ENCODE_BODY, DEFAULT_MAX_MUSIC_BODY,
-        DEFAULT_MAX_WS_MESSAGE,
+        DEFAULT_MAX_TTS_BODY, DEFAULT_MAX_WS_MESSAGE,
     };
 
     #[test]
@@ -207,6 +212,7 @@ mod tests {
         assert_eq!(parse_bytes("8M"), Ok(DEFAULT_MAX_DECODE_BODY));
         assert_eq!(parse_bytes("64M"), Ok(DEFAULT_MAX_ENCODE_BODY));
         assert_eq!(parse_bytes("1M"), Ok(DEFAULT_MAX_MUSIC_BODY));
+        assert_eq!(parse_bytes("1M"), Ok(DEFAULT_MAX_TTS_BODY));
         assert_eq!(parse_bytes("1M"), Ok(DEFAULT_MAX_WS_MESSAGE));
     }
 

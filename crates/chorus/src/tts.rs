@@ -87,14 +87,10 @@ pub fn run(args: TtsArgs) -> Result<()> {
     }
     let max_frames = (args.max_seconds * FRAME_RATE).ceil() as usize;
     let model = crate::load_csm(&args.model)?;
-    let mimi_spec = args.mimi.clone().unwrap_or_else(|| {
-        if model.is_random() {
-            "random"
-        } else {
-            "kyutai/mimi"
-        }
-        .into()
-    });
+    let mimi_spec = args
+        .mimi
+        .clone()
+        .unwrap_or_else(|| crate::serve_tts::default_mimi(&model).into());
     let mimi = crate::load(&mimi_spec)?;
     let prompt = prompt(&args, &model, &mimi, max_frames)?;
     let sampling = Sampling::parse(&args.sampling, args.seed)?;

@@ -242,3 +242,62 @@ fn keys_guard_every_endpoint_but_healthz_and_sighup_reloads_them() {
     drop(open);
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// `METHOD path` with a JSON body; the status line's code and the raw answer (headers and body).
+fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, Vec<u8>) {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: chorus\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(req.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).unwrap();
+    let status = String::from_utf8_lossy(&answer[..12])
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (status, answer)
+}
+
+#[test]
+fn tts_model_serves_v1_tts_and_its_metrics() {
+    let d = temp("tts");
+    let log = d.join("stderr");
+    let served = serve(
+        &[
+            "--tts-model",
+            "random-small",
+            "--tts-utterances",
+            "1",
+            "--threads",
+            "1",
+        ],
+        &log,
+    );
+    let body = r#"{"text":"Hello.","max_frames":3,"seed":1}"#;
+    let (status, answer) = request(&served.addr, "POST", "/v1/tts", body);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("x-chorus-frames: 3"), "{text}");
+    let wav = answer
+        .windows(4)
+        .position(|w| w == b"RIFF")
+        .expect("a WAV body");
+    let reader = hound::WavReader::new(std::io::Cursor::new(&answer[wav..])).unwrap();
+    assert_eq!(reader.len() as usize, 3 * 1920);
+    let (status, answer) = request(&served.addr, "POST", "/v1/tts", r#"{"text":""}"#);
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&answer).contains("empty"));
+    let (status, answer) = request(&served.addr, "GET", "/metrics", "");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    assert_eq!(status, 200);
+    for line in ["chorus_tts_utterance_slots 1", "chorus_tts_frames_total 3"] {
+        assert!(text.contains(line), "no `{line}` in {text}");
+    }
+    drop(served);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("tts: "), "{logged}");
+}

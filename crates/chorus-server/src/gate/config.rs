@@ -21,6 +21,9 @@ pub const DEFAULT_MAX_DECODE_BODY: usize = 8 << 20;
 pub const DEFAULT_MAX_ENCODE_BODY: usize = 64 << 20;
 /// Default largest `/v1/music` body: a `start` request of 2,048-token prompt rows is about 30 KB.
 pub const DEFAULT_MAX_MUSIC_BODY: usize = 1 << 20;
+/// Default largest `/v1/tts` body: text and a minute of 32-codebook context codes (750 frames)
+/// take about 150 KB.
+pub const DEFAULT_MAX_TTS_BODY: usize = 1 << 20;
 /// Default largest WebSocket message: four times the largest a client sends at the default
 /// `--max-pending-frames` (32 frames of f32 audio on an encode stream, 246 KB).
 pub const DEFAULT_MAX_WS_MESSAGE: usize = 1 << 20;
@@ -43,6 +46,7 @@ pub struct Limits {
     pub max_decode_body: usize,
     pub max_encode_body: usize,
     pub max_music_body: usize,
+    pub max_tts_body: usize,
     /// Largest WebSocket message (and frame) a client may send.
     pub max_ws_message: usize,
     /// Requests with a body served at once (0: no limit).
@@ -59,6 +63,7 @@ impl Default for Limits {
             max_decode_body: DEFAULT_MAX_DECODE_BODY,
             max_encode_body: DEFAULT_MAX_ENCODE_BODY,
             max_music_body: DEFAULT_MAX_MUSIC_BODY,
+            max_tts_body: DEFAULT_MAX_TTS_BODY,
             max_ws_message: DEFAULT_MAX_WS_MESSAGE,
             max_uploads: DEFAULT_MAX_UPLOADS,
         }
@@ -67,7 +72,7 @@ impl Default for Limits {
 
 impl Limits {
     /// The default server-wide connection limit of a server with `slots` stream slots in all
-    /// (decode, encode and music): every slot, plus headroom.
+    /// (decode, encode, music and speech): every slot, plus headroom.
     pub fn default_max_connections(slots: usize) -> usize {
         slots + CONNECTION_HEADROOM
     }

@@ -70,6 +70,12 @@ const ENDPOINTS: &[Endpoint] = &[
         flag: "--max-music-body",
     },
     Endpoint {
+        path: "/v1/tts",
+        access: Access::Key,
+        max_body: |l| l.max_tts_body,
+        flag: "--max-tts-body",
+    },
+    Endpoint {
         path: "/healthz",
         access: Access::Open,
         max_body: |_| 0,

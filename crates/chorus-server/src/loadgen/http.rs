@@ -17,7 +17,37 @@ pub async fn http_request(
     path: &str,
     body: Vec<u8>,
 ) -> Result<(u16, Vec<u8>)> {
-    let op = "loadgen::http_request";
+    let answer = http_exchange(addr, method, path, &[], body).await?;
+    Ok((answer.status, answer.body))
+}
+
+/// An HTTP answer: status, headers (names lower-case) and body.
+#[derive(Clone, Debug)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpAnswer {
+    /// The first value of header `name` (lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request with extra `headers`; returns the whole answer.
+pub async fn http_exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<HttpAnswer> {
+    let op = "loadgen::http_exchange";
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| Error::io(op, addr, e))?;
@@ -26,10 +56,14 @@ pub async fn http_request(
         .await
         .map_err(|e| net_err(op, addr, e))?;
     tokio::spawn(conn);
-    let req = Request::builder()
+    let mut req = Request::builder()
         .method(method)
         .uri(path)
-        .header(hyper::header::HOST, addr)
+        .header(hyper::header::HOST, addr);
+    for &(name, value) in headers {
+        req = req.header(name, value);
+    }
+    let req = req
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| net_err(op, addr, e))?;
     let res = sender
@@ -37,11 +71,20 @@ pub async fn http_request(
         .await
         .map_err(|e| net_err(op, addr, e))?;
     let status = res.status().as_u16();
+    let headers = res
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
     let bytes = res
         .into_body()
         .collect()
         .await
         .map_err(|e| net_err(op, addr, e))?
         .to_bytes();
-    Ok((status, bytes.to_vec()))
+    Ok(HttpAnswer {
+        status,
+        headers,
+        body: bytes.to_vec(),
+    })
 }

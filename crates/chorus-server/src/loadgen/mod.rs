@@ -1,4 +1,5 @@
-//! Load generator: plays N code streams against a server and checks every frame.
+//! Load generator: plays N code streams against a server and checks every frame ([`tts`]: N
+//! speakers on `/v1/tts`, timing the gaps between frames).
 //!
 //! Each stream sends seeded random codes, one frame per message, either on the real-time clock
 //! (one frame every 80 ms from a staggered start) or as fast as a window of frames in flight
@@ -12,6 +13,7 @@ mod http;
 mod play;
 mod report;
 mod server_stats;
+pub mod tts;
 mod verify;
 
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 use chorus_core::Result;
 use serde::Serialize;
 
-pub use http::http_request;
+pub use http::{http_exchange, http_request, HttpAnswer};
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
 pub use server_stats::{DeviceStats, Figures, ServerStats};

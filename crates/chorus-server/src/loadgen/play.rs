@@ -80,7 +80,7 @@ impl Source {
 /// client's time clearing memory.
 const CLIENT_READ_BUFFER_BYTES: usize = 16 << 10;
 /// How long a stream waits for its next message before it gives up.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a waiting sender re-checks its window (in case a wake-up was missed).
 const WINDOW_RECHECK: Duration = Duration::from_millis(50);
 /// Codebook size assumed until the server says otherwise.
@@ -117,19 +117,24 @@ struct Progress {
 }
 
 /// An open WebSocket of the client.
-type Ws =
+pub(crate) type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects a WebSocket to `path` on `addr`; the error code to report on failure.
+pub(crate) async fn connect(addr: &str, path: &str) -> Result<Ws, String> {
+    let url = format!("ws://{addr}{path}");
+    let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER_BYTES);
+    // Nagle off (`disable_nagle`), as on the server: see `crate::tcp::real_time`.
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
+        .await
+        .map_err(|_| "connect".to_string())?;
+    Ok(ws)
+}
 
 /// Connects and opens a codes stream; returns the socket, the server's queue bound and codebook
 /// size, or the error code to report.
 async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize), String> {
-    let url = format!("ws://{addr}/v1/stream");
-    let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER_BYTES);
-    let (mut ws, _) =
-        // Nagle off (`disable_nagle`), as on the server: see `crate::tcp::real_time`.
-        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
-            .await
-            .map_err(|_| "connect".to_string())?;
+    let mut ws = connect(addr, "/v1/stream").await?;
     let input = match cfg.input {
         LoadInput::Codes => "codes",
         LoadInput::Pcm => "pcm",

@@ -18,6 +18,24 @@ pub struct Latency {
     pub mean: f64,
 }
 
+impl Latency {
+    /// The percentiles of `sorted` (ascending; all zero when empty).
+    pub(crate) fn of_sorted(sorted: &[f64]) -> Self {
+        let pct = |p: f64| percentile(sorted, p);
+        Self {
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p99: pct(99.0),
+            max: sorted.last().copied().unwrap_or(0.0),
+            mean: if sorted.is_empty() {
+                0.0
+            } else {
+                sorted.iter().sum::<f64>() / sorted.len() as f64
+            },
+        }
+    }
+}
+
 /// The frames sent in one second of the run (counted from the load generator's start): a tail
 /// made at ramp-up, in one stall or all along shows here.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -259,18 +277,7 @@ pub(crate) fn report(
         .flat_map(|r| r.latencies_ms.iter().copied())
         .collect();
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| percentile(&lat, p);
-    let latency_ms = Latency {
-        p50: pct(50.0),
-        p90: pct(90.0),
-        p99: pct(99.0),
-        max: lat.last().copied().unwrap_or(0.0),
-        mean: if lat.is_empty() {
-            0.0
-        } else {
-            lat.iter().sum::<f64>() / lat.len() as f64
-        },
-    };
+    let latency_ms = Latency::of_sorted(&lat);
     let mut errors = BTreeMap::new();
     for e in results.iter().flat_map(|r| &r.errors) {
         *errors.entry(e.clone()).or_insert(0) += 1;

@@ -1,18 +1,20 @@
 //! Admission on the engine thread: a song starts at once or is refused at once (`busy` when no
 //! slot or KV blocks are free); nothing waits in line for a slot.
 
-use chorus_core::{Error, LmOps};
+use chorus_core::LmOps;
 use chorus_lm::kv::blocks_for;
 use chorus_music::EndReason;
 
 use super::error::{MusicError, MusicErrorCode};
-use super::job::{CancelRequest, MusicEvent, Outcome, Started};
+use super::job::{MusicEvent, Outcome, Started};
 use super::request::SongSpec;
 use super::worker::{Running, StartJob, Worker};
+use crate::stage::error::admission_error;
+use crate::stage::job::CancelRequest;
 
 impl<B: LmOps> Worker<B> {
     /// Admits a song or refuses it at once (nothing waits for a slot).
-    pub(super) fn admit(&mut self, job: StartJob) {
+    pub(super) fn admit_song(&mut self, job: StartJob) {
         let StartJob {
             spec,
             events,
@@ -48,20 +50,10 @@ impl<B: LmOps> Worker<B> {
                 };
                 self.jobs.insert(id, running);
                 // Gauges first, so that a started song is never seen as not active.
-                self.publish();
+                self.publish_gauges();
                 self.metrics.song_started();
             }
-            Err(e) => {
-                // The stage's own refusals for lack of slots or blocks say "busy".
-                let code = if e.to_string().contains("busy") {
-                    MusicErrorCode::Busy
-                } else if matches!(e, Error::Input { .. }) {
-                    MusicErrorCode::BadRequest
-                } else {
-                    MusicErrorCode::Internal
-                };
-                shared.set_outcome(Outcome::Failed(MusicError::new(code, e.to_string())));
-            }
+            Err(e) => shared.set_outcome(Outcome::Failed(admission_error(&e))),
         }
     }
 

@@ -1,20 +1,19 @@
 //! The music engine's front: starts the engine thread, validates and submits songs.
 
-use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use chorus_core::{Error, LmOps, Result};
 use chorus_music::prompt::PromptTokenizer;
 use chorus_music::{SemanticStage, StageOptions};
-use tokio::sync::mpsc as tokio_mpsc;
 
 use super::error::{MusicError, MusicErrorCode};
-use super::job::{JobShared, MusicJob};
+use super::job::{MusicJob, Outcome};
 use super::metrics::MusicMetrics;
 use super::request::{build_song, SongSpec};
 use super::start::StartRequest;
-use super::worker::{Command, StartJob, Worker};
+use super::worker::{StartJob, Worker};
+use crate::stage::job::Job;
+use crate::stage::owner::{OwnerThread, SubmitFailed};
 
 /// Default bound on start requests waiting for the engine thread (it takes them all between two
 /// steps, so this only fills when many arrive within one step).
@@ -55,14 +54,13 @@ pub struct MusicInfo {
     pub kv_usable: usize,
 }
 
-/// The music engine. Dropping it stops the engine thread; running songs end with `internal`.
+/// The music engine. Dropping it stops the engine thread; running songs end with `draining`.
 pub struct MusicEngine {
-    tx: SyncSender<Command>,
+    owner: OwnerThread<StartJob>,
     info: MusicInfo,
     config: MusicConfig,
     metrics: Arc<MusicMetrics>,
     tokenizer: Option<PromptTokenizer>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MusicEngine {
@@ -81,40 +79,21 @@ impl MusicEngine {
             ));
         }
         let metrics = Arc::new(MusicMetrics::default());
-        let (tx, rx) = mpsc::sync_channel::<Command>(config.max_queued_starts);
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<MusicInfo>>();
         let thread_metrics = metrics.clone();
-        let thread = std::thread::Builder::new()
-            .name("chorus-music".into())
-            .spawn(move || {
-                let (stage, opts) = match factory() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let worker = Worker::new(stage, &opts, rx, thread_metrics);
-                if ready_tx.send(Ok(worker.info().clone())).is_ok() {
-                    worker.run();
-                }
-            })
-            .map_err(|e| Error::io(OP, "music engine thread", e))?;
-        let info = match ready_rx.recv() {
-            Ok(r) => r?,
-            Err(_) => {
-                let _ = thread.join();
-                return Err(Error::config(OP, "the music stage factory panicked"));
-            }
-        };
+        let (owner, info) =
+            OwnerThread::spawn("chorus-music", config.max_queued_starts, move || {
+                let (stage, opts) = factory()?;
+                let worker = Worker::new(stage, &opts, thread_metrics);
+                let info = worker.info().clone();
+                Ok((worker, info))
+            })?;
         metrics.set_song_slots(info.max_songs);
         Ok(Self {
-            tx,
+            owner,
             info,
             config,
             metrics,
             tokenizer,
-            thread: Some(thread),
         })
     }
 
@@ -147,41 +126,26 @@ impl MusicEngine {
     /// a refusal (`busy` when no slot or KV blocks are free): nothing is queued behind a full stage.
     pub fn submit(&self, spec: SongSpec) -> std::result::Result<MusicJob, MusicError> {
         // One more than the frame bound: `Started` takes a place too.
-        let (events_tx, events) = tokio_mpsc::channel(self.config.max_undelivered_frames + 1);
-        let shared = JobShared::new();
+        let (job, side) = Job::channel(
+            self.config.max_undelivered_frames + 1,
+            Outcome::engine_stopped,
+        );
         let hiddens = spec.hiddens;
-        let job = StartJob {
+        let start = StartJob {
             spec,
-            events: events_tx,
-            shared: shared.clone(),
+            events: side.events,
+            shared: side.shared,
         };
-        match self.tx.try_send(Command::Start(Box::new(job))) {
-            Ok(()) => Ok(MusicJob {
-                events,
-                shared,
-                finished: None,
-                hiddens,
-            }),
-            Err(TrySendError::Full(_)) => Err(MusicError::new(
+        match self.owner.try_submit(start) {
+            Ok(()) => Ok(MusicJob { job, hiddens }),
+            Err(SubmitFailed::Full) => Err(MusicError::new(
                 MusicErrorCode::Busy,
                 format!(
                     "busy: {} song requests are already waiting for the music engine",
                     self.config.max_queued_starts
                 ),
             )),
-            Err(TrySendError::Disconnected(_)) => {
-                Err(MusicError::internal("the music engine has stopped"))
-            }
-        }
-    }
-}
-
-impl Drop for MusicEngine {
-    fn drop(&mut self) {
-        // A blocking send: the thread drains its queue between steps, or is gone (then it fails).
-        let _ = self.tx.send(Command::Stop);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            Err(SubmitFailed::Stopped) => Err(MusicError::internal("the music engine has stopped")),
         }
     }
 }

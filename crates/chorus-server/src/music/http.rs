@@ -20,6 +20,7 @@ use super::protocol::MusicEndReason;
 use super::safetensors::song_safetensors;
 use super::start::{parse_start_body, StartRequest};
 use crate::server::AppState;
+use crate::stage::error::error_response;
 
 /// What `POST /v1/music` returns.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -47,12 +48,6 @@ struct Song {
     /// bf16 bits, when requested.
     hiddens: Vec<u16>,
     reason: MusicEndReason,
-}
-
-/// The JSON error body with the code's status.
-pub(crate) fn error_response(err: &MusicError) -> Response {
-    let body = serde_json::json!({ "code": err.code.as_str(), "message": err.message });
-    (err.code.status(), Json(body)).into_response()
 }
 
 /// The answer of `/v1/music` on a server without a music model.

@@ -1,14 +1,11 @@
-//! One song as its client sees it: a bounded channel of events from the engine thread, and the
-//! song's outcome once that channel closes.
-
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+//! One song as its client sees it: the shared job handle ([`crate::stage::job`]) over the song's
+//! events and outcome.
 
 use chorus_music::song::LEVELS;
 use chorus_music::{EndReason, SongId};
-use tokio::sync::mpsc;
 
 use super::error::MusicError;
+use crate::stage::job::Job;
 
 /// The song was admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,98 +40,27 @@ pub enum Outcome {
     Failed(MusicError),
 }
 
+impl Outcome {
+    /// The outcome of a song whose engine thread died.
+    pub(crate) fn engine_stopped() -> Self {
+        Self::Failed(MusicError::internal("the music engine stopped"))
+    }
+}
+
 /// What [`MusicJob::next`] yields.
-#[derive(Clone, Debug, PartialEq)]
-pub enum JobUpdate {
-    Event(MusicEvent),
-    Done(Outcome),
-}
-
-/// Why a client asked the engine to drop its song (read by the engine thread).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum CancelRequest {
-    None = 0,
-    /// The client sent `cancel`.
-    Client = 1,
-    /// The server could not write to the client in time.
-    SlowClient = 2,
-}
-
-/// State shared by a job's handle and the engine thread.
-pub(crate) struct JobShared {
-    cancel: AtomicU8,
-    outcome: Mutex<Option<Outcome>>,
-}
-
-impl JobShared {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self {
-            cancel: AtomicU8::new(CancelRequest::None as u8),
-            outcome: Mutex::new(None),
-        })
-    }
-
-    pub(crate) fn request_cancel(&self, why: CancelRequest) {
-        // The first reason sticks: a slow client that then disconnects stays a slow client.
-        let _ = self.cancel.compare_exchange(
-            CancelRequest::None as u8,
-            why as u8,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-    }
-
-    pub(crate) fn cancel_request(&self) -> CancelRequest {
-        match self.cancel.load(Ordering::SeqCst) {
-            1 => CancelRequest::Client,
-            2 => CancelRequest::SlowClient,
-            _ => CancelRequest::None,
-        }
-    }
-
-    /// Records the outcome (the first one wins).
-    pub(crate) fn set_outcome(&self, outcome: Outcome) {
-        let mut slot = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(outcome);
-        }
-    }
-
-    fn take_outcome(&self) -> Option<Outcome> {
-        self.outcome
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-}
+pub type JobUpdate = crate::stage::job::JobUpdate<MusicEvent, Outcome>;
 
 /// A submitted song. Dropping it cancels the song (the engine sees the closed channel before its
 /// next step) and frees its slot and KV blocks.
 pub struct MusicJob {
-    pub(crate) events: mpsc::Receiver<MusicEvent>,
-    pub(crate) shared: Arc<JobShared>,
-    pub(crate) finished: Option<Outcome>,
+    pub(crate) job: Job<MusicEvent, Outcome>,
     pub(crate) hiddens: bool,
 }
 
 impl MusicJob {
     /// The next event, or the outcome once every event has been read (and on every later call).
     pub async fn next(&mut self) -> JobUpdate {
-        if let Some(outcome) = &self.finished {
-            return JobUpdate::Done(outcome.clone());
-        }
-        if let Some(ev) = self.events.recv().await {
-            return JobUpdate::Event(ev);
-        }
-        // The engine sets the outcome before it drops the sender, so a closed channel has one,
-        // unless the engine thread died.
-        let outcome = self
-            .shared
-            .take_outcome()
-            .unwrap_or_else(|| Outcome::Failed(MusicError::internal("the music engine stopped")));
-        self.finished = Some(outcome.clone());
-        JobUpdate::Done(outcome)
+        self.job.next().await
     }
 
     /// Whether frames carry hiddens.
@@ -145,11 +71,11 @@ impl MusicJob {
     /// Asks the engine to cancel the song; frames already queued still arrive, then
     /// `Ended { reason: Cancelled }`.
     pub fn cancel(&self) {
-        self.shared.request_cancel(CancelRequest::Client);
+        self.job.cancel();
     }
 
     /// Marks the client too slow, so that dropping the job counts as a slow consumer.
     pub(crate) fn cut_off_slow(&self) {
-        self.shared.request_cancel(CancelRequest::SlowClient);
+        self.job.cut_off_slow();
     }
 }

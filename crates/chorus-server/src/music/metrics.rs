@@ -5,25 +5,15 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::MusicErrorCode;
+use crate::stage::counts::{Cancels, Refusals};
+use crate::stage::histogram::Histogram;
+use crate::stage::job::CancelKind;
 
 /// Upper bounds (seconds) of the step-time histogram: 1 ms to 10 s (a prefill-heavy step of the
 /// real model on the CPU takes seconds).
-const STEP_BOUNDS: [f64; 13] = [
+static STEP_BOUNDS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-
-/// Why a running song was cancelled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CancelKind {
-    /// The client sent `cancel`.
-    Client = 0,
-    /// The client went away.
-    Disconnect = 1,
-    /// The client did not read in time (its channel was full, or a write timed out).
-    SlowConsumer = 2,
-}
-
-const CANCEL_LABELS: [&str; 3] = ["client", "disconnect", "slow_consumer"];
 
 /// Live values the engine thread publishes after every step and admission.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,24 +26,40 @@ pub struct MusicGauges {
 }
 
 /// Everything `/metrics` reports about music.
-#[derive(Default)]
 pub struct MusicMetrics {
     song_slots: AtomicU64,
     started: AtomicU64,
     finished: AtomicU64,
     failed: AtomicU64,
-    cancelled: [AtomicU64; 3],
-    refused: [AtomicU64; MusicErrorCode::ALL.len()],
+    cancelled: Cancels,
+    refused: Refusals,
     frames: AtomicU64,
-    /// Non-cumulative counts per bound plus `+Inf`.
-    step_counts: [AtomicU64; STEP_BOUNDS.len() + 1],
-    /// Sum of step seconds as f64 bits; only the engine thread writes it.
-    step_sum: AtomicU64,
+    steps: Histogram,
     active_songs: AtomicU64,
     step_songs: AtomicU64,
     kv_in_use: AtomicU64,
     kv_available: AtomicU64,
     kv_usable: AtomicU64,
+}
+
+impl Default for MusicMetrics {
+    fn default() -> Self {
+        Self {
+            song_slots: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            cancelled: Default::default(),
+            refused: Default::default(),
+            frames: AtomicU64::new(0),
+            steps: Histogram::new(&STEP_BOUNDS),
+            active_songs: AtomicU64::new(0),
+            step_songs: AtomicU64::new(0),
+            kv_in_use: AtomicU64::new(0),
+            kv_available: AtomicU64::new(0),
+            kv_usable: AtomicU64::new(0),
+        }
+    }
 }
 
 // SeqCst throughout: a scrape that sees a counter move also sees the gauges the engine published
@@ -84,7 +90,7 @@ impl MusicMetrics {
     }
 
     pub(crate) fn song_cancelled(&self, kind: CancelKind) {
-        add(&self.cancelled[kind as usize], 1);
+        self.cancelled.inc(kind);
     }
 
     pub(crate) fn frames(&self, n: usize) {
@@ -93,29 +99,17 @@ impl MusicMetrics {
 
     /// Counts a request that never became a running song, by the error it got.
     pub fn refused(&self, code: MusicErrorCode) {
-        if let Some(i) = MusicErrorCode::ALL.iter().position(|&c| c == code) {
-            add(&self.refused[i], 1);
-        }
+        self.refused.inc(code);
     }
 
     /// Requests refused with `code` so far.
     pub fn refused_count(&self, code: MusicErrorCode) -> u64 {
-        MusicErrorCode::ALL
-            .iter()
-            .position(|&c| c == code)
-            .map_or(0, |i| load(&self.refused[i]))
+        self.refused.get(code)
     }
 
     /// Records one step's time (engine thread only).
     pub(crate) fn observe_step(&self, seconds: f64) {
-        let i = STEP_BOUNDS
-            .iter()
-            .position(|&b| seconds <= b)
-            .unwrap_or(STEP_BOUNDS.len());
-        add(&self.step_counts[i], 1);
-        // A single writer, so a load and a store cannot lose an update.
-        let sum = f64::from_bits(load(&self.step_sum)) + seconds;
-        self.step_sum.store(sum.to_bits(), Ordering::SeqCst);
+        self.steps.observe(seconds);
     }
 
     pub(crate) fn set_gauges(&self, g: MusicGauges) {
@@ -207,41 +201,20 @@ impl MusicMetrics {
             "Music frames generated.",
             load(&self.frames),
         );
-        let name = "chorus_music_songs_cancelled_total";
-        let _ = writeln!(
+        self.cancelled.render(
             out,
-            "# HELP {name} Running songs cancelled, by reason.\n# TYPE {name} counter"
+            "chorus_music_songs_cancelled_total",
+            "Running songs cancelled, by reason.",
         );
-        for (label, n) in CANCEL_LABELS.iter().zip(&self.cancelled) {
-            let _ = writeln!(out, "{name}{{reason=\"{label}\"}} {}", load(n));
-        }
-        let name = "chorus_music_songs_refused_total";
-        let _ = writeln!(
+        self.refused.render(
             out,
-            "# HELP {name} Music requests that never started, by error code.\n# TYPE {name} counter"
+            "chorus_music_songs_refused_total",
+            "Music requests that never started, by error code.",
         );
-        for (code, n) in MusicErrorCode::ALL.iter().zip(&self.refused) {
-            if load(n) > 0 {
-                let _ = writeln!(out, "{name}{{code=\"{}\"}} {}", code.as_str(), load(n));
-            }
-        }
-        self.render_steps(out);
-    }
-
-    fn render_steps(&self, out: &mut String) {
-        let name = "chorus_music_step_seconds";
-        let _ = writeln!(
+        self.steps.render(
             out,
-            "# HELP {name} Music step time (admissions excluded).\n# TYPE {name} histogram"
+            "chorus_music_step_seconds",
+            "Music step time (admissions excluded).",
         );
-        let mut acc = 0;
-        for (bound, n) in STEP_BOUNDS.iter().zip(&self.step_counts) {
-            acc += load(n);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {acc}");
-        }
-        acc += load(&self.step_counts[STEP_BOUNDS.len()]);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {acc}");
-        let _ = writeln!(out, "{name}_sum {}", f64::from_bits(load(&self.step_sum)));
-        let _ = writeln!(out, "{name}_count {acc}");
     }
 }

@@ -3,17 +3,13 @@
 use chorus_music::song::LEVELS;
 use chorus_music::EndReason;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::error::{MusicError, MusicErrorCode};
-use super::start::{bad_json, parse_start, StartRequest};
+use super::start::{parse_start, StartRequest};
+use crate::stage::fields::{parse_message, ClientMessage};
 
 /// Client-to-server messages of the WebSocket.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MusicClientMessage {
-    Start(Box<StartRequest>),
-    Cancel,
-}
+pub type MusicClientMessage = ClientMessage<StartRequest>;
 
 /// Why a song ended, on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,24 +75,7 @@ pub enum MusicServerMessage {
 
 /// Parses one WebSocket text message.
 pub fn parse_music_message(text: &str) -> Result<MusicClientMessage, MusicError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| bad_json(format!("malformed JSON: {e}")))?;
-    let Value::Object(mut map) = value else {
-        return Err(bad_json("a message must be a JSON object"));
-    };
-    let kind = match map.remove("type") {
-        Some(Value::String(s)) => s,
-        _ => return Err(bad_json("message has no string field `type`")),
-    };
-    match kind.as_str() {
-        "start" => Ok(MusicClientMessage::Start(Box::new(parse_start(&map)?))),
-        "cancel" if map.is_empty() => Ok(MusicClientMessage::Cancel),
-        "cancel" => Err(bad_json("`cancel` takes no fields besides `type`")),
-        other => Err(MusicError::new(
-            MusicErrorCode::UnknownMessage,
-            format!("unknown message type `{other}` (expected start or cancel)"),
-        )),
-    }
+    parse_message(text, parse_start)
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@ use chorus_music::song::frames_for_seconds;
 use chorus_music::Sampling;
 use serde_json::{Map, Value};
 
-use super::error::{MusicError, MusicErrorCode};
+use super::error::MusicError;
+use crate::stage::fields::{
+    known_fields, optional_bool, optional_positive, parse_body, quote, sampling, string,
+};
 
 /// Fields `start` accepts (besides `type`).
 const START_FIELDS: [&str; 9] = [
@@ -20,8 +23,6 @@ const START_FIELDS: [&str; 9] = [
     "allow_end",
     "hiddens",
 ];
-/// Longest rendering of a JSON value quoted in an error message.
-const MAX_QUOTED_CHARS: usize = 40;
 
 /// Where a song's prompt comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,38 +51,14 @@ pub struct StartRequest {
     pub hiddens: Option<bool>,
 }
 
-pub(super) fn bad_json(message: impl Into<String>) -> MusicError {
-    MusicError::new(MusicErrorCode::BadJson, message)
-}
-
 /// Parses the body of `POST /v1/music`: the `start` object, its `"type": "start"` optional.
 pub fn parse_start_body(body: &[u8]) -> Result<StartRequest, MusicError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| bad_json(format!("malformed JSON: {e}")))?;
-    let Value::Object(mut map) = value else {
-        return Err(bad_json("the body must be a JSON object"));
-    };
-    match map.remove("type") {
-        None => {}
-        Some(Value::String(s)) if s == "start" => {}
-        Some(other) => {
-            return Err(MusicError::bad_request(format!(
-                "`type` is {}: the body is a `start` request",
-                quote(&other)
-            )))
-        }
-    }
-    parse_start(&map)
+    parse_body(body, parse_start)
 }
 
 /// Parses the fields of `start` (without `type`).
 pub fn parse_start(map: &Map<String, Value>) -> Result<StartRequest, MusicError> {
-    if let Some(k) = map.keys().find(|k| !START_FIELDS.contains(&k.as_str())) {
-        return Err(MusicError::bad_request(format!(
-            "unknown field `{k}` (expected {})",
-            START_FIELDS.join(", ")
-        )));
-    }
+    known_fields(map, &START_FIELDS)?;
     let prompt = match (map.get("prompt_ids"), map.get("caption"), map.get("lyrics")) {
         (Some(ids), None, None) => prompt_ids(ids)?,
         (None, Some(c), Some(l)) => PromptSource::Text {
@@ -115,33 +92,10 @@ pub fn parse_start(map: &Map<String, Value>) -> Result<StartRequest, MusicError>
             "`seconds` is {seconds}: must be within {MIN_SECONDS}..={MAX_SECONDS}"
         ))
     })?;
-    if let Some(v) = map.get("max_frames") {
-        let cap = v.as_u64().filter(|&c| c >= 1).ok_or_else(|| {
-            MusicError::bad_request(format!(
-                "`max_frames` must be a positive integer, got {}",
-                quote(v)
-            ))
-        })?;
+    if let Some(cap) = optional_positive(map, "max_frames")? {
         frames = frames.min(usize::try_from(cap).unwrap_or(usize::MAX));
     }
-    let seed = match map.get("seed") {
-        Some(v) => v.as_u64().ok_or_else(|| {
-            MusicError::bad_request(format!(
-                "`seed` must be a non-negative integer below 2^64, got {}",
-                quote(v)
-            ))
-        })?,
-        None => 0,
-    };
-    let sampling_name = match map.get("sampling") {
-        Some(v) => string(v, "sampling")?,
-        None => "seeded".to_string(),
-    };
-    let sampling = Sampling::parse(&sampling_name, seed).map_err(|_| {
-        MusicError::bad_request(format!(
-            "unknown `sampling` `{sampling_name}` (expected seeded, greedy or noise)"
-        ))
-    })?;
+    let (sampling, sampling_name, seed) = sampling(map)?;
     Ok(StartRequest {
         prompt,
         frames,
@@ -204,37 +158,10 @@ fn id_row(v: &Value, what: &str) -> Result<Vec<u32>, MusicError> {
         .collect()
 }
 
-fn string(v: &Value, field: &str) -> Result<String, MusicError> {
-    v.as_str().map(str::to_owned).ok_or_else(|| {
-        MusicError::bad_request(format!("`{field}` must be a string, got {}", quote(v)))
-    })
-}
-
-fn optional_bool(map: &Map<String, Value>, field: &str) -> Result<Option<bool>, MusicError> {
-    map.get(field)
-        .map(|v| {
-            v.as_bool().ok_or_else(|| {
-                MusicError::bad_request(format!(
-                    "`{field}` must be true or false, got {}",
-                    quote(v)
-                ))
-            })
-        })
-        .transpose()
-}
-
-/// A JSON value for an error message, cut short.
-fn quote(v: &Value) -> String {
-    let s = v.to_string();
-    match s.char_indices().nth(MAX_QUOTED_CHARS) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::music::MusicErrorCode;
 
     #[test]
     fn the_http_body_may_omit_type_but_not_change_it() {

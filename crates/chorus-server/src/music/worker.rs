@@ -2,7 +2,6 @@
 //! hands each song's events to its own bounded channel.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,28 +12,23 @@ use tokio::sync::mpsc::Sender;
 
 use super::engine::MusicInfo;
 use super::error::{MusicError, MusicErrorCode};
-use super::job::{CancelRequest, JobShared, MusicEvent, MusicFrame, Outcome};
-use super::metrics::{CancelKind, MusicGauges, MusicMetrics};
+use super::job::{MusicEvent, MusicFrame, Outcome};
+use super::metrics::{MusicGauges, MusicMetrics};
 use super::request::SongSpec;
-
-/// What the front sends the engine thread.
-pub(crate) enum Command {
-    Start(Box<StartJob>),
-    /// Fail every song and end the thread.
-    Stop,
-}
+use crate::stage::job::{CancelKind, JobShared};
+use crate::stage::owner::Owner;
 
 /// A song to admit, with where its events go.
 pub(crate) struct StartJob {
     pub spec: SongSpec,
     pub events: Sender<MusicEvent>,
-    pub shared: Arc<JobShared>,
+    pub shared: Arc<JobShared<Outcome>>,
 }
 
 /// An admitted song's client side.
 pub(super) struct Running {
     pub(super) events: Sender<MusicEvent>,
-    pub(super) shared: Arc<JobShared>,
+    pub(super) shared: Arc<JobShared<Outcome>>,
     pub(super) hiddens: bool,
     /// Frames handed to the channel.
     pub(super) sent: usize,
@@ -43,7 +37,6 @@ pub(super) struct Running {
 pub(crate) struct Worker<B: LmOps> {
     pub(super) stage: SemanticStage<B>,
     pub(super) info: MusicInfo,
-    pub(super) rx: Receiver<Command>,
     /// Exactly the stage's active songs.
     pub(super) jobs: HashMap<SongId, Running>,
     pub(super) metrics: Arc<MusicMetrics>,
@@ -61,7 +54,6 @@ impl<B: LmOps> Worker<B> {
     pub(crate) fn new(
         stage: SemanticStage<B>,
         opts: &StageOptions,
-        rx: Receiver<Command>,
         metrics: Arc<MusicMetrics>,
     ) -> Self {
         let info = MusicInfo {
@@ -76,7 +68,6 @@ impl<B: LmOps> Worker<B> {
         Self {
             stage,
             info,
-            rx,
             jobs: HashMap::new(),
             metrics,
             step_songs: 0,
@@ -87,63 +78,12 @@ impl<B: LmOps> Worker<B> {
         &self.info
     }
 
-    pub(crate) fn run(mut self) {
-        self.publish();
-        loop {
-            let mut commands = Vec::new();
-            // Idle: sleep until a command comes. Busy: take what has arrived and step on.
-            if self.jobs.is_empty() {
-                match self.rx.recv() {
-                    Ok(c) => commands.push(c),
-                    Err(_) => return,
-                }
-            }
-            let mut stop = false;
-            loop {
-                match self.rx.try_recv() {
-                    Ok(c) => commands.push(c),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        stop = true;
-                        break;
-                    }
-                }
-            }
-            for command in commands {
-                match command {
-                    Command::Start(job) => self.admit(*job),
-                    Command::Stop => stop = true,
-                }
-            }
-            if stop {
-                self.fail_all(MusicError::new(
-                    MusicErrorCode::Draining,
-                    "the music engine stopped: the server is shutting down",
-                ));
-                return;
-            }
-            self.sweep();
-            if !self.jobs.is_empty() {
-                self.step();
-            }
-            self.publish();
-        }
-    }
-
     /// Cancels the songs whose clients cancelled, went away, or were too slow.
-    fn sweep(&mut self) {
+    fn sweep_songs(&mut self) {
         let gone: Vec<(SongId, CancelKind)> = self
             .jobs
             .iter()
-            .filter_map(|(&id, r)| {
-                let kind = match r.shared.cancel_request() {
-                    CancelRequest::Client => CancelKind::Client,
-                    CancelRequest::SlowClient => CancelKind::SlowConsumer,
-                    CancelRequest::None if r.events.is_closed() => CancelKind::Disconnect,
-                    CancelRequest::None => return None,
-                };
-                Some((id, kind))
-            })
+            .filter_map(|(&id, r)| Some((id, r.shared.gone(&r.events)?)))
             .collect();
         for (id, kind) in gone {
             self.cancel(id, kind);
@@ -155,7 +95,7 @@ impl<B: LmOps> Worker<B> {
             return;
         };
         let frames = self.stage.cancel(id).unwrap_or(r.sent);
-        self.publish();
+        self.publish_gauges();
         self.metrics.song_cancelled(kind);
         r.shared.set_outcome(match kind {
             CancelKind::SlowConsumer => Outcome::Failed(slow_consumer(r.sent)),
@@ -167,7 +107,7 @@ impl<B: LmOps> Worker<B> {
     }
 
     /// One frame of every active song.
-    fn step(&mut self) {
+    fn step_songs(&mut self) {
         let start = Instant::now();
         let (mut frames, mut slow, mut ended) = (0usize, Vec::new(), Vec::new());
         let jobs = &mut self.jobs;
@@ -210,7 +150,7 @@ impl<B: LmOps> Worker<B> {
             }
         }
         // Gauges before counters (ended songs are already out of the stage).
-        self.publish();
+        self.publish_gauges();
         for (song, reason, frames) in ended {
             let Some(r) = self.jobs.remove(&song) else {
                 continue;
@@ -234,14 +174,14 @@ impl<B: LmOps> Worker<B> {
         for &id in jobs.keys() {
             let _ = self.stage.cancel(id);
         }
-        self.publish();
+        self.publish_gauges();
         for r in jobs.into_values() {
             self.metrics.song_failed();
             r.shared.set_outcome(Outcome::Failed(err.clone()));
         }
     }
 
-    pub(super) fn publish(&self) {
+    pub(super) fn publish_gauges(&self) {
         let (in_use, available, usable) = self.stage.kv_blocks();
         self.metrics.set_gauges(MusicGauges {
             active_songs: self.stage.active(),
@@ -250,5 +190,36 @@ impl<B: LmOps> Worker<B> {
             kv_available: available,
             kv_usable: usable,
         });
+    }
+}
+
+impl<B: LmOps> Owner for Worker<B> {
+    type Start = StartJob;
+
+    fn admit(&mut self, job: StartJob) {
+        self.admit_song(job);
+    }
+
+    fn sweep(&mut self) {
+        self.sweep_songs();
+    }
+
+    fn has_jobs(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    fn step(&mut self) {
+        self.step_songs();
+    }
+
+    fn publish(&self) {
+        self.publish_gauges();
+    }
+
+    fn stop(&mut self) {
+        self.fail_all(MusicError::new(
+            MusicErrorCode::Draining,
+            "the music engine stopped: the server is shutting down",
+        ));
     }
 }

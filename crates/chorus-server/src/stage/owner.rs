@@ -1,0 +1,156 @@
+//! The owner thread of a model stage: it builds the stage (a device backend may have to stay on
+//! the thread that made it), then loops: admit what arrived, drop what was cancelled, step every
+//! active job. Idle, it sleeps until a command comes; nothing waits in line for a slot.
+
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::thread::JoinHandle;
+
+use chorus_core::{Error, Result};
+
+/// What the front sends the owner thread.
+pub(crate) enum Command<S> {
+    Start(Box<S>),
+    /// End every job and the thread.
+    Stop,
+}
+
+/// A stage's side of the loop.
+pub(crate) trait Owner {
+    /// A job to admit, with where its events go.
+    type Start;
+    /// Admits a job or refuses it at once.
+    fn admit(&mut self, job: Self::Start);
+    /// Cancels the jobs whose clients cancelled, went away, or were too slow.
+    fn sweep(&mut self);
+    fn has_jobs(&self) -> bool;
+    /// One step of every active job.
+    fn step(&mut self);
+    /// Publishes the gauges.
+    fn publish(&self);
+    /// Ends every job: the server is shutting down.
+    fn stop(&mut self);
+}
+
+/// Why a job did not reach the owner thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SubmitFailed {
+    /// Its queue holds as many starts as it takes.
+    Full,
+    /// The thread has ended.
+    Stopped,
+}
+
+/// The owner thread and its command queue. Dropping it stops the thread (every job ends).
+pub(crate) struct OwnerThread<S> {
+    tx: SyncSender<Command<S>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<S: Send + 'static> OwnerThread<S> {
+    /// Starts thread `name`, where `build` makes the owner; returns once it is built (with what
+    /// `build` reported beside it) or with its error. At most `queue` starts wait for the
+    /// thread between two steps.
+    pub(crate) fn spawn<O, I, F>(name: &str, queue: usize, build: F) -> Result<(Self, I)>
+    where
+        O: Owner<Start = S>,
+        I: Send + 'static,
+        F: FnOnce() -> Result<(O, I)> + Send + 'static,
+    {
+        const OP: &str = "OwnerThread::spawn";
+        let (tx, rx) = mpsc::sync_channel::<Command<S>>(queue);
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<I>>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || match build() {
+                Ok((owner, info)) => {
+                    if ready_tx.send(Ok(info)).is_ok() {
+                        run(owner, rx);
+                    }
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| Error::io(OP, name.to_string(), e))?;
+        match ready_rx.recv() {
+            Ok(Ok(info)) => Ok((
+                Self {
+                    tx,
+                    thread: Some(thread),
+                },
+                info,
+            )),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(Error::config(
+                    OP,
+                    format!("building the stage of thread {name} panicked"),
+                ))
+            }
+        }
+    }
+
+    /// Hands a job to the thread without waiting.
+    pub(crate) fn try_submit(&self, job: S) -> std::result::Result<(), SubmitFailed> {
+        match self.tx.try_send(Command::Start(Box::new(job))) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(SubmitFailed::Full),
+            Err(TrySendError::Disconnected(_)) => Err(SubmitFailed::Stopped),
+        }
+    }
+}
+
+impl<S> Drop for OwnerThread<S> {
+    fn drop(&mut self) {
+        // A blocking send: the thread drains its queue between steps, or is gone (then it fails).
+        let _ = self.tx.send(Command::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The owner's loop, until `Stop` or until every sender is gone.
+fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
+    owner.publish();
+    loop {
+        let mut commands = Vec::new();
+        // Idle: sleep until a command comes. Busy: take what has arrived and step on.
+        if !owner.has_jobs() {
+            match rx.recv() {
+                Ok(c) => commands.push(c),
+                Err(_) => return,
+            }
+        }
+        let mut stop = false;
+        loop {
+            match rx.try_recv() {
+                Ok(c) => commands.push(c),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    stop = true;
+                    break;
+                }
+            }
+        }
+        for command in commands {
+            match command {
+                Command::Start(job) => owner.admit(*job),
+                Command::Stop => stop = true,
+            }
+        }
+        if stop {
+            owner.stop();
+            return;
+        }
+        owner.sweep();
+        if owner.has_jobs() {
+            owner.step();
+        }
+        owner.publish();
+    }
+}
