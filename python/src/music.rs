@@ -92,6 +92,7 @@ impl PyMusicStage {
             threads,
             batch_invariant,
             prefill_chunk: None,
+            kv_cache: Default::default(),
         };
         let name = model.to_owned();
         let (actor, info, tok_path) = py

@@ -56,6 +56,9 @@ pub enum BufRole {
     /// A block pool written only where a step's inputs point (a paged KV cache): a warm-up run
     /// on padding inputs touches only its null block, so backends need not snapshot it.
     Pool,
+    /// Like [`BufRole::Pool`], in 8-bit floats (`crate::fp8`): one byte per element on a device,
+    /// f32 holding the same values on the CPU. Written and read by paged attention only.
+    Pool8,
 }
 
 /// Host-visible step I/O of one bucket (pinned memory on CUDA).

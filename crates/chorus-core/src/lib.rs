@@ -15,6 +15,7 @@ pub mod convrot;
 pub mod decoder;
 pub mod encoder;
 pub mod error;
+pub mod fp8;
 pub mod host;
 pub mod json;
 pub mod lm_ops;

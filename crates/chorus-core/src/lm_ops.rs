@@ -218,8 +218,18 @@ pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
     pub max_blocks: usize,
     /// Token of `qkv` and of `out` the call's first token is (see [`QkNormRopeArgs`]).
     pub first_token: usize,
+    /// The caches are 8-bit ([`crate::BufRole::Pool8`], `crate::fp8`): each position's k and v
+    /// head vectors are written quantized, with their scales here.
+    pub kv_scales: Option<KvScales<'a, B>>,
     /// Keys per query, the query's own included; `None`: every position `0..=p`.
     pub window: Option<usize>,
+}
+
+/// The per-head scales of an 8-bit KV cache: `[num_blocks, block_size, kv_heads]` f32 each
+/// ([`crate::BufRole::Table`]), entry by entry beside the caches' head vectors.
+pub struct KvScales<'a, B: Backend + ?Sized> {
+    pub k: &'a mut B::Buf,
+    pub v: &'a mut B::Buf,
 }
 
 /// `out[i, j] = silu(x[i, j]) * x[i, inter + j]` for `i < n`, `j < inter`: `x` is the fused

@@ -62,6 +62,70 @@ __device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int
     return ((long long)blk * d.block_size + i % d.block_size) * (long long)(d.kv_heads * d.head_dim);
 }
 
+// ------------------------------------------------------------------------------------------------
+// 8-bit caches (BufRole::Pool8, chorus_core::fp8): E4M3 bytes, one f32 scale per head vector of a
+// position (scale index = element offset / head_dim + kv head). The conversions are sm_89's
+// (the host refuses 8-bit caches below it).
+#if VEC == 8
+typedef uint2 kv8_vec;  // VEC E4M3 values
+#else
+typedef unsigned int kv8_vec;
+#endif
+
+// The cache element and the VEC-element load of each cache kind.
+template <bool KV8>
+struct KvT {
+    typedef T elem;
+    typedef uint4 vec;
+};
+template <>
+struct KvT<true> {
+    typedef unsigned char elem;
+    typedef kv8_vec vec;
+};
+
+// Two E4M3 values (the low byte first) as floats.
+__device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
+#if __CUDA_ARCH__ >= 890
+    unsigned int h2;
+    unsigned short b = (unsigned short)(v & 0xffffu);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(b));
+    asm("{\n\t.reg .f16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.f32.f16 %0, a;\n\tcvt.f32.f16 %1, b;\n\t}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h2));
+#else
+    lo = hi = 0.f;
+    __trap();
+#endif
+}
+
+// Two floats as E4M3 (`lo` in the low byte), to nearest even, saturated at 448.
+__device__ __forceinline__ unsigned int f32x2_to_e4m3(float lo, float hi) {
+#if __CUDA_ARCH__ >= 890
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    __trap();
+    return 0;
+#endif
+}
+
+__device__ __forceinline__ void kv_unpack(uint4 v, float* f) { unpack(v, f); }
+
+__device__ __forceinline__ void kv_unpack(kv8_vec v, float* f) {
+#if VEC == 8
+    const unsigned int w[2] = {v.x, v.y};
+#else
+    const unsigned int w[1] = {v};
+#endif
+#pragma unroll
+    for (int i = 0; i < VEC / 4; ++i) {
+        e4m3x2_to_f32(w[i] & 0xffffu, f[4 * i], f[4 * i + 1]);
+        e4m3x2_to_f32(w[i] >> 16, f[4 * i + 2], f[4 * i + 3]);
+    }
+}
+
 __device__ __forceinline__ float pa_warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -113,6 +177,72 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
     }
 }
 
+// The KV write into 8-bit caches: each thread quantizes VEC values; the D / VEC threads of one
+// head vector (consecutive and aligned, the host checks D / VEC divides 32) share its largest
+// magnitude through shuffles, and its first thread writes the scale.
+extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigned char* __restrict__ k_cache,
+                                              unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
+                                              const int* __restrict__ start, float* __restrict__ k_scale,
+                                              float* __restrict__ v_scale, PagedDims d) {
+    pdl_enter();
+    int kv_dim = d.kv_heads * d.head_dim;
+    int nvec = kv_dim / VEC;
+    int hv = d.head_dim / VEC;  // threads per head vector
+    int width = (d.q_heads + 2 * d.kv_heads) * d.head_dim;
+    int n = d.rows * d.time * nvec;
+    // Whole heads per grid stride: every thread of a head runs the same iterations.
+    GRID_LOOP(i, n) {
+        int tok = i / nvec;
+        int c = (i % nvec) * VEC;
+        int r = tok / d.time;
+        int p = start[r] + tok % d.time;
+        int ri = pa_ring(max(p, 0), d);
+        int b = ri / d.block_size;
+        int blk = b < d.max_blocks ? tables[(long long)r * d.max_blocks + b] : -1;
+        bool ok = p >= 0 && b < d.max_blocks && blk >= 0 && blk < d.num_blocks;
+        const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
+        float kf[VEC], vf[VEC];
+        unpack(*reinterpret_cast<const uint4*>(src), kf);
+        unpack(*reinterpret_cast<const uint4*>(src + kv_dim), vf);
+        float ka = 0.f, va = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            ka = fmaxf(ka, fabsf(kf[e]));
+            va = fmaxf(va, fabsf(vf[e]));
+        }
+        const int lane = threadIdx.x % 32;
+        const unsigned gmask = hv == 32 ? 0xffffffffu : (((1u << hv) - 1u) << (lane / hv * hv));
+        for (int o = hv / 2; o > 0; o >>= 1) {
+            ka = fmaxf(ka, __shfl_xor_sync(gmask, ka, o));
+            va = fmaxf(va, __shfl_xor_sync(gmask, va, o));
+        }
+        if (!ok) {
+            continue;
+        }
+        // chorus_core::fp8::head_scale.
+        float ks = ka > 0.f ? ka / 448.f : 1.f;
+        float vs = va > 0.f ? va / 448.f : 1.f;
+        long long e = ((long long)blk * d.block_size + ri % d.block_size) * kv_dim + c;
+        kv8_vec kq, vq;
+#if VEC == 8
+        kq.x = f32x2_to_e4m3(kf[0] / ks, kf[1] / ks) | (f32x2_to_e4m3(kf[2] / ks, kf[3] / ks) << 16);
+        kq.y = f32x2_to_e4m3(kf[4] / ks, kf[5] / ks) | (f32x2_to_e4m3(kf[6] / ks, kf[7] / ks) << 16);
+        vq.x = f32x2_to_e4m3(vf[0] / vs, vf[1] / vs) | (f32x2_to_e4m3(vf[2] / vs, vf[3] / vs) << 16);
+        vq.y = f32x2_to_e4m3(vf[4] / vs, vf[5] / vs) | (f32x2_to_e4m3(vf[6] / vs, vf[7] / vs) << 16);
+#else
+        kq = f32x2_to_e4m3(kf[0] / ks, kf[1] / ks) | (f32x2_to_e4m3(kf[2] / ks, kf[3] / ks) << 16);
+        vq = f32x2_to_e4m3(vf[0] / vs, vf[1] / vs) | (f32x2_to_e4m3(vf[2] / vs, vf[3] / vs) << 16);
+#endif
+        *reinterpret_cast<kv8_vec*>(k_cache + e) = kq;
+        *reinterpret_cast<kv8_vec*>(v_cache + e) = vq;
+        if (c % d.head_dim == 0) {
+            long long si = e / d.head_dim;
+            k_scale[si] = ks;
+            v_scale[si] = vs;
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
 // share the kv head, so every key and value row is read once for the group. Its keys are the
@@ -133,11 +263,15 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
 #define PA_THREADS 128
 #define PA_UNROLL 4
 
-template <int D, int G, bool OWN>
-__device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __restrict__ k_cache,
-                                          const T* __restrict__ v_cache, const int* __restrict__ tables,
-                                          const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
+template <int D, int G, bool OWN, bool KV8>
+__device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typename KvT<KV8>::elem* __restrict__ k_cache,
+                                          const typename KvT<KV8>::elem* __restrict__ v_cache,
+                                          const int* __restrict__ tables, const int* __restrict__ start,
+                                          T* __restrict__ out, float* __restrict__ part,
+                                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                                           const PagedDims& d) {
+    typedef typename KvT<KV8>::elem KE;
+    typedef typename KvT<KV8>::vec KV;
     constexpr int NV = D / VEC;          // 16-byte vectors per key row
     constexpr int L = NV < 32 ? NV : 32;  // lanes per key
     constexpr int VPL = NV / L;          // vectors per lane
@@ -182,8 +316,8 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
         }
     }
     const int* table = tables + (long long)r * d.max_blocks;
-    const T* k_head = k_cache + h * D;
-    const T* v_head = v_cache + h * D;
+    const KE* k_head = k_cache + h * D;
+    const KE* v_head = v_cache + h * D;
 
     float m[G], l[G], acc[G][C];
 #pragma unroll
@@ -205,15 +339,20 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
         int kpos = min(kfirst, k_end - 1);
         int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
         long long e0 = pa_entry(table, kpos, d);
-        uint4 kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
+        KV kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
+        float ks[PA_UNROLL], vs[PA_UNROLL];
 #pragma unroll
         for (int u = 0; u < PA_UNROLL; ++u) {
             long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
                                     : pa_entry(table, min(kfirst + u, k_end - 1), d);
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
-                kr[u][j] = *reinterpret_cast<const uint4*>(k_head + e + (li + j * L) * VEC);
-                vr[u][j] = *reinterpret_cast<const uint4*>(v_head + e + (li + j * L) * VEC);
+                kr[u][j] = *reinterpret_cast<const KV*>(k_head + e + (li + j * L) * VEC);
+                vr[u][j] = *reinterpret_cast<const KV*>(v_head + e + (li + j * L) * VEC);
+            }
+            if constexpr (KV8) {
+                ks[u] = k_scale[e / D + h];
+                vs[u] = v_scale[e / D + h];
             }
         }
         float sc[G][PA_UNROLL];
@@ -222,7 +361,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
             float kf[C];
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
-                unpack(kr[u][j], &kf[j * VEC]);
+                kv_unpack(kr[u][j], &kf[j * VEC]);
             }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -234,6 +373,9 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
 #pragma unroll
                 for (int o = L / 2; o > 0; o >>= 1) {
                     x += __shfl_xor_sync(gmask, x, o);
+                }
+                if constexpr (KV8) {
+                    x *= ks[u];
                 }
                 sc[g][u] = kfirst + u < k_end ? x * d.scale : NEG_INF;
             }
@@ -265,7 +407,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
             float vf[C];
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
-                unpack(vr[u][j], &vf[j * VEC]);
+                kv_unpack(vr[u][j], &vf[j * VEC]);
             }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -345,10 +487,15 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const T* __
     }
 }
 
-#define PA_DECODE_CASE(DD, GG, OWN)                                                       \
-    if (d.head_dim == DD && group == GG) {                                                \
-        pa_decode<DD, GG, OWN>(qkv, k_cache, v_cache, tables, start, out, part, d);       \
-        return;                                                                           \
+#define PA_DECODE_CASE(DD, GG, OWN)                                                                   \
+    if (d.head_dim == DD && group == GG) {                                                            \
+        pa_decode<DD, GG, OWN, false>(qkv, k_cache, v_cache, tables, start, out, part, nullptr, nullptr, d); \
+        return;                                                                                       \
+    }
+#define PA_DECODE8_CASE(DD, GG)                                                                        \
+    if (d.head_dim == DD && group == GG) {                                                            \
+        pa_decode<DD, GG, false, true>(qkv, k_cache, v_cache, tables, start, out, part, k_scale, v_scale, d); \
+        return;                                                                                       \
     }
 
 // The shapes the host sends here: head_dim 64, 128 or 256 and a GQA group of 1, 2 or 4 (Qwen3:
@@ -375,6 +522,26 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
     PA_DECODE_CASE(64, 2, false)
     PA_DECODE_CASE(256, 2, false)
     PA_DECODE_CASE(256, 4, false)
+}
+
+// lm_paged_attention over 8-bit caches (splits only: the depth decoder's short caches stay in
+// the storage type).
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
+    lm_paged_attention8(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
+                        const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
+                        const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
+                        const float* __restrict__ k_scale, const float* __restrict__ v_scale, PagedDims d) {
+    pdl_enter();
+    int group = d.q_heads / d.kv_heads;
+    PA_DECODE8_CASE(128, 4)
+    PA_DECODE8_CASE(256, 1)
+    PA_DECODE8_CASE(64, 4)
+    PA_DECODE8_CASE(128, 1)
+    PA_DECODE8_CASE(128, 2)
+    PA_DECODE8_CASE(64, 1)
+    PA_DECODE8_CASE(64, 2)
+    PA_DECODE8_CASE(256, 2)
+    PA_DECODE8_CASE(256, 4)
 }
 
 // Merges the splits of lm_paged_attention: one block per (row, query head). The row's active
@@ -452,9 +619,12 @@ extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
 #define PF_KT 32
 
 // Loads keys k0 .. k0 + PF_KT - 1 (zeros past nkeys) of kv head h, as f32, rows dp floats apart.
-__device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const T* __restrict__ cache,
-                                             const int* __restrict__ table, int k0, int nkeys, int h, int dp,
-                                             const PagedDims& d) {
+// With KV8, E4M3 keys times their head's scale.
+template <bool KV8>
+__device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const typename KvT<KV8>::elem* __restrict__ cache,
+                                             const float* __restrict__ scale, const int* __restrict__ table, int k0,
+                                             int nkeys, int h, int dp, const PagedDims& d) {
+    typedef typename KvT<KV8>::vec KV;
     int nvec = d.head_dim / VEC;
     for (int idx = threadIdx.x; idx < PF_KT * nvec; idx += PF_WARPS * 32) {
         int j = idx / nvec;
@@ -462,7 +632,15 @@ __device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const T* _
         int kp = k0 + j;
         float f[VEC];
         if (kp < nkeys) {
-            unpack(*reinterpret_cast<const uint4*>(cache + pa_entry(table, kp, d) + h * d.head_dim + c), f);
+            long long e = pa_entry(table, kp, d);
+            kv_unpack(*reinterpret_cast<const KV*>(cache + e + h * d.head_dim + c), f);
+            if constexpr (KV8) {
+                float sc = scale[e / d.head_dim + h];
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) {
+                    f[q] *= sc;
+                }
+            }
         } else {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
@@ -477,10 +655,12 @@ __device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const T* _
 }
 
 // QPW: queries per warp; CPL: channels per lane (head_dim <= 32 * CPL).
-template <int QPW, int CPL>
-__device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* __restrict__ k_cache,
-                                           const T* __restrict__ v_cache, const int* __restrict__ tables,
-                                           const int* __restrict__ start, T* __restrict__ out, const PagedDims& d) {
+template <int QPW, int CPL, bool KV8>
+__device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const typename KvT<KV8>::elem* __restrict__ k_cache,
+                                           const typename KvT<KV8>::elem* __restrict__ v_cache,
+                                           const int* __restrict__ tables, const int* __restrict__ start,
+                                           T* __restrict__ out, const float* __restrict__ k_scale,
+                                           const float* __restrict__ v_scale, const PagedDims& d) {
     constexpr int NQ = PF_WARPS * QPW;
     extern __shared__ float pf_smem[];
     const int D = d.head_dim;
@@ -533,7 +713,7 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
 
     for (int k0 = k_first; k0 < nkeys; k0 += PF_KT) {
         __syncthreads();  // the queries are stored; the previous tile's values are consumed
-        pf_load_tile(skv, k_cache, table, k0, nkeys, h, dp, d);
+        pf_load_tile<KV8>(skv, k_cache, k_scale, table, k0, nkeys, h, dp, d);
         __syncthreads();
         float s[QPW];
 #pragma unroll
@@ -567,7 +747,7 @@ __device__ __forceinline__ void pa_general(const T* __restrict__ qkv, const T* _
             sp[(warp * QPW + i) * PF_KT + lane] = pr;
         }
         __syncthreads();  // every warp is done with the keys
-        pf_load_tile(skv, v_cache, table, k0, nkeys, h, dp, d);
+        pf_load_tile<KV8>(skv, v_cache, v_scale, table, k0, nkeys, h, dp, d);
         __syncthreads();
         int kn = min(PF_KT, nkeys - k0);
         for (int j = 0; j < kn; ++j) {
@@ -612,8 +792,22 @@ extern "C" __global__ void __launch_bounds__(PF_WARPS * 32)
                      const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out, PagedDims d) {
     pdl_enter();
     if (d.head_dim <= 128) {
-        pa_general<4, 4>(qkv, k_cache, v_cache, tables, start, out, d);
+        pa_general<4, 4, false>(qkv, k_cache, v_cache, tables, start, out, nullptr, nullptr, d);
     } else {
-        pa_general<2, 8>(qkv, k_cache, v_cache, tables, start, out, d);
+        pa_general<2, 8, false>(qkv, k_cache, v_cache, tables, start, out, nullptr, nullptr, d);
+    }
+}
+
+// lm_paged_prefill over 8-bit caches.
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32)
+    lm_paged_prefill8(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
+                      const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
+                      const int* __restrict__ start, T* __restrict__ out, const float* __restrict__ k_scale,
+                      const float* __restrict__ v_scale, PagedDims d) {
+    pdl_enter();
+    if (d.head_dim <= 128) {
+        pa_general<4, 4, true>(qkv, k_cache, v_cache, tables, start, out, k_scale, v_scale, d);
+    } else {
+        pa_general<2, 8, true>(qkv, k_cache, v_cache, tables, start, out, k_scale, v_scale, d);
     }
 }

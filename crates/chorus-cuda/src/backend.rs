@@ -119,6 +119,8 @@ pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
 pub const PDL_ENV: &str = "CHORUS_PDL";
+/// E4M3 conversions (8-bit KV caches) need compute capability 8.9 or later.
+const FP8_MIN_ARCH: (i32, i32) = (8, 9);
 /// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later.
 const PDL_MIN_MAJOR: i32 = 9;
 
@@ -128,6 +130,8 @@ pub struct CudaBuf {
     pub(crate) len: usize,
     /// Stored as f32 whatever the precision ([`BufRole::Table`]).
     pub(crate) f32: bool,
+    /// Stored as E4M3 bytes ([`BufRole::Pool8`]).
+    pub(crate) fp8: bool,
 }
 
 impl CudaBuf {
@@ -196,6 +200,8 @@ pub struct CudaBackend {
     pub(crate) blas_lt: Option<BlasLt>,
     pub(crate) max_blocks: u32,
     pub(crate) sm_count: usize,
+    /// Compute capability (major, minor).
+    pub(crate) arch: (i32, i32),
     pub(crate) tap_split: bool,
     pub(crate) conv_mma: bool,
     pub(crate) fuse_res_block: bool,
@@ -328,6 +334,7 @@ impl CudaBackend {
             blas_lt,
             max_blocks: (sms.max(1) as u32) * BLOCKS_PER_SM,
             sm_count: sms.max(1) as usize,
+            arch,
             tap_split: options.conv_tap_split,
             conv_mma,
             fuse_res_block: options.fuse_res_block,
@@ -678,7 +685,13 @@ impl CudaBackend {
     pub(crate) fn role_bytes(&self, role: BufRole) -> usize {
         match role {
             BufRole::Table => 4,
+            BufRole::Pool8 => 1,
             _ => self.esize(),
         }
+    }
+
+    /// True when the device converts to and from E4M3 (sm_89 and later).
+    pub(crate) fn has_fp8(&self) -> bool {
+        self.arch >= FP8_MIN_ARCH
     }
 }

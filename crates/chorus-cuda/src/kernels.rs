@@ -113,9 +113,12 @@ kernel_table! {
     LmQkNormRope => "lm_qk_norm_rope",
     // Paged attention (kernels/lm_attention.cu).
     LmPagedKvWrite => "lm_paged_kv_write",
+    LmPagedKvWrite8 => "lm_paged_kv_write8",
     LmPagedAttention => "lm_paged_attention",
+    LmPagedAttention8 => "lm_paged_attention8",
     LmPagedCombine => "lm_paged_combine",
     LmPagedPrefill => "lm_paged_prefill",
+    LmPagedPrefill8 => "lm_paged_prefill8",
     // CFG, top-k and the draw (kernels/lm_draw.cu).
     LmCfgDraw => "lm_cfg_draw",
     // Skinny products (kernels/lm_gemv.cu).

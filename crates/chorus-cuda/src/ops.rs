@@ -21,7 +21,10 @@ const TOKENS_THREADS: u32 = 256;
 
 /// Buffers whose contents warm-up runs must leave as they were (see `CudaBackend::capture`).
 fn preserved(role: BufRole) -> bool {
-    !matches!(role, BufRole::Weight | BufRole::Table | BufRole::Pool)
+    !matches!(
+        role,
+        BufRole::Weight | BufRole::Table | BufRole::Pool | BufRole::Pool8
+    )
 }
 
 /// A length check naming the op and the buffer (every op checks before it launches).
@@ -127,10 +130,17 @@ impl Backend for CudaBackend {
             mem,
             len,
             f32: role == BufRole::Table,
+            fp8: role == BufRole::Pool8,
         })
     }
 
     fn upload(&self, data: &[f32], role: BufRole) -> Result<CudaBuf> {
+        if role == BufRole::Pool8 {
+            return Err(cuda_error(
+                "upload",
+                "an 8-bit KV cache is written by paged attention only: allocate it with zeros",
+            ));
+        }
         let mem = self.alloc(data.len() * self.role_bytes(role), preserved(role))?;
         let f32_storage = self.precision == Precision::F32 || role == BufRole::Table;
         match if f32_storage {
@@ -153,6 +163,7 @@ impl Backend for CudaBackend {
             mem,
             len: data.len(),
             f32: f32_storage,
+            fp8: false,
         })
     }
 
@@ -166,6 +177,13 @@ impl Backend for CudaBackend {
     fn download(&self, buf: &CudaBuf) -> Result<Vec<f32>> {
         self.bind()?;
         self.sync()?;
+        if buf.fp8 {
+            // The E4M3 values themselves (their scales are a separate buffer).
+            let mut raw = vec![0u8; buf.len];
+            self.copy_dtoh(raw.as_mut_ptr(), buf.mem.ptr(), buf.len)?;
+            self.sync()?;
+            return Ok(raw.into_iter().map(chorus_core::fp8::e4m3_to_f32).collect());
+        }
         match if buf.f32 {
             Precision::F32
         } else {

@@ -13,6 +13,8 @@ mod common;
 mod decode;
 #[path = "lm_attention/draw.rs"]
 mod draw;
+#[path = "lm_attention/fp8.rs"]
+mod fp8;
 #[path = "lm_attention/paged.rs"]
 mod paged;
 #[path = "lm_attention/prefill.rs"]

@@ -6,7 +6,9 @@
 //! -> norm + fused gate/up + SwiGLU -> down + residual add; the final norm then gives the
 //! final-normed hidden of every token. Each linear is dense or int8 ConvRot (`linear.rs`).
 
-use chorus_core::lm_ops::{Epilogue, HeadGeom, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs};
+use chorus_core::lm_ops::{
+    Epilogue, HeadGeom, KvScales, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs,
+};
 use chorus_core::{Error, LmOps, Result};
 
 use crate::acts::Acts;
@@ -135,6 +137,8 @@ pub fn decoder_stack<B: LmOps>(
             }
             // 5. causal GQA attention over the paged cache (writes this call's k/v first).
             be.paged_attention(PagedAttentionArgs {
+                // Field by field: the caches and their scales are borrowed apart.
+                kv_scales: cache.scales.as_mut().map(|(k, v)| KvScales { k, v }),
                 qkv: &acts.qkv,
                 k_cache: &mut cache.k,
                 v_cache: &mut cache.v,

@@ -33,7 +33,7 @@ pub mod sampling;
 pub mod seats;
 
 pub use acts::{ActDims, Acts, Scratch};
-pub use cache::{layer_caches, LayerCache};
+pub use cache::{layer_caches, layer_caches_of, CacheDims, KvCache, LayerCache};
 pub use decoder::{
     check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape, Segment,
 };

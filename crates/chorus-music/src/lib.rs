@@ -31,6 +31,7 @@ pub mod song;
 pub mod stage;
 pub mod weights;
 
+pub use chorus_lm::KvCache;
 pub use config::{DepthConfig, Qwen3Config};
 pub use load::{load_music_model, MusicModel};
 pub use song::{EndReason, Sampling, SongEvent, SongId, SongRequest};

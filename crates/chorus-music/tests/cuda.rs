@@ -295,3 +295,35 @@ fn cuda_chunked_prefill_equals_whole_prefill() {
         }
     }
 }
+
+/// The 8-bit KV cache on CUDA (sm_89+): teacher-forced against the oracle, within the bound the
+/// format has on the CPU (`tests/fp8.rs`), in f32 and bf16 storage.
+#[test]
+fn cuda_fp8_kv_cache_stays_near_the_oracle_when_teacher_forced() {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    for precision in [Precision::F32, Precision::Bf16] {
+        let be = CudaBackend::new(CudaOptions {
+            precision,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut opts = StageOptions::for_songs(1, CONTEXT).unwrap();
+        opts.kv_cache = chorus_music::KvCache::Fp8;
+        let mut st = SemanticStage::new(be, &small_model(1.0), opts).unwrap();
+        st.warmup().unwrap();
+        for (name, e) in teacher_forcing_errors(&mut st) {
+            eprintln!(
+                "cuda {} fp8 KV cache teacher forcing {name}: rel L2 {e:.3e} (bound 5e-2)",
+                precision.name()
+            );
+            assert!(
+                e <= 5e-2,
+                "cuda {}: {name} rel L2 {e:.3e}",
+                precision.name()
+            );
+        }
+    }
+}

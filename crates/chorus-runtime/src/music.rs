@@ -3,6 +3,7 @@
 use chorus_core::{Error, Precision, Result};
 use chorus_cpu::CpuBackend;
 use chorus_cuda::{CudaBackend, CudaOptions};
+
 use chorus_music::{MusicModel, SemanticStage, SongEvent, SongId, SongRequest, StageOptions};
 
 use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
@@ -13,8 +14,7 @@ const OP_OPEN: &str = "open_stage";
 pub fn open_stage(
     model: &MusicModel,
     device: DeviceKind,
-    songs: usize,
-    max_context: usize,
+    opts: StageOptions,
     threads: Option<usize>,
 ) -> Result<SemanticStage<CpuBackend>> {
     if resolve(device) == DeviceKind::Cuda {
@@ -23,7 +23,6 @@ pub fn open_stage(
             "this builder runs the music stage on the CPU backend (device cpu)",
         ));
     }
-    let opts = StageOptions::for_songs(songs, max_context)?;
     SemanticStage::new(CpuBackend::new(threads)?, model, opts)
 }
 
@@ -47,6 +46,8 @@ pub struct StageSpec {
     /// Prompt tokens per row a frame prefills for a joining song (`StageOptions::prefill_chunk`;
     /// 0: whole prompts at admission); `None`: the stage's default.
     pub prefill_chunk: Option<usize>,
+    /// How the LM's KV cache stores its values.
+    pub kv_cache: chorus_music::KvCache,
 }
 
 macro_rules! each {
@@ -86,6 +87,7 @@ impl AnyStage {
         if let Some(chunk) = spec.prefill_chunk {
             opts.prefill_chunk = chunk;
         }
+        opts.kv_cache = spec.kv_cache;
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let defaults = CudaOptions::default();
@@ -120,9 +122,19 @@ impl AnyStage {
         each!(self, s => s.add_song_prefilled(req))
     }
 
+    /// Songs admitted and not yet ended.
+    pub fn active(&self) -> usize {
+        each!(self, s => s.active())
+    }
+
     /// Songs whose prompts are still being prefilled in chunks.
     pub fn joining(&self) -> usize {
         each!(self, s => s.joining())
+    }
+
+    /// The last launched frame's device buffers (synchronises).
+    pub fn trace(&self) -> Result<chorus_music::stage::FrameTrace> {
+        each!(self, s => s.trace())
     }
 
     pub fn step(&mut self, sink: &mut dyn FnMut(SongEvent<'_>)) -> Result<usize> {

@@ -13,6 +13,7 @@ mod dataset;
 mod decode;
 mod encode;
 mod info;
+mod kv_accuracy;
 mod loadgen;
 mod mimi_codes;
 mod music;

@@ -60,6 +60,14 @@ pub struct MusicArgs {
     /// attention split summed in one order per row; slower from 2 songs, docs/PERFORMANCE.md).
     #[arg(long)]
     pub batch_invariant: bool,
+    /// The LM's KV cache: `bf16` (the backend's storage type) or `fp8` (E4M3, a scale per head).
+    #[arg(long, default_value = "bf16", value_parser = parse_kv_cache)]
+    pub kv_cache: chorus_music::KvCache,
+}
+
+/// Clap's parser of a KV cache type.
+pub fn parse_kv_cache(s: &str) -> std::result::Result<chorus_music::KvCache, String> {
+    chorus_music::KvCache::parse(s).map_err(|e| e.to_string())
 }
 
 pub fn run(args: MusicArgs) -> Result<()> {
@@ -75,6 +83,7 @@ pub fn run(args: MusicArgs) -> Result<()> {
         threads: args.threads,
         batch_invariant: args.batch_invariant,
         prefill_chunk: None,
+        kv_cache: args.kv_cache,
     };
     let mut stage = AnyStage::open(&model, &spec)?;
     let hidden = model.lm_config.hidden_size;

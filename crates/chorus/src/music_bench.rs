@@ -72,7 +72,19 @@ pub struct MusicBenchArgs {
     /// Prompt tokens per row a frame prefills for a joining song (0: whole prompts).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// The LM's KV cache: `bf16` (the backend's storage type) or `fp8` (E4M3, a scale per head).
+    #[arg(long, default_value = "bf16", value_parser = crate::music::parse_kv_cache)]
+    pub kv_cache: chorus_music::KvCache,
+    /// Instead of the points: one song of `--prefill-tokens` (default 300) prompt tokens for this
+    /// many frames on a bf16 and an fp8 KV cache, teacher-forced with the bf16 run's codes
+    /// (relative L2 of hiddens and logits over the frames), then free-running (the share of
+    /// identical codes).
+    #[arg(long)]
+    pub kv_accuracy: Option<usize>,
 }
+
+/// Prompt tokens of the `--kv-accuracy` song by default.
+const KV_ACCURACY_PROMPT: usize = 300;
 
 /// Steps timed before a song joins (`--join-songs`).
 const STEADY_STEPS: usize = 6;
@@ -132,6 +144,7 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
         threads: args.threads,
         batch_invariant: args.batch_invariant,
         prefill_chunk: args.prefill_chunk,
+        kv_cache: args.kv_cache,
     };
     let join_counts = match &args.join_songs {
         Some(j) if args.prefill_tokens.is_none() => {
@@ -148,6 +161,10 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
                 most + 2
             );
         }
+    }
+    if let Some(frames) = args.kv_accuracy {
+        let tokens = args.prefill_tokens.unwrap_or(KV_ACCURACY_PROMPT);
+        return crate::kv_accuracy::run(&model, &spec, tokens, frames);
     }
     let mut stage = AnyStage::open_sized(&model, &spec, kv_blocks, max_context)?;
     if !args.json {
@@ -290,7 +307,7 @@ fn bench_join(stage: &mut AnyStage, running: usize, context: usize, tokens: usiz
 }
 
 /// A synthetic song of `tokens` prompt tokens per row and one frame.
-fn synthetic_song(
+pub(crate) fn synthetic_song(
     rng: &mut SplitMix64,
     tokens: usize,
     seed: u64,

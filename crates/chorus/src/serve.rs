@@ -115,6 +115,10 @@ pub struct ServeArgs {
     /// from 2 songs, docs/PERFORMANCE.md).
     #[arg(long)]
     pub music_batch_invariant: bool,
+    /// The music LM's KV cache: `bf16` (the storage type) or `fp8` (E4M3 with a scale per head:
+    /// half the KV memory on CUDA, sm_89 and later; the CPU holds the same values in f32).
+    #[arg(long, default_value = "bf16", value_parser = crate::music::parse_kv_cache)]
+    pub music_kv_cache: chorus_music::KvCache,
     /// Milliseconds each step of `--model fake` takes (a stand-in for the device's step time,
     /// so that batches grow under load as they do on a GPU).
     #[arg(long, default_value_t = 0.0)]
@@ -439,8 +443,10 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
     let music = if chorus_runtime::device::resolve(device) == DeviceKind::Cuda {
         let precision = args.precision;
         let invariant = args.music_batch_invariant;
+        let kv_cache = args.music_kv_cache;
         let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
-            let opts = StageOptions::for_songs(songs, context)?;
+            let mut opts = StageOptions::for_songs(songs, context)?;
+            opts.kv_cache = kv_cache;
             let defaults = chorus_cuda::CudaOptions::default();
             let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
                 precision: precision.unwrap_or(chorus_core::Precision::Bf16),
@@ -453,9 +459,11 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
         });
         MusicEngine::start(factory, MusicConfig::default(), tokenizer)
     } else {
+        let kv_cache = args.music_kv_cache;
         let factory: StageFactory<chorus_cpu::CpuBackend> = Box::new(move || {
-            let opts = StageOptions::for_songs(songs, context)?;
-            let stage = open_stage(&model, device, songs, context, threads)?;
+            let mut opts = StageOptions::for_songs(songs, context)?;
+            opts.kv_cache = kv_cache;
+            let stage = open_stage(&model, device, opts.clone(), threads)?;
             Ok((stage, opts))
         });
         MusicEngine::start(factory, MusicConfig::default(), tokenizer)

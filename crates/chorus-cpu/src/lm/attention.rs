@@ -15,6 +15,7 @@
 
 use crate::simd::dispatch;
 use crate::{check, math, CpuBackend};
+use chorus_core::fp8;
 use chorus_core::lm_ops::PagedAttentionArgs;
 use chorus_core::{Error, Result};
 use rayon::prelude::*;
@@ -63,6 +64,11 @@ fn validate(a: &PagedAttentionArgs<'_, CpuBackend>) -> Result<Paged> {
     let num_blocks = a.k_cache.len() / block_len;
     check::at_least(OP, "qkv", a.qkv.len(), end * g.qkv_width())?;
     check::at_least(OP, "v_cache", a.v_cache.len(), num_blocks * block_len)?;
+    if let Some(sc) = &a.kv_scales {
+        let entries = num_blocks * a.block_size * g.kv_heads;
+        check::at_least(OP, "kv_scales.k", sc.k.len(), entries)?;
+        check::at_least(OP, "kv_scales.v", sc.v.len(), entries)?;
+    }
     check::at_least(
         OP,
         "block_tables",
@@ -154,11 +160,21 @@ pub(super) fn paged_attention(
     // Phase 1: the writes, in token order. Block ids and positions were checked in `validate`.
     let k_at = g.q_heads * hd;
     let v_at = k_at + pg.kv_dim;
+    let mut scales = a.kv_scales.map(|s| (&mut s.k.0, &mut s.v.0));
     for (tok, row) in qkv.chunks_exact(width).enumerate() {
         let (r, t) = (tok / g.time, tok % g.time);
         let at = pg.entry(&tables[r * a.max_blocks..], start[r] as usize + t);
         k_cache[at..at + pg.kv_dim].copy_from_slice(&row[k_at..k_at + pg.kv_dim]);
         v_cache[at..at + pg.kv_dim].copy_from_slice(&row[v_at..v_at + pg.kv_dim]);
+        // An 8-bit cache holds each head vector as its E4M3 values times its scale.
+        if let Some((ks, vs)) = scales.as_mut() {
+            let entry = at / pg.kv_dim * g.kv_heads;
+            for h in 0..g.kv_heads {
+                let head = at + h * hd..at + (h + 1) * hd;
+                ks[entry + h] = fp8::quantize_head(&mut k_cache[head.clone()]);
+                vs[entry + h] = fp8::quantize_head(&mut v_cache[head]);
+            }
+        }
     }
     // Phase 2: one task per token and run of `heads` query heads sharing one kv head, so each
     // key and value is loaded once for the run; each task writes its own `heads * head_dim`.

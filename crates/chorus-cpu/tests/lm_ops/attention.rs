@@ -82,6 +82,7 @@ impl Cache {
             .zeros(g.tokens() * Q_HEADS * HD, BufRole::Activation)
             .unwrap();
         be.paged_attention(PagedAttentionArgs {
+            kv_scales: None,
             first_token: 0,
             qkv: &buf(be, qkv),
             k_cache: &mut self.k,
@@ -269,6 +270,7 @@ fn paged_attention_handles_any_head_grouping() {
         );
         let mut out = be.zeros(9 * qh * HD, BufRole::Activation).unwrap();
         be.paged_attention(PagedAttentionArgs {
+            kv_scales: None,
             first_token: 0,
             qkv: &buf(&be, &seq.concat()),
             k_cache: &mut k,
@@ -368,6 +370,7 @@ fn paged_attention_rejects_bad_tables_and_buffers() {
     let mut attempt = |tables: &[i32], start: &[i32], out_len: usize| {
         let mut out = be.zeros(out_len, BufRole::Activation).unwrap();
         be.paged_attention(PagedAttentionArgs {
+            kv_scales: None,
             first_token: 0,
             qkv: &buf(&be, &qkv),
             k_cache: &mut cache.k,
@@ -418,6 +421,7 @@ fn run_window(
     let g = geom(start.len(), qkv.len() / WIDTH / start.len());
     let mut out = be.zeros(g.tokens() * Q_HEADS * HD, BufRole::Activation)?;
     be.paged_attention(PagedAttentionArgs {
+        kv_scales: None,
         first_token: 0,
         qkv: &buf(be, qkv),
         k_cache: &mut cache.k,

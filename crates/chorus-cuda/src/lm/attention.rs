@@ -221,6 +221,7 @@ pub(crate) fn paged_attention(
     ] {
         check_storage(be, name, b)?;
     }
+    let (kv8, scales) = kv8_scales(be, &a, num_blocks * a.block_size * g.kv_heads)?;
     let ring = a.block_size * a.max_blocks;
     if let Some(w) = a.window {
         if w == 0 || ring < w + g.time.max(1) - 1 {
@@ -282,14 +283,24 @@ pub(crate) fn paged_attention(
     let (kc, vc) = (a.k_cache.mem.ptr(), a.v_cache.mem.ptr());
     let (tables, start) = (a.block_tables.mem.ptr(), a.start.mem.ptr());
     let vec = 16 / be.esize();
-    be.launch(
-        Kernel::LmPagedKvWrite,
-        be.grid_for(tokens * kv_dim / vec)?,
-        &mut kargs![&qkv, &kc, &vc, &tables, &start, &d],
-    )?;
+    let (ks, vs) = scales;
+    if kv8 {
+        be.launch(
+            Kernel::LmPagedKvWrite8,
+            be.grid_for(tokens * kv_dim / vec)?,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &ks, &vs, &d],
+        )?;
+    } else {
+        be.launch(
+            Kernel::LmPagedKvWrite,
+            be.grid_for(tokens * kv_dim / vec)?,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &d],
+        )?;
+    }
 
     let group = g.q_heads / g.kv_heads;
-    if decode_fits(&g) {
+    // 8-bit caches have no group_pairs instance: those shapes take the general kernel.
+    if decode_fits(&g) && !(kv8 && plan.group_pairs) {
         let lanes = (hd / vec).min(32);
         let key_groups = DECODE_THREADS as usize / lanes;
         let smem = (key_groups * group * (hd + 2) * 4) as u32;
@@ -306,15 +317,24 @@ pub(crate) fn paged_attention(
         } else {
             0u64
         };
-        be.launch(
-            Kernel::LmPagedAttention,
-            Launch {
-                grid: blocks,
-                block: DECODE_THREADS,
-                smem,
-            },
-            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &d],
-        )?;
+        let cfg = Launch {
+            grid: blocks,
+            block: DECODE_THREADS,
+            smem,
+        };
+        if kv8 {
+            be.launch(
+                Kernel::LmPagedAttention8,
+                cfg,
+                &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &ks, &vs, &d],
+            )?;
+        } else {
+            be.launch(
+                Kernel::LmPagedAttention,
+                cfg,
+                &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &d],
+            )?;
+        }
         if splits > 1 {
             be.launch(
                 Kernel::LmPagedCombine,
@@ -332,15 +352,77 @@ pub(crate) fn paged_attention(
     let nq = GENERAL_WARPS * general_queries_per_warp(hd);
     let tiles = (g.time * group).div_ceil(nq);
     let floats = nq * hd + GENERAL_KEY_TILE * (hd + 4) + nq * GENERAL_KEY_TILE;
-    be.launch(
-        Kernel::LmPagedPrefill,
-        Launch {
-            grid: i32_of("attention blocks", g.rows * g.kv_heads * tiles)? as u32,
-            block: GENERAL_THREADS,
-            smem: (floats * 4) as u32,
-        },
-        &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &d],
-    )
+    let cfg = Launch {
+        grid: i32_of("attention blocks", g.rows * g.kv_heads * tiles)? as u32,
+        block: GENERAL_THREADS,
+        smem: (floats * 4) as u32,
+    };
+    if kv8 {
+        be.launch(
+            Kernel::LmPagedPrefill8,
+            cfg,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &ks, &vs, &d],
+        )
+    } else {
+        be.launch(
+            Kernel::LmPagedPrefill,
+            cfg,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &d],
+        )
+    }
+}
+
+/// Whether the caches are 8-bit, and their scales' pointers (0 when not): checked against the
+/// caches' storage, the device and the kernels' lane groups; `entries` scales per cache.
+fn kv8_scales(
+    be: &CudaBackend,
+    a: &PagedAttentionArgs<'_, CudaBackend>,
+    entries: usize,
+) -> Result<(bool, (u64, u64))> {
+    let kv8 = a.kv_scales.is_some();
+    if a.k_cache.fp8 != kv8 || a.v_cache.fp8 != kv8 {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "8-bit caches (BufRole::Pool8) take their scales and caches in the storage type \
+                 none: k_cache 8-bit {}, v_cache 8-bit {}, scales given {kv8}",
+                a.k_cache.fp8, a.v_cache.fp8
+            ),
+        ));
+    }
+    let Some(sc) = &a.kv_scales else {
+        return Ok((false, (0, 0)));
+    };
+    if !be.has_fp8() {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "8-bit KV caches need compute capability 8.9 or later (E4M3 conversions); this \
+                 device is {}.{}",
+                be.arch.0, be.arch.1
+            ),
+        ));
+    }
+    let lanes = a.geom.head_dim / (16 / be.esize());
+    if lanes == 0 || !32usize.is_multiple_of(lanes) {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "8-bit KV caches take head_dim {} only where a head spans a power of two of lanes \
+                 up to 32 ({lanes} here)",
+                a.geom.head_dim
+            ),
+        ));
+    }
+    need("kv_scales.k", sc.k.len, entries)?;
+    need("kv_scales.v", sc.v.len, entries)?;
+    if !sc.k.f32 || !sc.v.f32 {
+        return Err(cuda_error(
+            OP,
+            "the KV scales must be f32 tables (BufRole::Table)",
+        ));
+    }
+    Ok((true, (sc.k.mem.ptr(), sc.v.mem.ptr())))
 }
 
 #[cfg(test)]

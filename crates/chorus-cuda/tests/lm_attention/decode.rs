@@ -320,6 +320,7 @@ fn paged_decode_timing() {
         let tables: Vec<i32> = (0..(rows * max_blocks) as i32).map(|i| 1 + i).collect();
         let len = num_blocks * block_size * h.kv_dim();
         let mut paged = Paged::<CudaBackend> {
+            scales: None,
             heads: h,
             k: be.zeros(len, BufRole::Pool).expect("zeros"),
             v: be.zeros(len, BufRole::Pool).expect("zeros"),
@@ -339,6 +340,7 @@ fn paged_decode_timing() {
         let k = key();
         be.run(k, &mut |b: &CudaBackend| {
             b.paged_attention(PagedAttentionArgs {
+                kv_scales: None,
                 first_token: 0,
                 qkv: &qkv_b,
                 k_cache: &mut paged.k,

@@ -2,7 +2,7 @@
 //! the f64 causal-attention reference and scattered block tables.
 
 use super::*;
-use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs};
+use chorus_core::lm_ops::{HeadGeom, KvScales, PagedAttentionArgs};
 
 /// Head layout of a model.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +58,8 @@ pub(crate) struct Paged<B: LmOps> {
     pub(crate) max_blocks: usize,
     /// Sliding-window attention over rings of `max_blocks * block_size` entries.
     pub(crate) window: Option<usize>,
+    /// 8-bit caches (`BufRole::Pool8`): the k and v scales of every entry's heads.
+    pub(crate) scales: Option<(B::Buf, B::Buf)>,
 }
 
 impl<B: LmOps> Paged<B> {
@@ -76,6 +78,30 @@ impl<B: LmOps> Paged<B> {
             block_size,
             max_blocks,
             window: None,
+            scales: None,
+        })
+    }
+
+    /// Zeroed 8-bit caches of `blocks` blocks with their scales.
+    pub(crate) fn new_fp8(
+        be: &B,
+        heads: Heads,
+        (block_size, max_blocks, blocks): (usize, usize, usize),
+        tables: &[i32],
+    ) -> Result<Self> {
+        let entries = blocks * block_size;
+        Ok(Self {
+            heads,
+            k: be.zeros(entries * heads.kv_dim(), BufRole::Pool8)?,
+            v: be.zeros(entries * heads.kv_dim(), BufRole::Pool8)?,
+            tables: ints(be, tables)?,
+            block_size,
+            max_blocks,
+            window: None,
+            scales: Some((
+                be.zeros(entries * heads.kv, BufRole::Table)?,
+                be.zeros(entries * heads.kv, BufRole::Table)?,
+            )),
         })
     }
 
@@ -108,9 +134,11 @@ impl<B: LmOps> Paged<B> {
             BufRole::Activation,
         )?;
         let (k, v, tables) = (&mut self.k, &mut self.v, &self.tables);
+        let scales = &mut self.scales;
         let (block_size, max_blocks, window) = (self.block_size, self.max_blocks, self.window);
         be.run(key(), &mut |b: &B| {
             b.paged_attention(PagedAttentionArgs {
+                kv_scales: scales.as_mut().map(|(k, v)| KvScales { k, v }),
                 first_token: first,
                 qkv: &qkv,
                 k_cache: &mut *k,

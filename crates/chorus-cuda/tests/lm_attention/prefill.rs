@@ -158,6 +158,7 @@ fn paged_long_prefill_sampled_and_timed() {
             block_size,
             max_blocks,
             window: None,
+            scales: None,
         };
         be.set_profiling(true);
         let mut out = Vec::new();

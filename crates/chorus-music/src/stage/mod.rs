@@ -12,7 +12,7 @@
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
-use chorus_lm::{layer_caches, LayerCache, Pipeline, Seat, Seats};
+use chorus_lm::{layer_caches_of, CacheDims, KvCache, LayerCache, Pipeline, Seat, Seats};
 
 use crate::chunk::{ChunkInputs, PREFILL_CHUNK};
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
@@ -45,6 +45,9 @@ pub struct StageOptions {
     /// Prompt tokens per row a frame prefills for a song joining running ones (at most
     /// `max_context`); 0: every prompt is prefilled whole when its song is admitted.
     pub prefill_chunk: usize,
+    /// How the LM's KV cache stores its values (the depth decoder's per-frame cache stays in
+    /// the storage type).
+    pub kv_cache: KvCache,
 }
 
 impl StageOptions {
@@ -66,6 +69,7 @@ impl StageOptions {
             max_prompt: MAX_PROMPT_TOKENS.min(max_context),
             max_context,
             prefill_chunk: PREFILL_CHUNK.min(max_context),
+            kv_cache: KvCache::Native,
         })
     }
 }
@@ -158,9 +162,14 @@ impl<B: LmOps> SemanticStage<B> {
         let (lm, depth) = (model.lm_config.clone(), model.depth_config.clone());
         let max_blocks = blocks_for(opts.max_context, opts.block_size);
         let w = DeviceWeights::upload(&be, model)?;
-        let kv_width = lm.num_key_value_heads * lm.head_dim;
-        let (layers, blocks) = (lm.num_hidden_layers, opts.kv_blocks);
-        let lm_caches = layer_caches(&be, layers, blocks, opts.block_size, kv_width)?;
+        let dims = CacheDims {
+            layers: lm.num_hidden_layers,
+            blocks: opts.kv_blocks,
+            block_size: opts.block_size,
+            kv_heads: lm.num_key_value_heads,
+            head_dim: lm.head_dim,
+        };
+        let lm_caches = layer_caches_of(&be, dims, opts.kv_cache)?;
         let largest = opts.buckets.largest();
         let models = Models {
             lm: &lm,
