@@ -77,7 +77,7 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
         precision: args.precision,
         threads: args.threads,
     };
-    let mut stage = AnyStt::open(&model, &spec, opts)?;
+    let mut stage = AnyStt::open(&model, None, &spec, opts)?;
     if !args.json {
         println!("{}", stage.describe());
         println!(
