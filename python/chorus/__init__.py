@@ -1,5 +1,5 @@
 """Chorus from Python: exact, streaming Mimi decoding, Mimi encoding, the MiniMax Music 3
-semantic stage, and Sesame CSM text to speech.
+semantic stage, Sesame CSM text to speech, and Kyutai speech to text.
 
 The heavy lifting is the Rust runtime (``chorus._chorus``); this package adds numpy and torch in
 and out, streams, and the asyncio client of the server protocol (``chorus.client``).
@@ -11,6 +11,7 @@ from ._chorus import FRAME_SAMPLES, SAMPLE_RATE, __version__, cuda_available
 from .encoder import MimiEncoder, MimiEncoderStream
 from .mimi import MimiDecoder, MimiStream, from_transformers
 from .music import MusicSemantic, SemanticSong
+from .stt import Stt, SttStream, Word
 from .tts import Tts, Utterance
 
 __all__ = [
@@ -22,8 +23,11 @@ __all__ = [
     "MimiStream",
     "MusicSemantic",
     "SemanticSong",
+    "Stt",
+    "SttStream",
     "Tts",
     "Utterance",
+    "Word",
     "__version__",
     "cuda_available",
     "from_transformers",

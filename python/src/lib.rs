@@ -1,8 +1,9 @@
 //! The `chorus` Python package's extension module, `chorus._chorus`.
 //!
-//! It exposes four objects, each owning a device-side model on its own thread ([`actor`]): the
+//! It exposes five objects, each owning a device-side model on its own thread ([`actor`]): the
 //! Mimi slot decoder ([`mimi`]) and encoder ([`encoder`]), the music semantic stage
-//! ([`music`]) and the CSM speech stage ([`tts`]). They take and give numpy arrays only; the Python layer (`chorus/*.py`) adds torch
+//! ([`music`]), the CSM speech stage ([`tts`]) and the Kyutai STT stage ([`stt`]). They take and
+//! give numpy arrays only; the Python layer (`chorus/*.py`) adds torch
 //! in and out, streams, and the friendly signatures. Every library error becomes a Python
 //! exception ([`errors`]).
 
@@ -14,6 +15,7 @@ mod frames;
 mod mimi;
 mod music;
 mod slots;
+mod stt;
 mod tts;
 
 use pyo3::prelude::*;
@@ -24,6 +26,7 @@ fn _chorus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<encoder::PyEncoder>()?;
     m.add_class::<music::PyMusicStage>()?;
     m.add_class::<tts::PyTtsStage>()?;
+    m.add_class::<stt::PySttStage>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FRAME_SAMPLES", chorus_core::FRAME_SAMPLES)?;
     m.add("SAMPLE_RATE", mimi::SAMPLE_RATE)?;

@@ -3,6 +3,7 @@
 use chorus_core::{Error, Precision, Result};
 use chorus_cpu::CpuBackend;
 use chorus_cuda::{CudaBackend, CudaOptions};
+use chorus_mimi::checkpoint::LoadedModel;
 use chorus_stt::{StreamEvent, StreamId, StreamRequest, SttModel, SttOptions, SttStage};
 
 use crate::device::{resolve, DeviceKind, CPU_F32_ONLY};
@@ -32,15 +33,32 @@ macro_rules! each {
 }
 
 impl AnyStt {
-    /// Builds the stage; on CUDA every bucket's step graph is captured before it returns.
-    pub fn open(model: &SttModel, spec: &SttSpec, opts: SttOptions) -> Result<Self> {
+    /// Builds the stage (with `mimi`'s encoder inside the step: PCM in; without: Mimi codes in);
+    /// on CUDA every bucket's step graph is captured before it returns.
+    pub fn open(
+        model: &SttModel,
+        mimi: Option<&LoadedModel>,
+        spec: &SttSpec,
+        opts: SttOptions,
+    ) -> Result<Self> {
+        fn build<B: chorus_core::LmOps>(
+            be: B,
+            model: &SttModel,
+            mimi: Option<&LoadedModel>,
+            opts: SttOptions,
+        ) -> Result<SttStage<B>> {
+            match mimi {
+                Some(m) => SttStage::with_encoder(be, model, m, opts),
+                None => SttStage::new(be, model, opts),
+            }
+        }
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let be = CudaBackend::new(CudaOptions {
                     precision: spec.precision.unwrap_or(Precision::Bf16),
                     ..CudaOptions::default()
                 })?;
-                let mut st = SttStage::new(be, model, opts)?;
+                let mut st = build(be, model, mimi, opts)?;
                 st.warmup()?;
                 Ok(Self::Cuda(Box::new(st)))
             }
@@ -49,7 +67,7 @@ impl AnyStt {
                     return Err(Error::config("AnyStt::open", CPU_F32_ONLY));
                 }
                 let be = CpuBackend::new(spec.threads)?;
-                Ok(Self::Cpu(Box::new(SttStage::new(be, model, opts)?)))
+                Ok(Self::Cpu(Box::new(build(be, model, mimi, opts)?)))
             }
         }
     }
@@ -60,6 +78,16 @@ impl AnyStt {
 
     pub fn push_frame(&mut self, id: StreamId, codes: &[u32]) -> Result<()> {
         each!(self, s => s.push_frame(id, codes))
+    }
+
+    /// 24 kHz mono samples, any number (a stage opened with Mimi).
+    pub fn push_pcm(&mut self, id: StreamId, samples: &[f32]) -> Result<()> {
+        each!(self, s => s.push_pcm(id, samples))
+    }
+
+    /// Samples stream `id` has pushed and the stage has not yet stepped.
+    pub fn buffered_samples(&self, id: StreamId) -> Option<usize> {
+        each!(self, s => s.buffered_samples(id))
     }
 
     pub fn end(&mut self, id: StreamId) -> Result<()> {

@@ -9,7 +9,7 @@
 //! token goes back on the device, so the host may stage the next step before it reads this one.
 
 use chorus_core::lm_ops::{
-    CfgDrawArgs, EmbedSumArgs, Epilogue, GatherArgs, RmsNormArgs, ScatterArgs,
+    CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, Epilogue, GatherArgs, RmsNormArgs, ScatterArgs,
 };
 use chorus_core::{BufRole, LmOps, Result};
 use chorus_lm::{
@@ -20,6 +20,7 @@ use chorus_lm::{
 use crate::config::SttConfig;
 use crate::device::DeviceWeights;
 use crate::io::{StepInputs, StepOutputs};
+use crate::mimi::MimiEncode;
 
 /// How text tokens are drawn when the draw decides.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,6 +92,22 @@ pub struct StepCall<'a, B: LmOps> {
     pub n: usize,
     pub block_size: usize,
     pub max_blocks: usize,
+    /// PCM in: the in-frame encoder's codes replace `inputs.codes`.
+    pub audio: Option<AudioCall<'a, B>>,
+}
+
+/// The in-frame Mimi encoder's part of a step.
+pub struct AudioCall<'a, B: LmOps> {
+    pub mimi: &'a mut MimiEncode<B>,
+    /// The staged slots (the dummy for rows without audio), code requests and PCM.
+    pub staging: &'a B::Staging,
+    /// `[n]`: the row of `table` each stream's audio embedding comes from: its own row, or the
+    /// last (the initial codes' embedding, a stream's position 0).
+    pub select: &'a mut chorus_lm::IntInput<B>,
+    /// `[rows + 1, hidden]`: the encoded frames' embeddings, then the initial codes' one.
+    pub table: &'a mut B::Buf,
+    /// `[n, num_quantizers]`: the codes, for the host.
+    pub codes_out: &'a mut B::PinnedInts,
 }
 
 /// The decoder stack of the model.
@@ -124,24 +141,50 @@ pub fn step_program<B: LmOps>(
         n,
         block_size,
         max_blocks,
+        audio,
     } = call;
     let (c, w) = (m.c, m.w);
     let (h, books) = (c.hidden_size, c.num_codebooks);
     inputs.stage(be)?;
-    // 1. The 32 audio rows, then the previous text token's row added to them.
-    be.embed_sum(EmbedSumArgs {
-        text: None,
-        audio: &w.audio_emb,
-        ids: &inputs.codes.dev,
-        out: &mut bufs.acts.residual,
-        rows: n,
-        dim: h,
-        stride: books,
-        text_col: 0,
-        codes_col: 0,
-        levels: books,
-        cardinality: c.codebook_vocab,
-    })?;
+    // 1. The 32 audio rows (of the staged codes, or of the codes the encoder finds in the
+    // staged PCM), then the previous text token's row added to them.
+    let audio_rows = |ids: &B::Ints, out: &mut B::Buf, stride: usize| {
+        be.embed_sum(EmbedSumArgs {
+            text: None,
+            audio: &w.audio_emb,
+            ids,
+            out,
+            rows: n,
+            dim: h,
+            stride,
+            text_col: 0,
+            codes_col: 0,
+            levels: books,
+            cardinality: c.codebook_vocab,
+        })
+    };
+    match audio {
+        None => audio_rows(&inputs.codes.dev, &mut bufs.acts.residual, books)?,
+        Some(a) => {
+            a.select.stage(be)?;
+            let stride = a.mimi.cfg.num_quantizers;
+            let codes = a.mimi.step(be, a.staging, n)?;
+            audio_rows(codes, a.table, stride)?;
+            be.gather_rows(GatherArgs {
+                table: a.table,
+                ids: &a.select.dev,
+                out: &mut bufs.acts.residual,
+                rows: n,
+                dim: h,
+                rows_per_id: 1,
+                ids_stride: 1,
+                ids_col: 0,
+                offset: 0,
+                scale: 1.0,
+            })?;
+            be.copy_out_ints(codes, a.codes_out, n * stride)?;
+        }
+    }
     be.gather_rows(GatherArgs {
         table: text_state,
         ids: &inputs.slots.dev,
@@ -301,5 +344,46 @@ pub fn reset_program<B: LmOps>(
         table: text_state,
         rows: 1,
         dim: c.hidden_size,
+    })
+}
+
+/// Eager program: writes the embedding of the initial codes (every codebook's initial id) into
+/// row `row` of `table` (the last row of the in-frame encoder's table, written once).
+pub fn initial_audio_row<B: LmOps>(
+    be: &B,
+    w: &DeviceWeights<B>,
+    c: &SttConfig,
+    table: &mut B::Buf,
+    row: usize,
+) -> Result<()> {
+    let books = c.num_codebooks;
+    let mut ids = chorus_lm::IntInput::new(be, books)?;
+    ids.host(be)?.fill(c.ids.initial_audio as i32);
+    let mut one = be.zeros(c.hidden_size, BufRole::Activation)?;
+    be.run_eager(&mut |b: &B| {
+        ids.stage(b)?;
+        b.embed_sum(EmbedSumArgs {
+            text: None,
+            audio: &w.audio_emb,
+            ids: &ids.dev,
+            out: &mut one,
+            rows: 1,
+            dim: c.hidden_size,
+            stride: books,
+            text_col: 0,
+            codes_col: 0,
+            levels: books,
+            cardinality: c.codebook_vocab,
+        })?;
+        b.copy_rows(CopyRowsArgs {
+            src: &one,
+            dst: &mut *table,
+            rows: 1,
+            len: c.hidden_size,
+            src_offset: 0,
+            src_stride: 0,
+            dst_offset: row * c.hidden_size,
+            dst_stride: 0,
+        })
     })
 }

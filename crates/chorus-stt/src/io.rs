@@ -83,3 +83,13 @@ impl<B: LmOps> StepOutputs<B> {
         })
     }
 }
+
+/// The in-frame encoder's I/O of one bucket half (PCM in).
+pub struct AudioIo<B: LmOps> {
+    /// Slots, code requests and `[n, FRAME_SAMPLES]` PCM.
+    pub staging: B::Staging,
+    /// `[n]`: each row's entry in the step's audio table.
+    pub select: IntInput<B>,
+    /// `[n, num_quantizers]`: the codes the encoder found.
+    pub codes: B::PinnedInts,
+}

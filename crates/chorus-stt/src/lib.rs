@@ -21,6 +21,7 @@ pub mod frame;
 pub mod hf;
 pub mod io;
 pub mod load;
+pub mod mimi;
 pub mod random;
 pub mod stage;
 pub mod tokenizer;

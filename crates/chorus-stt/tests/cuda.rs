@@ -114,3 +114,100 @@ fn cuda_full_size_bf16_logits_stay_near_f32() {
     );
     assert!(e <= FULL_BF16_REL_L2, "{e:e}");
 }
+
+/// PCM in on CUDA (f32, every step one graph replay with the encoder inside): two streams in
+/// company find at least 99.9% of the CPU slot encoder's codes, and their tokens equal those
+/// of a CUDA codes stage fed the codes the in-frame encoder found.
+#[test]
+fn cuda_pcm_in_frame_encoder_matches_the_cpu_codes_and_its_own_codes_path() {
+    use chorus_core::{AudioFrame, Buckets, FrameEncoder, FRAME_SAMPLES};
+    use chorus_mimi::random::{random_model as random_mimi, small_config};
+    const FRAMES: usize = 12;
+    let Some(be) = cuda(Precision::F32) else {
+        return;
+    };
+    let stt = random_model(SttConfig::random_small(), RANDOM_STT_SEED).unwrap();
+    let mimi = random_mimi(&small_config(), 0x51).unwrap();
+    let pcm: Vec<Vec<f32>> = (0..2)
+        .map(|s| {
+            (0..FRAMES * FRAME_SAMPLES)
+                .map(|i| 0.3 * ((i as f32) * (0.021 + 0.013 * s as f32)).sin())
+                .collect()
+        })
+        .collect();
+    let mut opts = SttOptions::for_streams(2).unwrap();
+    opts.max_frames = 40;
+    let mut st = SttStage::with_encoder(be, &stt, &mimi, opts.clone()).unwrap();
+    st.warmup().unwrap();
+    let ids: Vec<_> = (0..2)
+        .map(|_| st.add(StreamRequest::default()).unwrap())
+        .collect();
+    for (id, p) in ids.iter().zip(&pcm) {
+        st.push_pcm(*id, p).unwrap();
+        st.end(*id).unwrap();
+    }
+    let mut tokens = vec![Vec::new(); 2];
+    let mut codes = vec![Vec::new(); 2];
+    st.drain(&mut |e| {
+        if let StreamEvent::Token {
+            stream,
+            token,
+            codes: c,
+            ..
+        } = e
+        {
+            let k = ids.iter().position(|&i| i == stream).unwrap();
+            tokens[k].push(token);
+            if let Some(c) = c {
+                codes[k].push(c[..32].iter().map(|&v| v as u32).collect::<Vec<_>>());
+            }
+        }
+    })
+    .unwrap();
+    let eo = chorus_mimi::EncoderOptions {
+        max_slots: 1,
+        buckets: Buckets::new(&[1]).unwrap(),
+    };
+    let (mut same, mut all) = (0usize, 0usize);
+    for (p, got) in pcm.iter().zip(&codes) {
+        let cpu = chorus_cpu::CpuBackend::new(Some(2)).unwrap();
+        let mut enc =
+            chorus_mimi::SlotEncoder::from_weights(cpu, &mimi.config, &mimi.weights, eo.clone())
+                .unwrap();
+        assert_eq!(got.len(), FRAMES);
+        for (f, g) in p.chunks_exact(FRAME_SAMPLES).zip(got) {
+            let mut want = vec![0u32; enc.max_codebooks()];
+            let frame = AudioFrame {
+                slot: 0,
+                pcm: f,
+                n_q: 32,
+            };
+            enc.step(&[frame], &mut want, None).unwrap();
+            same += want[..32].iter().zip(g).filter(|(a, b)| a == b).count();
+            all += 32;
+        }
+    }
+    let share = same as f64 / all as f64;
+    eprintln!("cuda in-frame codes: {share:.4} of the CPU encoder's");
+    assert!(share >= 0.999, "{share}");
+    let be = cuda(Precision::F32).unwrap();
+    let mut st = SttStage::new(be, &stt, opts).unwrap();
+    st.warmup().unwrap();
+    let ids: Vec<_> = (0..2)
+        .map(|_| st.add(StreamRequest::default()).unwrap())
+        .collect();
+    for (id, c) in ids.iter().zip(&codes) {
+        for f in c {
+            st.push_frame(*id, f).unwrap();
+        }
+        st.end(*id).unwrap();
+    }
+    let mut again = vec![Vec::new(); 2];
+    st.drain(&mut |e| {
+        if let StreamEvent::Token { stream, token, .. } = e {
+            again[ids.iter().position(|&i| i == stream).unwrap()].push(token);
+        }
+    })
+    .unwrap();
+    assert_eq!(again, tokens);
+}

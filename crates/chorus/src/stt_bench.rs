@@ -1,13 +1,14 @@
 //! `chorus stt-bench`: milliseconds per step and real-time streams of the Kyutai STT stage for a
 //! number of streams stepping together, each first stepped through `--fill` positions so the
 //! attention reads a full window. One stage serves every point; each point's streams are added,
-//! filled, timed and cancelled.
+//! filled, timed and cancelled. With `--mimi` the streams push PCM and every step runs Mimi's
+//! encoder too, in the same program.
 
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use chorus_core::rng::SplitMix64;
-use chorus_core::Buckets;
+use chorus_core::{Buckets, FRAME_SAMPLES};
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::{AnyStt, SttSpec};
 use chorus_stt::config::FRAME_RATE;
@@ -39,6 +40,10 @@ pub struct SttBenchArgs {
     /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
     #[arg(long, value_parser = crate::decode::parse_precision)]
     pub precision: Option<chorus_core::Precision>,
+    /// Streams push PCM (seeded noise) through this Mimi codec's encoder inside the step
+    /// (`kyutai/mimi`, `random`, ...); without it they push codes.
+    #[arg(long)]
+    pub mimi: Option<String>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -48,6 +53,8 @@ pub struct SttBenchArgs {
 #[derive(Debug, serde::Serialize)]
 pub struct SttBenchRow {
     pub backend: String,
+    /// `codes`, or `pcm` (Mimi's encoder in the step).
+    pub input: &'static str,
     pub streams: usize,
     /// Positions each stream had run before the timed steps.
     pub fill: usize,
@@ -77,7 +84,8 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
         precision: args.precision,
         threads: args.threads,
     };
-    let mut stage = AnyStt::open(&model, &spec, opts)?;
+    let mimi = args.mimi.as_deref().map(crate::load).transpose()?;
+    let mut stage = AnyStt::open(&model, mimi.as_ref(), &spec, opts)?;
     if !args.json {
         println!("{}", stage.describe());
         println!(
@@ -92,12 +100,20 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
             .map(|_| stage.add(StreamRequest::default()))
             .collect::<chorus_stt::Result<Vec<_>>>()?;
         let mut frame = vec![0u32; books];
+        let mut pcm = vec![0f32; FRAME_SAMPLES];
         for &id in &ids {
             for _ in 0..fill + args.steps {
-                for c in frame.iter_mut() {
-                    *c = (rng.next_u64() % 2048) as u32;
+                if mimi.is_some() {
+                    for x in pcm.iter_mut() {
+                        *x = ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2;
+                    }
+                    stage.push_pcm(id, &pcm)?;
+                } else {
+                    for c in frame.iter_mut() {
+                        *c = (rng.next_u64() % 2048) as u32;
+                    }
+                    stage.push_frame(id, &frame)?;
                 }
-                stage.push_frame(id, &frame)?;
             }
         }
         // Position 0 and the fill, untimed.
@@ -116,6 +132,7 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
         let per_step = device.unwrap_or(median);
         let row = SttBenchRow {
             backend: stage.describe(),
+            input: if mimi.is_some() { "pcm" } else { "codes" },
             streams: n,
             fill,
             steps: args.steps,

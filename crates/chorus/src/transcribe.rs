@@ -1,6 +1,6 @@
 //! `chorus transcribe`: an audio file to text with Kyutai STT: the file (with the model's silence
-//! prefix before it and its flush of silence after it) through Chorus's Mimi encoder, the codes
-//! through the STT stream stage, the words (optionally with their times) and the VAD heads'
+//! prefix before it and its flush of silence after it) as PCM through the STT stream stage, Mimi's
+//! encoder inside its step, the words (optionally with their times) and the VAD heads'
 //! pause probabilities printed.
 
 use std::path::PathBuf;
@@ -109,29 +109,26 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     input.frames = samples.len().div_ceil(FRAME_SAMPLES);
     input.samples = samples;
     opts.max_frames = input.frames;
-    let t0 = Instant::now();
-    let frames = crate::mimi_codes::encode_frames(input, &mimi, c.num_codebooks, args.device)
-        .with_context(|| format!("encoding {}", args.audio.display()))?;
-    let encode_s = t0.elapsed().as_secs_f64();
     let spec = SttSpec {
         device: args.device,
         precision: args.precision,
         threads: args.threads,
     };
-    let mut stage = AnyStt::open(&model, &spec, opts)?;
+    let mut stage = AnyStt::open(&model, Some(&mimi), &spec, opts)
+        .with_context(|| format!("opening the STT stage with the Mimi codec `{mimi_spec}`"))?;
     eprintln!(
         "transcribing {} ({seconds:.2} s, {} frames with the silence around it) on {}",
         args.audio.display(),
-        frames.len(),
+        input.frames,
         stage.describe()
     );
     let id = stage.add(StreamRequest {
         sampling: Sampling::parse(&args.sampling, args.seed)?,
         forced: None,
     })?;
-    for f in &frames {
-        stage.push_frame(id, f)?;
-    }
+    stage
+        .push_pcm(id, &input.samples)
+        .with_context(|| format!("reading {}", args.audio.display()))?;
     stage.end(id)?;
     let t1 = Instant::now();
     let offset = c.silence_prefix_seconds;
@@ -166,7 +163,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     }
     let lm_s = t1.elapsed().as_secs_f64();
     eprintln!(
-        "{steps} steps in {lm_s:.2} s ({:.1}x real time; Mimi encode {encode_s:.2} s), {} words",
+        "{steps} steps in {lm_s:.2} s ({:.1}x real time, Mimi's encoder in the step), {} words",
         steps as f64 / FRAME_RATE as f64 / lm_s.max(1e-9),
         words.len()
     );

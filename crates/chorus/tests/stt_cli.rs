@@ -112,30 +112,36 @@ fn bad_inputs_are_named_errors() {
 
 #[test]
 fn stt_bench_prints_one_row_per_point() {
-    let o = chorus(&[
-        "stt-bench",
-        "--model",
-        "random-small",
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-        "--streams",
-        "1,3",
-        "--steps",
-        "3",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8_lossy(&o.stdout);
-    let rows: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(rows.len(), 2);
-    for (row, n) in rows.iter().zip([1, 3]) {
-        assert_eq!(row["streams"], n);
-        assert_eq!(row["fill"], 6, "the window of random-small");
-        assert!(row["ms_per_step_median"].as_f64().unwrap() > 0.0);
+    // Codes in, then PCM through Mimi's encoder inside the step.
+    for (extra, input) in [(&[][..], "codes"), (&["--mimi", "random"][..], "pcm")] {
+        let mut args = vec![
+            "stt-bench",
+            "--model",
+            "random-small",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--streams",
+            "1,3",
+            "--steps",
+            "3",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = chorus(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        for (row, n) in rows.iter().zip([1, 3]) {
+            assert_eq!(row["streams"], n);
+            assert_eq!(row["input"], input);
+            assert_eq!(row["fill"], 6, "the window of random-small");
+            assert!(row["ms_per_step_median"].as_f64().unwrap() > 0.0);
+        }
     }
 }

@@ -24,7 +24,7 @@ pub struct EncoderOptions {
 }
 
 /// Code a staged request carries for a level to quantise (any value but `NO_CODE`).
-const WANTED: i32 = 0;
+pub const WANTED: i32 = 0;
 
 const OP_NEW: &str = "SlotEncoder::new";
 const OP_STEP: &str = "SlotEncoder::step";

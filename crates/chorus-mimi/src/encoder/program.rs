@@ -74,20 +74,52 @@ pub struct EncStepBuffers<'s, B: Backend> {
     pub staging: &'s mut B::Staging,
 }
 
-/// Runs (or records) one encode step for `rows` rows.
+/// Runs (or records) one encode step for `rows` rows, from the staging area to the staging area.
 pub fn encode_forward<B: Backend>(
     be: &B,
     cfg: &MimiConfig,
-    (rows, dummy): (usize, usize),
+    shape: (usize, usize),
     bufs: EncStepBuffers<'_, B>,
 ) -> Result<()> {
     let EncStepBuffers {
+        weights,
+        state,
+        acts,
+        staging,
+    } = bufs;
+    be.stage_in_audio(staging, &mut acts.slots, &mut acts.codes, &mut acts.pcm)?;
+    let step = EncodeStep {
+        weights,
+        state,
+        acts: &mut *acts,
+    };
+    encode_step(be, cfg, shape, step)?;
+    be.stage_out_codes(&acts.codes, &acts.latent, staging)
+}
+
+/// What [`encode_step`] reads and writes, all on the device.
+pub struct EncodeStep<'s, B: Backend> {
+    pub weights: &'s PreparedEncoder<B>,
+    pub state: &'s mut EncoderState<B>,
+    /// In: `slots` (`[rows]`, padding on the dummy row), `codes` (`[rows, num_quantizers]` code
+    /// requests, see [`chorus_core::RvqEncodeArgs`]) and `pcm` (`[rows, FRAME_SAMPLES]`). Out:
+    /// `codes` and `latent`.
+    pub acts: &'s mut EncActivations<B>,
+}
+
+/// Program op sequence: one encode step for `rows` rows (`dummy` the dummy slot) over device
+/// buffers, for programs that feed the codes to further ops (the STT frame) without a host trip.
+pub fn encode_step<B: Backend>(
+    be: &B,
+    cfg: &MimiConfig,
+    (rows, dummy): (usize, usize),
+    step: EncodeStep<'_, B>,
+) -> Result<()> {
+    let EncodeStep {
         weights: w,
         state: st,
         acts: a,
-        staging,
-    } = bufs;
-    be.stage_in_audio(staging, &mut a.slots, &mut a.codes, &mut a.pcm)?;
+    } = step;
     let r = Rows {
         be,
         slots: &a.slots,
@@ -176,6 +208,5 @@ pub fn encode_forward<B: Backend>(
         card: cfg.codebook_size,
         books: cfg.num_quantizers,
         semantic_books: cfg.num_semantic_quantizers,
-    })?;
-    be.stage_out_codes(&a.codes, &a.latent, staging)
+    })
 }

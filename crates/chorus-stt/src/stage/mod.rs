@@ -19,11 +19,14 @@ use chorus_lm::{layer_caches, LayerCache, Pipeline, Sampling, Seat, Seats};
 
 use crate::config::{SttConfig, FRAME_RATE};
 use crate::device::DeviceWeights;
+use crate::frame::initial_audio_row;
 use crate::frame::{reset_program, DrawSettings, ResetIo, StepBufs, KYUTAI_DRAWS};
-use crate::io::{StepInputs, StepOutputs};
+use crate::io::{AudioIo, StepInputs, StepOutputs};
 use crate::load::SttModel;
+use crate::mimi::MimiEncode;
 use crate::words::{WordAssembler, WordEvent};
 
+mod pcm;
 mod step;
 
 /// A stream's id, unique for the stage's life.
@@ -94,6 +97,9 @@ pub enum StreamEvent<'a> {
         token: u32,
         vad: Option<&'a [f32]>,
         logits: Option<&'a [f32]>,
+        /// The `num_quantizers` codes the in-frame encoder found in this position's frame (a
+        /// PCM stage, positions from 1), `NO_CODE` past the codebooks the model reads.
+        codes: Option<&'a [i32]>,
     },
     /// A word or a word's end (`words.rs`).
     Word { stream: StreamId, event: WordEvent },
@@ -108,8 +114,10 @@ struct Stream {
     seat: Seat,
     /// Positions launched so far.
     position: usize,
-    /// Inputs not yet launched, one frame of codes each.
-    queue: VecDeque<Vec<u32>>,
+    /// Inputs not yet launched, one frame each.
+    queue: VecDeque<Input>,
+    /// Samples pushed that do not fill a frame yet (a PCM stage).
+    tail: Vec<f32>,
     ended: bool,
     words: WordAssembler,
     mode: DrawMode,
@@ -117,10 +125,26 @@ struct Stream {
     forced: Option<Vec<u32>>,
 }
 
+/// One position's input.
+enum Input {
+    /// The codes of the previous frame (or the initial codes at position 0).
+    Codes(Vec<u32>),
+    /// The previous frame's samples, encoded in the step (a PCM stage).
+    Pcm(Vec<f32>),
+}
+
 /// One half of a bucket's step I/O.
 struct Half<B: LmOps> {
     inputs: StepInputs<B>,
     outputs: StepOutputs<B>,
+    audio: Option<AudioIo<B>>,
+}
+
+/// The in-frame encoder of a PCM stage and the table its step reads.
+struct Encoder<B: LmOps> {
+    mimi: MimiEncode<B>,
+    /// `[largest bucket + 1, hidden]`: each row's audio embedding, then the initial codes'.
+    table: B::Buf,
 }
 
 /// The streams of a launched step in row order, with the position and epoch each ran.
@@ -143,11 +167,33 @@ pub struct SttStage<B: LmOps> {
     opts: SttOptions,
     /// Indices into `streams` of the next step's streams.
     launch: Vec<usize>,
+    /// PCM in: Mimi's encoder inside the step.
+    encoder: Option<Encoder<B>>,
 }
 
 impl<B: LmOps> SttStage<B> {
-    /// Uploads `model` and allocates every buffer a step will touch.
+    /// Uploads `model` and allocates every buffer a step will touch; streams push Mimi codes.
     pub fn new(be: B, model: &SttModel, opts: SttOptions) -> Result<Self> {
+        Self::build(be, model, None, opts)
+    }
+
+    /// Like [`SttStage::new`], with `mimi`'s encoder inside the step: streams push 24 kHz mono
+    /// PCM ([`SttStage::push_pcm`]).
+    pub fn with_encoder(
+        be: B,
+        model: &SttModel,
+        mimi: &chorus_mimi::checkpoint::LoadedModel,
+        opts: SttOptions,
+    ) -> Result<Self> {
+        Self::build(be, model, Some(mimi), opts)
+    }
+
+    fn build(
+        be: B,
+        model: &SttModel,
+        mimi: Option<&chorus_mimi::checkpoint::LoadedModel>,
+        opts: SttOptions,
+    ) -> Result<Self> {
         const OP: &str = "SttStage::new";
         let c = model.config.clone();
         c.validate()?;
@@ -197,13 +243,33 @@ impl<B: LmOps> SttStage<B> {
         let bufs = StepBufs::new(&be, &c, largest)?;
         let (books, vad_width) = (c.num_codebooks, c.extra_heads * c.extra_head_dim);
         let logits = opts.keep_logits.then_some(c.text_vocab);
+        let encoder = match mimi {
+            Some(m) => {
+                let card = c.ids.initial_audio as usize;
+                let mimi = MimiEncode::new(&be, m, (books, card), opts.max_streams, largest)?;
+                let mut table = be.zeros((largest + 1) * c.hidden_size, BufRole::State)?;
+                initial_audio_row(&be, &w, &c, &mut table, largest)?;
+                Some(Encoder { mimi, table })
+            }
+            None => None,
+        };
         let pipe = Pipeline::new(&be, &opts.buckets, |n| {
+            let audio = match &encoder {
+                Some(e) => Some(AudioIo {
+                    staging: e.mimi.staging(&be, n)?,
+                    select: chorus_lm::IntInput::new(&be, n)?,
+                    codes: be.pinned_ints(n * e.mimi.cfg.num_quantizers)?,
+                }),
+                None => None,
+            };
             Ok(Half {
                 inputs: StepInputs::new(&be, n, max_blocks, books)?,
                 outputs: StepOutputs::new(&be, n, vad_width, logits)?,
+                audio,
             })
         })?;
         Ok(Self {
+            encoder,
             text_state: be.zeros((opts.max_streams + 1) * c.hidden_size, BufRole::State)?,
             reset: ResetIo::new(&be, &c)?,
             be,
@@ -279,7 +345,8 @@ impl<B: LmOps> SttStage<B> {
             epoch: 0,
             seat,
             position: 0,
-            queue: VecDeque::from([initial]),
+            queue: VecDeque::from([Input::Codes(initial)]),
+            tail: Vec::new(),
             ended: false,
             words: WordAssembler::new(&self.c),
             mode,
@@ -296,7 +363,11 @@ impl<B: LmOps> SttStage<B> {
         self.reset.slot.host(be)?[0] = slot as i32;
         let (w, c) = (&self.w, &self.c);
         let (io, state) = (&mut self.reset, &mut self.text_state);
-        be.run_eager(&mut |b: &B| reset_program(b, w, c, io, state))
+        be.run_eager(&mut |b: &B| reset_program(b, w, c, io, state))?;
+        match &mut self.encoder {
+            Some(e) => e.mimi.reset(be, slot),
+            None => Ok(()),
+        }
     }
 
     fn find(&mut self, id: StreamId, op: &'static str) -> Result<&mut Stream> {
@@ -324,19 +395,15 @@ impl<B: LmOps> SttStage<B> {
                 format!("code {v} of codebook {k} is outside Mimi's {card} codes"),
             ));
         }
-        let s = self.find(id, OP)?;
-        if s.ended {
-            return Err(Error::input(OP, format!("stream {id} has ended")));
-        }
-        // Position 0 is the initial input; frame k is position k + 1.
-        let frames = s.position + s.queue.len() - 1;
-        if frames >= max_frames {
+        if self.encoder.is_some() {
             return Err(Error::input(
                 OP,
-                format!("stream {id} reached the stage's {max_frames} frames"),
+                "this stage encodes PCM in its step: push samples with push_pcm",
             ));
         }
-        s.queue.push_back(codes.to_vec());
+        let s = self.find(id, OP)?;
+        s.room(id, max_frames, 1, OP)?;
+        s.queue.push_back(Input::Codes(codes.to_vec()));
         Ok(())
     }
 
@@ -344,7 +411,14 @@ impl<B: LmOps> SttStage<B> {
     /// and it ends. Callers that want the words of the last frames push
     /// [`SttStage::flush_frames`] frames of silence first.
     pub fn end(&mut self, id: StreamId) -> Result<()> {
-        self.find(id, "SttStage::end")?.ended = true;
+        let s = self.find(id, "SttStage::end")?;
+        s.ended = true;
+        // The last partial frame of a PCM stream, completed with silence.
+        if !s.tail.is_empty() {
+            let mut frame = std::mem::take(&mut s.tail);
+            frame.resize(chorus_core::FRAME_SAMPLES, 0.0);
+            s.queue.push_back(Input::Pcm(frame));
+        }
         Ok(())
     }
 
@@ -360,7 +434,8 @@ impl<B: LmOps> SttStage<B> {
         let s = self.find(id, OP)?;
         s.epoch += 1;
         s.position = 0;
-        s.queue = VecDeque::from([initial]);
+        s.queue = VecDeque::from([Input::Codes(initial)]);
+        s.tail.clear();
         s.ended = false;
         s.words = words;
         Ok(())

@@ -7,8 +7,8 @@ use chorus_core::{LmOps, Result};
 use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
-use super::{Half, Launched, StreamEvent, StreamId, SttStage};
-use crate::frame::{step_program, Model, StepCall};
+use super::{Half, Input, Launched, StreamEvent, StreamId, SttStage};
+use crate::frame::{step_program, AudioCall, Model, StepCall};
 use crate::words::WordEvent;
 
 impl<B: LmOps> SttStage<B> {
@@ -45,6 +45,7 @@ impl<B: LmOps> SttStage<B> {
         let bucket = self.pipe.pick(self.launch.len())?;
         let half = self.pipe.half();
         self.stage_inputs(bucket, half)?;
+        self.stage_audio(bucket, half)?;
         self.run_step(bucket, half)?;
         let mut rows = Vec::with_capacity(self.launch.len());
         for &i in &self.launch {
@@ -68,8 +69,20 @@ impl<B: LmOps> SttStage<B> {
         let bufs = &mut self.bufs;
         let (caches, text_state) = (&mut self.caches, &mut self.text_state);
         let (block_size, max_blocks) = (self.seats.block_size(), self.seats.max_blocks());
+        let mut encoder = self.encoder.as_mut();
         let mut program = |be: &B, io: &mut Half<B>| {
+            let audio = match (encoder.as_deref_mut(), io.audio.as_mut()) {
+                (Some(e), Some(a)) => Some(AudioCall {
+                    mimi: &mut e.mimi,
+                    staging: &a.staging,
+                    select: &mut a.select,
+                    table: &mut e.table,
+                    codes_out: &mut a.codes,
+                }),
+                _ => None,
+            };
             let call = StepCall {
+                audio,
                 inputs: &mut io.inputs,
                 outputs: &mut io.outputs,
                 text_state: &mut *text_state,
@@ -115,12 +128,12 @@ impl<B: LmOps> SttStage<B> {
         let codes = be.pinned_ints_nowait(&mut inputs.codes.host);
         for (i, row) in codes.chunks_exact_mut(books).enumerate() {
             match get(i).and_then(|s| s.queue.front()) {
-                Some(frame) => {
+                Some(Input::Codes(frame)) => {
                     for (d, &c) in row.iter_mut().zip(frame) {
                         *d = c as i32;
                     }
                 }
-                None => row.fill(initial),
+                _ => row.fill(initial),
             }
         }
         for (i, v) in be
@@ -166,10 +179,16 @@ impl<B: LmOps> SttStage<B> {
     ) -> Result<()> {
         let c = &self.c;
         let (heads, classes, vocab) = (c.extra_heads, c.extra_head_dim, c.text_vocab);
-        let out = &mut self.pipe.buckets[prev.bucket].halves[prev.half].outputs;
+        let half = &mut self.pipe.buckets[prev.bucket].halves[prev.half];
+        let (out, audio) = (&mut half.outputs, half.audio.as_mut());
         let tokens = self.be.pinned_ints_nowait(&mut out.tokens);
         let vad = out.vad.as_ref().map(|p| self.be.pinned_floats_nowait(p));
         let logits = out.logits.as_ref().map(|p| self.be.pinned_floats_nowait(p));
+        let codes = audio.map(|a| &*self.be.pinned_ints_nowait(&mut a.codes));
+        let nq = self
+            .encoder
+            .as_ref()
+            .map_or(0, |e| e.mimi.cfg.num_quantizers);
         let mut probs = vec![0f32; heads];
         for (i, &(id, position, epoch)) in prev.payload.iter().enumerate() {
             // A stream cancelled or reset since the launch: its row is discarded.
@@ -193,6 +212,9 @@ impl<B: LmOps> SttStage<B> {
                 token,
                 vad: vad.map(|_| probs.as_slice()),
                 logits: logits.map(|l| &l[i * vocab..(i + 1) * vocab]),
+                codes: codes
+                    .filter(|_| position > 0)
+                    .map(|k| &k[i * nq..(i + 1) * nq]),
             });
             s.words.push(token, &mut |event| {
                 sink(StreamEvent::Word { stream: id, event })
@@ -248,6 +270,7 @@ impl<'s, B: LmOps> FrameLoop<'s> for SttStage<B> {
     fn run_padding(&mut self, bucket: usize, half: usize, _variant: usize) -> Result<()> {
         self.launch.clear();
         self.stage_inputs(bucket, half)?;
+        self.stage_audio(bucket, half)?;
         self.run_step(bucket, half)
     }
 

@@ -87,6 +87,7 @@ pub fn run_on<B: LmOps>(be: B, c: SttConfig, forced: Option<Vec<u32>>, company: 
             token,
             vad,
             logits,
+            ..
         } if stream == id => {
             assert_eq!(position, out.tokens.len());
             out.tokens.push(token);
