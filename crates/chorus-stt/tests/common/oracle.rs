@@ -9,9 +9,16 @@ use chorus_stt::{random_model, StreamEvent, StreamRequest, SttConfig, SttOptions
 /// f32 bound of every compared tensor.
 pub const REL_L2: f64 = 1e-4;
 
+/// `tests/fixtures/stt_small.safetensors`. (Test binaries copied to the GPU machine run from
+/// the repository root: the working directory.)
 pub fn fixture() -> SafetensorsFile {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/stt_small.safetensors");
+    const NAME: &str = "tests/fixtures/stt_small.safetensors";
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(NAME);
+    let p = if built.is_file() {
+        built
+    } else {
+        std::path::Path::new("crates/chorus-stt").join(NAME)
+    };
     SafetensorsFile::open(&p).unwrap()
 }
 
