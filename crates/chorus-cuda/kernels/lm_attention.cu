@@ -66,11 +66,28 @@ __device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int
 // 8-bit caches (BufRole::Pool8, chorus_core::fp8): E4M3 bytes, one f32 scale per head vector of a
 // position (scale index = element offset / head_dim + kv head). The conversions are sm_89's
 // (the host refuses 8-bit caches below it).
-#if VEC == 8
-typedef uint2 kv8_vec;  // VEC E4M3 values
-#else
-typedef unsigned int kv8_vec;
-#endif
+// VEC E4M3 values: 8 bytes in bf16 storage, 4 in f32 (VEC is sizeof-based, so templates pick).
+template <int V>
+struct Kv8Vec {
+    typedef uint2 type;
+};
+template <>
+struct Kv8Vec<4> {
+    typedef unsigned int type;
+};
+typedef Kv8Vec<VEC>::type kv8_vec;
+
+// Word i of a kv8_vec, and setting it.
+__device__ __forceinline__ unsigned int kv8_word(uint2 v, int i) { return i == 0 ? v.x : v.y; }
+__device__ __forceinline__ unsigned int kv8_word(unsigned int v, int) { return v; }
+__device__ __forceinline__ void kv8_set(uint2& v, int i, unsigned int w) {
+    if (i == 0) {
+        v.x = w;
+    } else {
+        v.y = w;
+    }
+}
+__device__ __forceinline__ void kv8_set(unsigned int& v, int, unsigned int w) { v = w; }
 
 // The cache element and the VEC-element load of each cache kind.
 template <bool KV8>
@@ -114,15 +131,11 @@ __device__ __forceinline__ unsigned int f32x2_to_e4m3(float lo, float hi) {
 __device__ __forceinline__ void kv_unpack(uint4 v, float* f) { unpack(v, f); }
 
 __device__ __forceinline__ void kv_unpack(kv8_vec v, float* f) {
-#if VEC == 8
-    const unsigned int w[2] = {v.x, v.y};
-#else
-    const unsigned int w[1] = {v};
-#endif
 #pragma unroll
     for (int i = 0; i < VEC / 4; ++i) {
-        e4m3x2_to_f32(w[i] & 0xffffu, f[4 * i], f[4 * i + 1]);
-        e4m3x2_to_f32(w[i] >> 16, f[4 * i + 2], f[4 * i + 3]);
+        const unsigned int w = kv8_word(v, i);
+        e4m3x2_to_f32(w & 0xffffu, f[4 * i], f[4 * i + 1]);
+        e4m3x2_to_f32(w >> 16, f[4 * i + 2], f[4 * i + 3]);
     }
 }
 
@@ -224,15 +237,13 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
         float vs = va > 0.f ? va / 448.f : 1.f;
         long long e = ((long long)blk * d.block_size + ri % d.block_size) * kv_dim + c;
         kv8_vec kq, vq;
-#if VEC == 8
-        kq.x = f32x2_to_e4m3(kf[0] / ks, kf[1] / ks) | (f32x2_to_e4m3(kf[2] / ks, kf[3] / ks) << 16);
-        kq.y = f32x2_to_e4m3(kf[4] / ks, kf[5] / ks) | (f32x2_to_e4m3(kf[6] / ks, kf[7] / ks) << 16);
-        vq.x = f32x2_to_e4m3(vf[0] / vs, vf[1] / vs) | (f32x2_to_e4m3(vf[2] / vs, vf[3] / vs) << 16);
-        vq.y = f32x2_to_e4m3(vf[4] / vs, vf[5] / vs) | (f32x2_to_e4m3(vf[6] / vs, vf[7] / vs) << 16);
-#else
-        kq = f32x2_to_e4m3(kf[0] / ks, kf[1] / ks) | (f32x2_to_e4m3(kf[2] / ks, kf[3] / ks) << 16);
-        vq = f32x2_to_e4m3(vf[0] / vs, vf[1] / vs) | (f32x2_to_e4m3(vf[2] / vs, vf[3] / vs) << 16);
-#endif
+#pragma unroll
+        for (int w = 0; w < VEC / 4; ++w) {
+            const float* a = kf + 4 * w;
+            const float* b = vf + 4 * w;
+            kv8_set(kq, w, f32x2_to_e4m3(a[0] / ks, a[1] / ks) | (f32x2_to_e4m3(a[2] / ks, a[3] / ks) << 16));
+            kv8_set(vq, w, f32x2_to_e4m3(b[0] / vs, b[1] / vs) | (f32x2_to_e4m3(b[2] / vs, b[3] / vs) << 16));
+        }
         *reinterpret_cast<kv8_vec*>(k_cache + e) = kq;
         *reinterpret_cast<kv8_vec*>(v_cache + e) = vq;
         if (c % d.head_dim == 0) {
