@@ -23,23 +23,25 @@ struct PagedDims {
     int grouped;
     // Decode kernel: one (row, kv head) pair per key group (see pa_decode).
     int group_pairs;
-    // Decode kernel: each row's keys spread over its splits (pa_split_len).
-    int adaptive;
+    // Decode kernel: each row's keys spread over up to `spread` of its splits (pa_split_len).
+    int adaptive, spread;
     // Keys per query under a sliding window (0: none) and the entries of a row's table.
     int window, ring;
 };
 
 // Positions per split of a row that reads n keys: fixed (the batch-invariant mode), or with
-// `adaptive` the row's keys spread over its `splits` blocks in multiples of PA_SPLIT_QUANTUM
-// (mirrors SPLIT_QUANTUM), so that a stage sized for long contexts still spreads short ones over
-// its blocks; `split_len` is then the longest split any row can need.
+// `adaptive` the row's keys spread over `spread` blocks (as many as one wave holds for the call's
+// rows, at most its `splits`) in multiples of PA_SPLIT_QUANTUM (mirrors SPLIT_QUANTUM), so that a
+// stage sized for long contexts still spreads short ones over the GPU, and no further; never
+// longer than `split_len`, the longest split any row can need.
 #define PA_SPLIT_QUANTUM 64
 __device__ __forceinline__ int pa_split_len(int n, const PagedDims& d) {
     if (!d.adaptive) {
         return d.split_len;
     }
-    int per = (n + d.splits - 1) / d.splits;
-    return max(PA_SPLIT_QUANTUM, (per + PA_SPLIT_QUANTUM - 1) / PA_SPLIT_QUANTUM * PA_SPLIT_QUANTUM);
+    int per = (n + d.spread - 1) / d.spread;
+    int len = max(PA_SPLIT_QUANTUM, (per + PA_SPLIT_QUANTUM - 1) / PA_SPLIT_QUANTUM * PA_SPLIT_QUANTUM);
+    return min(len, d.split_len);
 }
 
 // Index of position kp in its row's table: wrapped on the ring under a window.

@@ -2,7 +2,7 @@
 //! op is a kernel launch (or a cuBLAS call) on the backend's stream, so a frame program captures
 //! into one graph.
 
-mod attention;
+pub(crate) mod attention;
 mod draw;
 pub(crate) mod gemv;
 mod q8;
