@@ -37,6 +37,7 @@ pub fn bench_batch(
     let opts = EncoderOptions {
         max_slots: batch,
         buckets: spec.buckets.clone(),
+        chunk_frames: 1,
     };
     let mut enc = SlotEncoder::from_weights(be, &model.config, &model.weights, opts)?;
     enc.warmup()?;

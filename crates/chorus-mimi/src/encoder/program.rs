@@ -21,7 +21,7 @@ pub struct EncStageActs<B: Backend> {
     pub time: usize,
 }
 
-/// Every intermediate of one encode step for `rows` rows.
+/// Every intermediate of one encode step for `rows` row-frames (rows times frames per row).
 pub struct EncActivations<B: Backend> {
     pub slots: B::Ints,
     pub codes: B::Ints,
@@ -35,7 +35,7 @@ pub struct EncActivations<B: Backend> {
 }
 
 impl<B: Backend> EncActivations<B> {
-    /// Allocates buffers for up to `rows` rows.
+    /// Allocates buffers for up to `rows` row-frames (per-frame sizes times `rows`).
     pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedEncoder<B>, rows: usize) -> Result<Self> {
         let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
         let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
@@ -74,13 +74,24 @@ pub struct EncStepBuffers<'s, B: Backend> {
     pub staging: &'s mut B::Staging,
 }
 
-/// Runs (or records) one encode step for `rows` rows.
+/// What one encode program run needs besides buffers.
+pub struct EncShape<'c> {
+    pub cfg: &'c MimiConfig,
+    pub rows: usize,
+    /// Consecutive frames of each row encoded in this step (time runs inside the step: every
+    /// convolution sees `frames` times the samples with its history, the attention is causal
+    /// over the step's tokens within the window).
+    pub frames: usize,
+    pub dummy: usize,
+}
+
+/// Runs (or records) one encode step for `shape.rows` rows of `shape.frames` frames each.
 pub fn encode_forward<B: Backend>(
     be: &B,
-    cfg: &MimiConfig,
-    (rows, dummy): (usize, usize),
+    shape: &EncShape<'_>,
     bufs: EncStepBuffers<'_, B>,
 ) -> Result<()> {
+    let (cfg, rows, frames, dummy) = (shape.cfg, shape.rows, shape.frames, shape.dummy);
     let EncStepBuffers {
         weights: w,
         state: st,
@@ -98,13 +109,13 @@ pub fn encode_forward<B: Backend>(
         &w.conv_in,
         st.conv_in.as_mut(),
         (&a.pcm, &mut a.conv_in, None),
-        (FRAME_SAMPLES, false),
+        (FRAME_SAMPLES * frames, false),
     )?;
     for (i, sw) in w.stages.iter().enumerate() {
         let (done, rest) = a.stages.split_at_mut(i);
         let input = done.last().map_or(&a.conv_in, |prev| &prev.down);
         let sa = &mut rest[0];
-        let time = sa.time;
+        let time = sa.time * frames;
         for (j, b) in sw.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(input);
@@ -121,7 +132,7 @@ pub fn encode_forward<B: Backend>(
         )?;
     }
     let last = a.stages.last().map_or(&a.conv_in, |s| &s.down);
-    let tok = cfg.frame_tokens();
+    let tok = cfg.frame_tokens() * frames;
     conv(
         &r,
         &w.conv_out,
@@ -170,7 +181,7 @@ pub fn encode_forward<B: Backend>(
         codebooks: &w.codebooks,
         norms: &w.norms,
         codes: &mut a.codes,
-        rows,
+        rows: rows * frames,
         dim: cfg.hidden_size,
         cb_dim: cfg.codebook_dim,
         card: cfg.codebook_size,
