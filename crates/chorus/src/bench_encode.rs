@@ -25,6 +25,7 @@ pub fn bench_batch(
         buckets: Buckets::new(&[batch])?,
         threads: args.threads,
         cuda_device: 0,
+        chunk_frames: 1,
     };
     if device != DeviceKind::Cuda {
         let mut enc = open_encoder(model, &spec)?;
