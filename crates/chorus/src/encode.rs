@@ -98,26 +98,31 @@ pub fn run(args: EncodeArgs) -> Result<()> {
     } else {
         0
     });
-    // Whole chunks of the file in long steps, the tail frame by frame: the same codes either way.
+    // The file in long chunk steps, the last one padded with silence: the model is causal, so
+    // the padding changes none of the file's codes (the same codes as frame steps).
     let k = enc.chunk_frames();
     let mut chunk_codes = vec![0u32; k * args.n_q];
     let mut chunk_lat = vec![0f32; k * dim];
+    let mut chunk_pcm = vec![0f32; k * FRAME_SAMPLES];
     let mut t = 0;
-    while k > 1 && frames - t >= k {
-        let pcm = &samples[t * FRAME_SAMPLES..(t + k) * FRAME_SAMPLES];
+    while k > 1 && t < frames {
+        let real = k.min(frames - t);
+        let src = &samples[t * FRAME_SAMPLES..(t + real) * FRAME_SAMPLES];
+        chunk_pcm[..src.len()].copy_from_slice(src);
+        chunk_pcm[src.len()..].fill(0.0);
         let lat = args.latents.is_some().then_some(&mut chunk_lat[..]);
-        enc.step_chunk(&[SLOT], pcm, args.n_q, &mut chunk_codes, lat)?;
-        for (f, row) in chunk_codes.chunks_exact(args.n_q).enumerate() {
+        enc.step_chunk(&[SLOT], &chunk_pcm, args.n_q, &mut chunk_codes, lat)?;
+        for (f, row) in chunk_codes.chunks_exact(args.n_q).take(real).enumerate() {
             for (q, &c) in row.iter().enumerate() {
                 codes[q * frames + t + f] = i64::from(c);
             }
         }
         if args.latents.is_some() {
-            latents.extend_from_slice(&chunk_lat);
+            latents.extend_from_slice(&chunk_lat[..real * dim]);
         }
-        t += k;
+        t += real;
         if let Some(b) = &bar {
-            b.inc(k as u64);
+            b.inc(real as u64);
         }
     }
     let mut row = vec![0u32; nq_max];

@@ -114,8 +114,10 @@ impl EncodeBatch {
     }
 
     /// Encodes the next frames of every held file (in steps of at most the encoder's largest
-    /// batch): one chunk step for the files with a whole chunk left, one frame step for the rest,
-    /// each from the zero state for a file new to its slot; returns the files that finished.
+    /// batch): with a chunked encoder one chunk step, a file's last chunk padded with silence
+    /// (the model is causal: padding after a file's end changes none of its codes, and the slot
+    /// is reset before its next file), else one frame step; each from the zero state for a file
+    /// new to its slot; returns the files that finished.
     /// An error is the device's (inputs were checked when read): the run should stop.
     pub fn step(&mut self, enc: &mut dyn FrameEncoder) -> Result<Vec<(usize, EncodedFile)>> {
         for slot in self.files.take_fresh() {
@@ -134,29 +136,29 @@ impl EncodeBatch {
             .held_mut()
             .filter(|h| h.item.next < h.item.frames)
             .collect();
-        let (mut chunked, mut single): (Vec<_>, Vec<_>) = held
-            .drain(..)
-            .partition(|h| k > 1 && h.item.frames - h.item.next >= k);
+        let (mut chunked, mut single): (Vec<_>, Vec<_>) = held.drain(..).partition(|_| k > 1);
         for group in chunked.chunks_mut(width) {
             self.pcm.clear();
             for h in group.iter() {
                 let at = h.item.next * FRAME_SAMPLES;
-                self.pcm
-                    .extend_from_slice(&h.item.samples[at..at + k * FRAME_SAMPLES]);
+                let end = h.item.samples.len().min(at + k * FRAME_SAMPLES);
+                self.pcm.extend_from_slice(&h.item.samples[at..end]);
+                self.pcm.resize(self.pcm.len() + at + k * FRAME_SAMPLES - end, 0.0);
             }
             let slots: Vec<usize> = group.iter().map(|h| h.slot).collect();
             self.rows.resize(group.len() * k * n_q, 0);
             enc.step_chunk(&slots, &self.pcm, n_q, &mut self.rows, None)?;
             for (h, rows) in group.iter_mut().zip(self.rows.chunks_exact(k * n_q)) {
                 let f = &mut h.item;
-                for (t, row) in rows.chunks_exact(n_q).enumerate() {
+                let real = k.min(f.frames - f.next);
+                for (t, row) in rows.chunks_exact(n_q).take(real).enumerate() {
                     for (q, &c) in row.iter().enumerate() {
                         f.codes[q * f.frames + f.next + t] = i64::from(c);
                     }
                 }
-                f.next += k;
+                f.next += real;
+                self.frames_done += real as u64;
             }
-            self.frames_done += (group.len() * k) as u64;
         }
         for group in single.chunks_mut(width) {
             let frames: Vec<AudioFrame<'_>> = group
