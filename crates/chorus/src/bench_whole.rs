@@ -128,10 +128,7 @@ fn parse_seconds(list: &str) -> Result<Vec<f64>> {
         .map(|s| s.trim().parse::<f64>())
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| anyhow::anyhow!("--file-seconds `{list}`: {e}"))?;
-    if v.is_empty()
-        || v.iter()
-            .any(|&s| !(s * FRAME_RATE >= 1.0) || !s.is_finite())
-    {
+    if v.is_empty() || v.iter().any(|&s| !s.is_finite() || s * FRAME_RATE < 1.0) {
         bail!("--file-seconds `{list}`: each length must be at least one 80 ms frame");
     }
     Ok(v)

@@ -143,7 +143,8 @@ impl EncodeBatch {
                 let at = h.item.next * FRAME_SAMPLES;
                 let end = h.item.samples.len().min(at + k * FRAME_SAMPLES);
                 self.pcm.extend_from_slice(&h.item.samples[at..end]);
-                self.pcm.resize(self.pcm.len() + at + k * FRAME_SAMPLES - end, 0.0);
+                self.pcm
+                    .resize(self.pcm.len() + at + k * FRAME_SAMPLES - end, 0.0);
             }
             let slots: Vec<usize> = group.iter().map(|h| h.slot).collect();
             self.rows.resize(group.len() * k * n_q, 0);
