@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 BIN=.device-bin
 mkdir -p "$BIN"
 msgs=$(cargo test -p chorus-cuda --release --no-run --message-format=json 2>/dev/null)
-for t in nvrtc_compile ops res_block decoder oracle encoder lm_rows lm_attention lm_gemv lm_q8 lm_skinny; do
+for t in nvrtc_compile ops res_block decoder oracle encoder encoder_chunk lm_rows lm_attention lm_gemv lm_q8 lm_skinny; do
   exe=$(echo "$msgs" | python3 -c "
 import json, sys
 for line in sys.stdin:

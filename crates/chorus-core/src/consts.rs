@@ -24,3 +24,8 @@ pub const DEFAULT_BUCKETS: &[usize] = &[
 /// Frames per slot of one whole-sequence decode step: time runs in parallel inside the step (one
 /// graph per bucket decodes 16 frames = 1.28 s of each sequence), instead of one step per frame.
 pub const WHOLE_SEQUENCE_CHUNK: usize = 16;
+/// Frames per slot of one whole-file encode step (3.84 s of each file): every convolution runs
+/// over the chunk at once and the attention over its 96 tokens. The CUDA attention keeps one
+/// (row, head)'s rotated queries of a step in shared memory, which bounds the chunk; at 64 files a
+/// step's f32 activations stay near 6 GB.
+pub const WHOLE_FILE_ENCODE_CHUNK: usize = 48;

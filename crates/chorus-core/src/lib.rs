@@ -27,7 +27,7 @@ pub use backend::*;
 pub use buckets::Buckets;
 pub use consts::*;
 pub use decoder::{validate_chunk, Frame, FrameDecoder, FrameInput, StateBytes, StepDone};
-pub use encoder::{AudioFrame, FrameEncoder};
+pub use encoder::{validate_audio_chunk, AudioFrame, ChunkDims, FrameEncoder};
 pub use error::{Error, Result};
 pub use host::HostTensor;
 pub use lm_ops::LmOps;

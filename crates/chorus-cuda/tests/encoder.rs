@@ -22,6 +22,7 @@ fn options(max_slots: usize, buckets: &[usize]) -> EncoderOptions {
     EncoderOptions {
         max_slots,
         buckets: Buckets::new(buckets).expect("buckets"),
+        chunk_frames: 1,
     }
 }
 

@@ -31,6 +31,7 @@ fn check_layout(layout: Layout) {
         EncoderOptions {
             max_slots: n,
             buckets: Buckets::new(&[n]).unwrap(),
+            chunk_frames: 1,
         },
     )
     .unwrap();

@@ -18,6 +18,7 @@ fn encoder(max_slots: usize, buckets: &[usize]) -> SlotEncoder<CpuBackend> {
         EncoderOptions {
             max_slots,
             buckets: Buckets::new(buckets).unwrap(),
+            chunk_frames: 1,
         },
     )
     .unwrap()

@@ -21,6 +21,9 @@ pub struct EncoderSpec {
     pub threads: Option<usize>,
     /// The CUDA device when the spec resolves to CUDA.
     pub cuda_device: usize,
+    /// Frames per slot of a whole-file step (1: streaming only); see
+    /// [`chorus_mimi::EncoderOptions::chunk_frames`].
+    pub chunk_frames: usize,
 }
 
 /// Builds an encoder for `model` per `spec`, warmed up (CUDA graphs captured). A checkpoint
@@ -33,6 +36,7 @@ pub fn open_encoder(
     let opts = EncoderOptions {
         max_slots: spec.max_slots,
         buckets: spec.buckets.clone(),
+        chunk_frames: spec.chunk_frames,
     };
     match resolve(spec.device) {
         DeviceKind::Cpu => {
@@ -75,6 +79,7 @@ mod tests {
             buckets: Buckets::new(&[1, 2]).unwrap(),
             threads: Some(1),
             cuda_device: 0,
+            chunk_frames: 1,
         };
         let enc = open_encoder(&model, &spec).unwrap();
         assert_eq!(enc.max_slots(), 2);

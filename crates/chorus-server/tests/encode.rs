@@ -35,6 +35,7 @@ fn encoder(max_slots: usize) -> SlotEncoder<CpuBackend> {
     let opts = EncoderOptions {
         max_slots,
         buckets: Buckets::new(&[1, 2, 4]).unwrap().capped(max_slots).unwrap(),
+        chunk_frames: 1,
     };
     SlotEncoder::from_weights(
         CpuBackend::new(Some(2)).unwrap(),

@@ -10,7 +10,7 @@ use chorus_core::{Backend, Error, Result, StagingDims, FRAME_SAMPLES};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::decoder::ring_for;
 use chorus_mimi::encoder::prepare::{prepare_encoder, PreparedEncoder};
-use chorus_mimi::encoder::program::{encode_step, EncActivations, EncodeStep};
+use chorus_mimi::encoder::program::{encode_step, EncActivations, EncShape, EncodeStep};
 use chorus_mimi::encoder::state::EncoderState;
 use chorus_mimi::MimiConfig;
 
@@ -92,7 +92,13 @@ impl<B: Backend> MimiEncode<B> {
             state: &mut self.state,
             acts: &mut *a,
         };
-        encode_step(be, &self.cfg, (rows, self.dummy), step)?;
+        let shape = EncShape {
+            cfg: &self.cfg,
+            rows,
+            frames: 1,
+            dummy: self.dummy,
+        };
+        encode_step(be, &shape, step)?;
         Ok(&self.acts.codes)
     }
 }

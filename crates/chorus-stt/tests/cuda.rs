@@ -165,6 +165,7 @@ fn cuda_pcm_in_frame_encoder_matches_the_cpu_codes_and_its_own_codes_path() {
     })
     .unwrap();
     let eo = chorus_mimi::EncoderOptions {
+        chunk_frames: 1,
         max_slots: 1,
         buckets: Buckets::new(&[1]).unwrap(),
     };

@@ -54,6 +54,7 @@ fn audio(salt: usize) -> Vec<f32> {
 /// The 32 codes of each frame of `pcm` (zero-padded to whole frames) from the slot encoder.
 fn encode_apart(mimi: &LoadedModel, pcm: &[f32]) -> Vec<Vec<u32>> {
     let eo = EncoderOptions {
+        chunk_frames: 1,
         max_slots: 1,
         buckets: Buckets::new(&[1]).unwrap(),
     };

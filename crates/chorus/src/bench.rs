@@ -44,6 +44,19 @@ pub struct BenchArgs {
     /// Benchmark the encoder (80 ms of audio in, `--n-q` codes out) instead of the decoder.
     #[arg(long)]
     pub encode: bool,
+    /// Whole files instead of streams: B files of each `--file-seconds` length encoded and then
+    /// decoded through the long-chunk paths of the bulk commands.
+    #[arg(long)]
+    pub whole_file: bool,
+    /// File lengths in seconds for `--whole-file`, comma-separated.
+    #[arg(long, default_value = "10,60")]
+    pub file_seconds: String,
+    /// Passes per `--whole-file` cell; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Frames per slot of a `--whole-file` encode step (default: `WHOLE_FILE_ENCODE_CHUNK`).
+    #[arg(long)]
+    pub chunk_frames: Option<usize>,
 }
 
 /// One batch size's figures.
@@ -78,6 +91,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
     let device = resolve(args.device);
+    if args.whole_file {
+        return crate::bench_whole::run(&model, device, &batches, &args);
+    }
     if !args.json {
         println!(
             "{:>6} {:>10} {:>10} {:>12} {:>10} {:>8}",

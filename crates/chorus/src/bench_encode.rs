@@ -25,6 +25,7 @@ pub fn bench_batch(
         buckets: Buckets::new(&[batch])?,
         threads: args.threads,
         cuda_device: 0,
+        chunk_frames: 1,
     };
     if device != DeviceKind::Cuda {
         let mut enc = open_encoder(model, &spec)?;
@@ -37,6 +38,7 @@ pub fn bench_batch(
     let opts = EncoderOptions {
         max_slots: batch,
         buckets: spec.buckets.clone(),
+        chunk_frames: 1,
     };
     let mut enc = SlotEncoder::from_weights(be, &model.config, &model.weights, opts)?;
     enc.warmup()?;

@@ -5,7 +5,7 @@
 use crate::dataset::BulkOptions;
 use crate::decode::parse_precision;
 use anyhow::{bail, Context, Result};
-use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES};
+use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES, WHOLE_FILE_ENCODE_CHUNK};
 use chorus_runtime::bulk::{read_audio_input, AudioInput};
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,6 +78,7 @@ pub fn run(args: EncodeArgs) -> Result<()> {
         buckets: Buckets::new(&[1])?,
         threads: None,
         cuda_device: 0,
+        chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
     };
     let mut enc = open_encoder(&model, &spec)?;
     eprintln!(
@@ -97,9 +98,36 @@ pub fn run(args: EncodeArgs) -> Result<()> {
     } else {
         0
     });
+    // The file in long chunk steps, the last one padded with silence: the model is causal, so
+    // the padding changes none of the file's codes (the same codes as frame steps).
+    let k = enc.chunk_frames();
+    let mut chunk_codes = vec![0u32; k * args.n_q];
+    let mut chunk_lat = vec![0f32; k * dim];
+    let mut chunk_pcm = vec![0f32; k * FRAME_SAMPLES];
+    let mut t = 0;
+    while k > 1 && t < frames {
+        let real = k.min(frames - t);
+        let src = &samples[t * FRAME_SAMPLES..(t + real) * FRAME_SAMPLES];
+        chunk_pcm[..src.len()].copy_from_slice(src);
+        chunk_pcm[src.len()..].fill(0.0);
+        let lat = args.latents.is_some().then_some(&mut chunk_lat[..]);
+        enc.step_chunk(&[SLOT], &chunk_pcm, args.n_q, &mut chunk_codes, lat)?;
+        for (f, row) in chunk_codes.chunks_exact(args.n_q).take(real).enumerate() {
+            for (q, &c) in row.iter().enumerate() {
+                codes[q * frames + t + f] = i64::from(c);
+            }
+        }
+        if args.latents.is_some() {
+            latents.extend_from_slice(&chunk_lat[..real * dim]);
+        }
+        t += real;
+        if let Some(b) = &bar {
+            b.inc(real as u64);
+        }
+    }
     let mut row = vec![0u32; nq_max];
     let mut lat = vec![0f32; dim];
-    for (t, pcm) in samples.chunks_exact(FRAME_SAMPLES).enumerate() {
+    for (t, pcm) in samples.chunks_exact(FRAME_SAMPLES).enumerate().skip(t) {
         let frame = AudioFrame {
             slot: SLOT,
             pcm,

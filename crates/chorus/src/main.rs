@@ -8,6 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod audio_out;
 mod bench;
 mod bench_encode;
+mod bench_whole;
 mod codes_file;
 mod dataset;
 mod decode;

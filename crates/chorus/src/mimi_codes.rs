@@ -22,6 +22,7 @@ pub fn encode_frames(
         buckets: Buckets::new(&[1])?,
         threads: None,
         cuda_device: 0,
+        chunk_frames: 1,
     };
     let mut enc = open_encoder(mimi, &spec)
         .with_context(|| format!("opening the Mimi encoder of `{}`", mimi.source))?;

@@ -391,6 +391,7 @@ fn start_encoder(
         buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(streams)?,
         threads: args.threads,
         cuda_device,
+        chunk_frames: 1,
     };
     let model = model.clone();
     let factory: EncoderFactory = Box::new(move || {

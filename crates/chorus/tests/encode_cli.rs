@@ -101,8 +101,8 @@ fn oracle_audio_encodes_to_the_oracle_codes() {
         NpyData::Float(v) => v,
         NpyData::Int(_) => panic!("audio must be floats"),
     };
-    // 40 frames keep the test short; the streaming state is exact from the first frame.
-    let frames = 40;
+    // One whole-file chunk step, then frame steps for the tail: both paths against the oracle.
+    let frames = chorus_core::WHOLE_FILE_ENCODE_CHUNK + 4;
     let wav = d.join("speech.wav");
     let spec = hound::WavSpec {
         channels: 1,

@@ -116,7 +116,12 @@ fn fp8_write_of_one_token_matches_the_cpu() {
             &cpu_k[at..at + 8],
             &k8[at..at + 8]
         );
-        eprintln!("[{}] out cpu {:?} cuda {:?}", p.name(), &cpu_out[..8], &out[..8]);
+        eprintln!(
+            "[{}] out cpu {:?} cuda {:?}",
+            p.name(),
+            &cpu_out[..8],
+            &out[..8]
+        );
         let deq: Vec<f32> = (0..h.kv_dim())
             .map(|i| k8[at + i] * ks[scale_at + i / h.hd])
             .collect();

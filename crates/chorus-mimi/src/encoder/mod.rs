@@ -8,11 +8,11 @@ pub mod state;
 
 use crate::MimiConfig;
 use chorus_core::{
-    AudioFrame, Backend, Buckets, Error, FrameEncoder, Result, StagingDims, StateBytes,
-    FRAME_SAMPLES, NO_CODE,
+    validate_audio_chunk, AudioFrame, Backend, Buckets, ChunkDims, Error, FrameEncoder, Result,
+    StagingDims, StateBytes, FRAME_SAMPLES, NO_CODE,
 };
 use prepare::{prepare_encoder, PreparedEncoder};
-use program::{encode_forward, EncActivations, EncStepBuffers};
+use program::{encode_forward, EncActivations, EncShape, EncStepBuffers};
 use state::EncoderState;
 
 /// How many streams and which buckets.
@@ -21,6 +21,10 @@ pub struct EncoderOptions {
     pub max_slots: usize,
     /// Bucket sizes; those above `max_slots` are dropped and `max_slots` becomes the largest.
     pub buckets: Buckets,
+    /// Frames per slot of a [`FrameEncoder::step_chunk`] step (1: frame by frame only). Above 1,
+    /// each bucket gets a second program over that many frames, and activations and KV rings
+    /// grow to hold them (whole files: hundreds of frames per step).
+    pub chunk_frames: usize,
 }
 
 /// Code a staged request carries for a level to quantise (any value but `NO_CODE`).
@@ -37,8 +41,10 @@ pub struct SlotEncoder<B: Backend> {
     state: EncoderState<B>,
     acts: EncActivations<B>,
     buckets: Buckets,
-    /// One staging area (and program key) per bucket.
+    /// Staging areas (and program keys): each bucket's frame-by-frame area, then (with chunks)
+    /// each bucket's chunk area.
     staging: Vec<B::Staging>,
+    chunk_frames: usize,
     max_slots: usize,
     state_bytes: StateBytes,
     /// Step-stamped marks that detect a repeated slot without allocating.
@@ -72,20 +78,25 @@ impl<B: Backend> SlotEncoder<B> {
         } else {
             opts.buckets.clone()
         };
+        let chunk = opts.chunk_frames;
+        if chunk == 0 {
+            return Err(Error::config(OP_NEW, "chunk_frames must be at least 1"));
+        }
         let prepared = prepare_encoder(&be, cfg, weights)?;
-        let ring = super::decoder::ring_for(cfg.sliding_window, cfg.frame_tokens());
+        let ring = super::decoder::ring_for(cfg.sliding_window, cfg.frame_tokens() * chunk);
         let mut state = EncoderState::new(&be, cfg, &prepared, opts.max_slots, ring)?;
         let state_bytes = state.bytes_per_slot(&be);
-        let acts = EncActivations::new(&be, cfg, &prepared, buckets.largest())?;
-        let staging = buckets
-            .sizes()
+        let acts = EncActivations::new(&be, cfg, &prepared, buckets.largest() * chunk)?;
+        let frame_counts: &[usize] = if chunk > 1 { &[1, chunk] } else { &[1] };
+        let staging = frame_counts
             .iter()
-            .map(|&rows| {
+            .flat_map(|&k| buckets.sizes().iter().map(move |&rows| (rows, k)))
+            .map(|(rows, k)| {
                 be.staging(StagingDims {
                     rows,
-                    codebooks: cfg.num_quantizers,
-                    latent_dim: cfg.hidden_size,
-                    samples: FRAME_SAMPLES,
+                    codebooks: cfg.num_quantizers * k,
+                    latent_dim: cfg.hidden_size * k,
+                    samples: FRAME_SAMPLES * k,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -97,6 +108,7 @@ impl<B: Backend> SlotEncoder<B> {
             acts,
             buckets,
             staging,
+            chunk_frames: chunk,
             max_slots: opts.max_slots,
             state_bytes,
             seen: vec![0; opts.max_slots],
@@ -117,9 +129,31 @@ impl<B: Backend> SlotEncoder<B> {
     /// Runs every bucket once on padding only, so that CUDA captures each graph before serving.
     pub fn warmup(&mut self) -> Result<()> {
         for i in 0..self.staging.len() {
-            self.write_frames(i, &[])?;
+            self.write_padding(i, 0)?;
             self.run_bucket(i)?;
         }
+        Ok(())
+    }
+
+    /// `(rows, frames per row)` of staging area `index`.
+    fn shape(&self, index: usize) -> (usize, usize) {
+        let sizes = self.buckets.sizes();
+        let frames = if index >= sizes.len() {
+            self.chunk_frames
+        } else {
+            1
+        };
+        (sizes[index % sizes.len()], frames)
+    }
+
+    /// Fills rows `n..` of staging area `index` with padding (the dummy slot, no levels).
+    fn write_padding(&mut self, index: usize, n: usize) -> Result<()> {
+        let (rows, k) = self.shape(index);
+        let (nq, dummy) = (self.cfg.num_quantizers * k, self.max_slots as i32);
+        let v = self.be.staging_view(&mut self.staging[index])?;
+        v.slots[n..rows].fill(dummy);
+        v.codes[n * nq..rows * nq].fill(NO_CODE);
+        v.pcm[n * FRAME_SAMPLES * k..rows * FRAME_SAMPLES * k].fill(0.0);
         Ok(())
     }
 
@@ -205,9 +239,7 @@ impl<B: Backend> SlotEncoder<B> {
 
     /// Writes `frames` and the padding rows (the dummy slot, no levels) into bucket `index`.
     fn write_frames(&mut self, index: usize, frames: &[AudioFrame<'_>]) -> Result<()> {
-        let rows = self.buckets.sizes()[index];
         let (nq, n) = (self.cfg.num_quantizers, frames.len());
-        let dummy = self.max_slots as i32;
         // Waits for the bucket's last step, so no replay still reads this area.
         let v = self.be.staging_view(&mut self.staging[index])?;
         for (r, f) in frames.iter().enumerate() {
@@ -217,15 +249,17 @@ impl<B: Backend> SlotEncoder<B> {
             row[f.n_q..].fill(NO_CODE);
             v.pcm[r * FRAME_SAMPLES..(r + 1) * FRAME_SAMPLES].copy_from_slice(f.pcm);
         }
-        v.slots[n..rows].fill(dummy);
-        v.codes[n * nq..rows * nq].fill(NO_CODE);
-        v.pcm[n * FRAME_SAMPLES..rows * FRAME_SAMPLES].fill(0.0);
-        Ok(())
+        self.write_padding(index, n)
     }
 
     fn run_bucket(&mut self, index: usize) -> Result<()> {
-        let rows = self.buckets.sizes()[index];
-        let (cfg, dummy) = (&self.cfg, self.max_slots);
+        let (rows, frames) = self.shape(index);
+        let shape = EncShape {
+            cfg: &self.cfg,
+            rows,
+            frames,
+            dummy: self.max_slots,
+        };
         let (weights, state, acts) = (&self.weights, &mut self.state, &mut self.acts);
         let staging = &mut self.staging[index];
         let mut program = |be: &B| {
@@ -235,7 +269,7 @@ impl<B: Backend> SlotEncoder<B> {
                 acts: &mut *acts,
                 staging: &mut *staging,
             };
-            encode_forward(be, cfg, (rows, dummy), bufs)
+            encode_forward(be, &shape, bufs)
         };
         self.be.run(index, &mut program)
     }
@@ -299,6 +333,59 @@ impl<B: Backend> FrameEncoder for SlotEncoder<B> {
         }
         if let Some(l) = latents {
             l.copy_from_slice(&v.latents[..n * dim]);
+        }
+        Ok(())
+    }
+
+    fn chunk_frames(&self) -> usize {
+        self.chunk_frames
+    }
+
+    fn step_chunk(
+        &mut self,
+        slots: &[usize],
+        pcm: &[f32],
+        n_q: usize,
+        codes: &mut [u32],
+        latents: Option<&mut [f32]>,
+    ) -> Result<()> {
+        let k = self.chunk_frames;
+        let dims = ChunkDims {
+            max_slots: self.max_slots,
+            max_codebooks: self.cfg.num_quantizers,
+            latent_dim: self.cfg.hidden_size,
+            frames: k,
+        };
+        let out_lens = (codes.len(), latents.as_ref().map(|l| l.len()));
+        validate_audio_chunk(&dims, (slots, pcm, n_q), out_lens)?;
+        self.buckets.pick(slots.len())?;
+        let sizes = self.buckets.sizes().len();
+        let index = self.bucket_for(slots.len()) + if k > 1 { sizes } else { 0 };
+        let nq = self.cfg.num_quantizers;
+        {
+            let v = self.be.staging_view(&mut self.staging[index])?;
+            let len = k * FRAME_SAMPLES;
+            for (r, &slot) in slots.iter().enumerate() {
+                v.slots[r] = slot as i32;
+                for f in 0..k {
+                    let row = &mut v.codes[(r * k + f) * nq..(r * k + f + 1) * nq];
+                    row[..n_q].fill(WANTED);
+                    row[n_q..].fill(NO_CODE);
+                }
+                v.pcm[r * len..(r + 1) * len].copy_from_slice(&pcm[r * len..(r + 1) * len]);
+            }
+        }
+        self.write_padding(index, slots.len())?;
+        self.run_bucket(index)?;
+        // `run` waited for the replay: its codes are in staging.
+        let v = self.be.staging_view_nowait(&mut self.staging[index])?;
+        for (dst, src) in codes.chunks_exact_mut(n_q).zip(v.codes.chunks_exact(nq)) {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = s as u32;
+            }
+        }
+        if let Some(l) = latents {
+            l.copy_from_slice(&v.latents[..l.len()]);
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ pub struct EncStageActs<B: Backend> {
     pub time: usize,
 }
 
-/// Every intermediate of one encode step for `rows` rows.
+/// Every intermediate of one encode step for `rows` row-frames (rows times frames per row).
 pub struct EncActivations<B: Backend> {
     pub slots: B::Ints,
     pub codes: B::Ints,
@@ -35,7 +35,7 @@ pub struct EncActivations<B: Backend> {
 }
 
 impl<B: Backend> EncActivations<B> {
-    /// Allocates buffers for up to `rows` rows.
+    /// Allocates buffers for up to `rows` row-frames (per-frame sizes times `rows`).
     pub fn new(be: &B, cfg: &MimiConfig, w: &PreparedEncoder<B>, rows: usize) -> Result<Self> {
         let a = |n: usize| be.zeros(rows * n, BufRole::Activation);
         let (hid, tok) = (cfg.hidden_size, cfg.frame_tokens());
@@ -74,11 +74,21 @@ pub struct EncStepBuffers<'s, B: Backend> {
     pub staging: &'s mut B::Staging,
 }
 
-/// Runs (or records) one encode step for `rows` rows, from the staging area to the staging area.
+/// What one encode program run needs besides buffers.
+pub struct EncShape<'c> {
+    pub cfg: &'c MimiConfig,
+    pub rows: usize,
+    /// Consecutive frames of each row encoded in this step (time runs inside the step: every
+    /// convolution sees `frames` times the samples with its history, the attention is causal
+    /// over the step's tokens within the window).
+    pub frames: usize,
+    pub dummy: usize,
+}
+
+/// Runs (or records) one encode step for `shape.rows` rows of `shape.frames` frames each.
 pub fn encode_forward<B: Backend>(
     be: &B,
-    cfg: &MimiConfig,
-    shape: (usize, usize),
+    shape: &EncShape<'_>,
     bufs: EncStepBuffers<'_, B>,
 ) -> Result<()> {
     let EncStepBuffers {
@@ -93,7 +103,7 @@ pub fn encode_forward<B: Backend>(
         state,
         acts: &mut *acts,
     };
-    encode_step(be, cfg, shape, step)?;
+    encode_step(be, shape, step)?;
     be.stage_out_codes(&acts.codes, &acts.latent, staging)
 }
 
@@ -102,19 +112,20 @@ pub struct EncodeStep<'s, B: Backend> {
     pub weights: &'s PreparedEncoder<B>,
     pub state: &'s mut EncoderState<B>,
     /// In: `slots` (`[rows]`, padding on the dummy row), `codes` (`[rows, num_quantizers]` code
-    /// requests, see [`chorus_core::RvqEncodeArgs`]) and `pcm` (`[rows, FRAME_SAMPLES]`). Out:
+    /// requests, see [`chorus_core::RvqEncodeArgs`]) and `pcm` (`[rows, frames * FRAME_SAMPLES]`). Out:
     /// `codes` and `latent`.
     pub acts: &'s mut EncActivations<B>,
 }
 
-/// Program op sequence: one encode step for `rows` rows (`dummy` the dummy slot) over device
-/// buffers, for programs that feed the codes to further ops (the STT frame) without a host trip.
+/// Program op sequence: one encode step for `shape.rows` rows of `shape.frames` frames over
+/// device buffers, for programs that feed the codes to further ops (the STT frame) without a host
+/// trip.
 pub fn encode_step<B: Backend>(
     be: &B,
-    cfg: &MimiConfig,
-    (rows, dummy): (usize, usize),
+    shape: &EncShape<'_>,
     step: EncodeStep<'_, B>,
 ) -> Result<()> {
+    let (cfg, rows, frames, dummy) = (shape.cfg, shape.rows, shape.frames, shape.dummy);
     let EncodeStep {
         weights: w,
         state: st,
@@ -130,13 +141,13 @@ pub fn encode_step<B: Backend>(
         &w.conv_in,
         st.conv_in.as_mut(),
         (&a.pcm, &mut a.conv_in, None),
-        (FRAME_SAMPLES, false),
+        (FRAME_SAMPLES * frames, false),
     )?;
     for (i, sw) in w.stages.iter().enumerate() {
         let (done, rest) = a.stages.split_at_mut(i);
         let input = done.last().map_or(&a.conv_in, |prev| &prev.down);
         let sa = &mut rest[0];
-        let time = sa.time;
+        let time = sa.time * frames;
         for (j, b) in sw.resblocks.iter().enumerate() {
             let (before, after) = sa.out.split_at_mut(j);
             let x = before.last().unwrap_or(input);
@@ -153,7 +164,7 @@ pub fn encode_step<B: Backend>(
         )?;
     }
     let last = a.stages.last().map_or(&a.conv_in, |s| &s.down);
-    let tok = cfg.frame_tokens();
+    let tok = cfg.frame_tokens() * frames;
     conv(
         &r,
         &w.conv_out,
@@ -202,7 +213,7 @@ pub fn encode_step<B: Backend>(
         codebooks: &w.codebooks,
         norms: &w.norms,
         codes: &mut a.codes,
-        rows,
+        rows: rows * frames,
         dim: cfg.hidden_size,
         cb_dim: cfg.codebook_dim,
         card: cfg.codebook_size,

@@ -91,8 +91,10 @@ struct Encoding {
 pub struct EncodeBatch {
     n_q: usize,
     files: SlotFiles<Encoding>,
-    /// One step's codes, `[rows, max_codebooks]`.
+    /// One step's codes, `[rows, max_codebooks]` (a chunk step's: `[rows, chunk, n_q]`).
     rows: Vec<u32>,
+    /// One chunk step's audio, `[rows, chunk * FRAME_SAMPLES]`.
+    pcm: Vec<f32>,
     frames_done: u64,
 }
 
@@ -106,12 +108,16 @@ impl EncodeBatch {
             n_q,
             files: SlotFiles::new(slots)?,
             rows: Vec::new(),
+            pcm: Vec::new(),
             frames_done: 0,
         })
     }
 
-    /// Encodes the next frame of every held file (in steps of at most the encoder's largest
-    /// batch), from the zero state for a file new to its slot; returns the files that finished.
+    /// Encodes the next frames of every held file (in steps of at most the encoder's largest
+    /// batch): with a chunked encoder one chunk step, a file's last chunk padded with silence
+    /// (the model is causal: padding after a file's end changes none of its codes, and the slot
+    /// is reset before its next file), else one frame step; each from the zero state for a file
+    /// new to its slot; returns the files that finished.
     /// An error is the device's (inputs were checked when read): the run should stop.
     pub fn step(&mut self, enc: &mut dyn FrameEncoder) -> Result<Vec<(usize, EncodedFile)>> {
         for slot in self.files.take_fresh() {
@@ -124,13 +130,38 @@ impl EncodeBatch {
                 format!("n_q {n_q} above the model's {nq_max}"),
             ));
         }
-        let width = enc.largest_batch().max(1);
+        let (k, width) = (enc.chunk_frames(), enc.largest_batch().max(1));
         let mut held: Vec<_> = self
             .files
             .held_mut()
             .filter(|h| h.item.next < h.item.frames)
             .collect();
-        for group in held.chunks_mut(width) {
+        let (mut chunked, mut single): (Vec<_>, Vec<_>) = held.drain(..).partition(|_| k > 1);
+        for group in chunked.chunks_mut(width) {
+            self.pcm.clear();
+            for h in group.iter() {
+                let at = h.item.next * FRAME_SAMPLES;
+                let end = h.item.samples.len().min(at + k * FRAME_SAMPLES);
+                self.pcm.extend_from_slice(&h.item.samples[at..end]);
+                self.pcm
+                    .resize(self.pcm.len() + at + k * FRAME_SAMPLES - end, 0.0);
+            }
+            let slots: Vec<usize> = group.iter().map(|h| h.slot).collect();
+            self.rows.resize(group.len() * k * n_q, 0);
+            enc.step_chunk(&slots, &self.pcm, n_q, &mut self.rows, None)?;
+            for (h, rows) in group.iter_mut().zip(self.rows.chunks_exact(k * n_q)) {
+                let f = &mut h.item;
+                let real = k.min(f.frames - f.next);
+                for (t, row) in rows.chunks_exact(n_q).take(real).enumerate() {
+                    for (q, &c) in row.iter().enumerate() {
+                        f.codes[q * f.frames + f.next + t] = i64::from(c);
+                    }
+                }
+                f.next += real;
+                self.frames_done += real as u64;
+            }
+        }
+        for group in single.chunks_mut(width) {
             let frames: Vec<AudioFrame<'_>> = group
                 .iter()
                 .map(|h| {

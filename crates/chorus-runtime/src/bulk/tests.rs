@@ -29,6 +29,7 @@ fn encoder(m: &LoadedModel, slots: usize) -> Box<dyn FrameEncoder + Send> {
         buckets: Buckets::new(&[1, 2, 4]).unwrap().capped(slots).unwrap(),
         threads: Some(1),
         cuda_device: 0,
+        chunk_frames: CHUNK,
     };
     open_encoder(m, &spec).unwrap()
 }

@@ -7,7 +7,7 @@ use super::walk::{jobs, read_list, walk_dir, AUDIO_EXTENSIONS};
 use super::BulkOptions;
 use crate::encode::EncodeArgs;
 use anyhow::{bail, Result};
-use chorus_core::{Buckets, DEFAULT_BUCKETS};
+use chorus_core::{Buckets, DEFAULT_BUCKETS, WHOLE_FILE_ENCODE_CHUNK};
 use chorus_runtime::bulk::{read_audio_input, EncodeBatch, EncodedFile};
 use chorus_runtime::{open_encoder, EncoderSpec};
 
@@ -39,6 +39,7 @@ pub fn run_encode(args: &EncodeArgs, bulk: &BulkOptions) -> Result<()> {
         buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(batch)?,
         threads: None,
         cuda_device: 0,
+        chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
     };
     let mut enc = open_encoder(&model, &spec)?;
     drop(model);
