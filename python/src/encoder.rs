@@ -1,9 +1,8 @@
 //! `chorus._chorus.Encoder`: the Mimi slot encoder behind an owner thread.
 //!
-//! Whole signals: a call encodes `[B, T]` audio as B streams side by side (long chunks of frames
-//! of each per step, the tail frame by frame, from the zero state, on slots leased for the call),
-//! the last partial frame padded with silence as `chorus encode` does; long signals go in jobs
-//! so Ctrl-C is seen between them.
+//! Whole signals: a call encodes `[B, T]` audio as B streams side by side (one frame of each per
+//! step, from the zero state, on slots leased for the call), the last partial frame padded with
+//! silence as `chorus encode` does; long signals go in chunks so Ctrl-C is seen between them.
 //! Streams: a stream holds a slot and encodes whole frames as they come. Input is checked on the
 //! calling thread; slot ownership again on the encoder thread, in order with other jobs.
 
@@ -13,7 +12,6 @@ use std::sync::Arc;
 
 use chorus_core::{
     AudioFrame, Buckets, Error, FrameEncoder, Precision, Result, DEFAULT_BUCKETS, FRAME_SAMPLES,
-    WHOLE_FILE_ENCODE_CHUNK,
 };
 use chorus_mimi::checkpoint::load_model;
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
@@ -26,8 +24,8 @@ use crate::errors::IntoPy;
 use crate::mimi::SAMPLE_RATE;
 use crate::slots::SlotTable;
 
-/// Frames encoded per job (whole long-chunk steps): Ctrl-C is checked between jobs.
-const ENCODE_CHUNK_FRAMES: usize = 2 * WHOLE_FILE_ENCODE_CHUNK;
+/// Frames encoded per job: Ctrl-C is checked between jobs.
+const ENCODE_CHUNK_FRAMES: usize = 64;
 /// The CUDA device an encoder opens on when CUDA is chosen.
 const CUDA_DEVICE: usize = 0;
 
@@ -68,68 +66,26 @@ struct EncodedChunk {
 }
 
 impl EncodeJob {
-    /// Frames `t..t + n` of each row into `pcm` (`[rows, n * FRAME_SAMPLES]`), the signal's end
-    /// padded with silence.
-    fn fill(&self, t: usize, n: usize, pcm: &mut [f32]) {
-        self.fill_padded(t, n, n, pcm);
-    }
-
-    /// Frames `t..t + real` of each row into rows of `width` frames of `pcm`, silence after the
-    /// signal's end and after `real` frames.
-    fn fill_padded(&self, t: usize, real: usize, width: usize, pcm: &mut [f32]) {
-        let len = width * FRAME_SAMPLES;
-        let start = t * FRAME_SAMPLES;
-        let end = self.samples.min(start + real * FRAME_SAMPLES);
-        for (i, r) in self.rows.clone().enumerate() {
-            let src = &self.audio[r * self.samples + start..r * self.samples + end];
-            let dst = &mut pcm[i * len..(i + 1) * len];
-            dst[..src.len()].copy_from_slice(src);
-            dst[src.len()..].fill(0.0);
-        }
-    }
-
     fn run(&self, enc: &mut dyn FrameEncoder) -> Result<EncodedChunk> {
         let (rows, frames) = (self.rows.len(), self.frames.len());
         let (width, dim) = (enc.max_codebooks(), enc.latent_dim());
-        let mut out = EncodedChunk {
-            codes: vec![0; rows * frames * self.n_q],
-            latents: vec![0.0; if self.latents { rows * frames * dim } else { 0 }],
-        };
-        // Long chunks (the same codes as frame steps); a job's last one is padded past the signal
-        // with silence only at the signal's end (the model is causal: padding after the end
-        // changes none of its codes), otherwise the rest goes frame by frame so that the state
-        // stays the stream's for the next job.
-        let c = enc.chunk_frames();
-        let mut done = 0;
-        let at_end = self.frames.end * FRAME_SAMPLES >= self.samples;
-        if c > 1 && (frames >= c || at_end) {
-            let mut pcm = vec![0f32; rows * c * FRAME_SAMPLES];
-            let mut codes = vec![0u32; rows * c * self.n_q];
-            let mut lat = vec![0f32; if self.latents { rows * c * dim } else { 0 }];
-            while frames - done >= c || (at_end && done < frames) {
-                let real = c.min(frames - done);
-                self.fill_padded(self.frames.start + done, real, c, &mut pcm);
-                let l = self.latents.then_some(&mut lat[..]);
-                enc.step_chunk(&self.slots, &pcm, self.n_q, &mut codes, l)?;
-                for i in 0..rows {
-                    let (src, at) = (i * c * self.n_q, (i * frames + done) * self.n_q);
-                    let n = real * self.n_q;
-                    out.codes[at..at + n].copy_from_slice(&codes[src..src + n]);
-                    if self.latents {
-                        let (src, at) = (i * c * dim, (i * frames + done) * dim);
-                        let n = real * dim;
-                        out.latents[at..at + n].copy_from_slice(&lat[src..src + n]);
-                    }
-                }
-                done += real;
-            }
-        }
         // Each row's frame, the last one padded with silence.
         let mut pcm = vec![0f32; rows * FRAME_SAMPLES];
         let mut step_codes = vec![0u32; rows * width];
         let mut step_latents = vec![0f32; rows * dim];
-        for (k, t) in self.frames.clone().enumerate().skip(done) {
-            self.fill(t, 1, &mut pcm);
+        let mut out = EncodedChunk {
+            codes: vec![0; rows * frames * self.n_q],
+            latents: vec![0.0; if self.latents { rows * frames * dim } else { 0 }],
+        };
+        for (k, t) in self.frames.clone().enumerate() {
+            let start = t * FRAME_SAMPLES;
+            let end = self.samples.min(start + FRAME_SAMPLES);
+            for (i, r) in self.rows.clone().enumerate() {
+                let src = &self.audio[r * self.samples + start..r * self.samples + end];
+                let dst = &mut pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
+                dst[..src.len()].copy_from_slice(src);
+                dst[src.len()..].fill(0.0);
+            }
             let batch: Vec<AudioFrame<'_>> = (0..rows)
                 .map(|i| AudioFrame {
                     slot: self.slots[i],
@@ -176,7 +132,6 @@ impl PyEncoder {
                 .py_err()?,
             threads,
             cuda_device: CUDA_DEVICE,
-            chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
         };
         let name = model.to_owned();
         let kind = py.detach(|| chorus_runtime::resolve(spec.device));
