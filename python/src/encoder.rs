@@ -124,6 +124,7 @@ impl PyEncoder {
         threads: Option<usize>,
     ) -> PyResult<Self> {
         let spec = EncoderSpec {
+            chunk_frames: 1,
             device: DeviceKind::parse(device).py_err()?,
             precision: precision.map(Precision::parse).transpose().py_err()?,
             max_slots: max_streams,
