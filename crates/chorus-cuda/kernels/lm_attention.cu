@@ -157,6 +157,27 @@ __device__ __forceinline__ float pa_warp_sum(float v) {
     return v;
 }
 
+// The cache entry (element offset of its first kv head) that token tok = r * time + t of a write
+// fills, position start[r] + t; -1 where the row is padded or the position has no block.
+__device__ __forceinline__ long long pa_write_entry(const int* __restrict__ tables, const int* __restrict__ start,
+                                                    int tok, const PagedDims& d) {
+    int r = tok / d.time;
+    int p = start[r] + tok % d.time;
+    if (p < 0) {
+        return -1;
+    }
+    int ri = pa_ring(p, d);
+    int b = ri / d.block_size;
+    if (b >= d.max_blocks) {
+        return -1;
+    }
+    int blk = tables[(long long)r * d.max_blocks + b];
+    if (blk < 0 || blk >= d.num_blocks) {
+        return -1;
+    }
+    return ((long long)blk * d.block_size + ri % d.block_size) * (long long)(d.kv_heads * d.head_dim);
+}
+
 // ------------------------------------------------------------------------------------------------
 // KV write: token tok = r * time + t of the call stores its k and v heads at position start[r] + t.
 // One thread per 16-byte vector of a token's kv heads (the host checks head_dim % VEC == 0).
@@ -171,21 +192,11 @@ extern "C" __global__ void lm_paged_kv_write(const T* __restrict__ qkv, T* __res
     GRID_LOOP(i, n) {
         int tok = i / nvec;
         int c = (i % nvec) * VEC;
-        int r = tok / d.time;
-        int p = start[r] + tok % d.time;
-        if (p < 0) {
+        long long e = pa_write_entry(tables, start, tok, d);
+        if (e < 0) {
             continue;
         }
-        int ri = pa_ring(p, d);
-        int b = ri / d.block_size;
-        if (b >= d.max_blocks) {
-            continue;
-        }
-        int blk = tables[(long long)r * d.max_blocks + b];
-        if (blk < 0 || blk >= d.num_blocks) {
-            continue;
-        }
-        long long e = ((long long)blk * d.block_size + ri % d.block_size) * kv_dim + c;
+        e += c;
         const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
         *reinterpret_cast<uint4*>(k_cache + e) = *reinterpret_cast<const uint4*>(src);
         *reinterpret_cast<uint4*>(v_cache + e) = *reinterpret_cast<const uint4*>(src + kv_dim);
@@ -209,21 +220,16 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
     GRID_LOOP(i, n) {
         int tok = i / nvec;
         int c = (i % nvec) * VEC;
-        int r = tok / d.time;
-        int p = start[r] + tok % d.time;
-        int ri = pa_ring(max(p, 0), d);
-        int b = ri / d.block_size;
-        int blk = b < d.max_blocks ? tables[(long long)r * d.max_blocks + b] : -1;
-        bool ok = p >= 0 && b < d.max_blocks && blk >= 0 && blk < d.num_blocks;
+        long long e = pa_write_entry(tables, start, tok, d);
         const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
         float kf[VEC], vf[VEC];
         unpack(*reinterpret_cast<const uint4*>(src), kf);
         unpack(*reinterpret_cast<const uint4*>(src + kv_dim), vf);
         float ka = 0.f, va = 0.f;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            ka = fmaxf(ka, fabsf(kf[e]));
-            va = fmaxf(va, fabsf(vf[e]));
+        for (int j = 0; j < VEC; ++j) {
+            ka = fmaxf(ka, fabsf(kf[j]));
+            va = fmaxf(va, fabsf(vf[j]));
         }
         const int lane = threadIdx.x % 32;
         const unsigned gmask = hv == 32 ? 0xffffffffu : (((1u << hv) - 1u) << (lane / hv * hv));
@@ -231,13 +237,13 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
             ka = fmaxf(ka, __shfl_xor_sync(gmask, ka, o));
             va = fmaxf(va, __shfl_xor_sync(gmask, va, o));
         }
-        if (!ok) {
+        if (e < 0) {
             continue;
         }
+        e += c;
         // chorus_core::fp8::head_scale.
         float ks = ka > 0.f ? ka / 448.f : 1.f;
         float vs = va > 0.f ? va / 448.f : 1.f;
-        long long e = ((long long)blk * d.block_size + ri % d.block_size) * kv_dim + c;
         kv8_vec kq, vq;
 #pragma unroll
         for (int w = 0; w < VEC / 4; ++w) {
@@ -424,9 +430,14 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
             }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
+                // The softmax weight times the value head's scale (the sum `l` stays unscaled).
+                float w = sc[g][u];
+                if constexpr (KV8) {
+                    w *= vs[u];
+                }
 #pragma unroll
                 for (int c = 0; c < C; ++c) {
-                    acc[g][c] += sc[g][u] * vf[c];
+                    acc[g][c] += w * vf[c];
                 }
             }
         }

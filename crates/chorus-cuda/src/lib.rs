@@ -32,7 +32,6 @@ pub use backend::{
     DEFAULT_CONV_MMA_MAX_OUT, DEFAULT_CUBLAS_WORKSPACE, DEFAULT_WARMUP_RUNS, SKINNY_ENV,
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
-pub use lm::attention::FP8_KV_ENV;
 pub use lm::gemv::GEMV_MIN_K;
 pub use lm::skinny::SKINNY_MAX_ROWS;
 pub use lm::{CudaPinnedFloats, CudaPinnedInts, CudaQWeight};

@@ -20,8 +20,6 @@ use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 
 const OP: &str = "paged_attention";
-/// Lets 8-bit KV caches run on CUDA while their kernels are under test.
-pub const FP8_KV_ENV: &str = "CHORUS_FP8_KV";
 /// Threads of the decode kernel (`PA_THREADS`), the combine (`PA_COMBINE_THREADS`) and the general
 /// kernel (`PF_WARPS * 32`).
 const DECODE_THREADS: u32 = 128;
@@ -404,16 +402,6 @@ fn kv8_scales(
     let Some(sc) = &a.kv_scales else {
         return Ok((false, (0, 0)));
     };
-    if std::env::var(FP8_KV_ENV).map_or(true, |v| v != "1") {
-        return Err(cuda_error(
-            OP,
-            format!(
-                "8-bit KV caches on CUDA do not yet pass their parity test against the CPU \
-                 (lm_attention fp8, docs/PERFORMANCE.md): use the bf16 cache, or set \
-                 {FP8_KV_ENV}=1 to run the kernels under test"
-            ),
-        ));
-    }
     if !be.has_fp8() {
         return Err(cuda_error(
             OP,

@@ -5,16 +5,6 @@
 use super::*;
 use crate::paged::*;
 
-/// The CUDA side runs only with `CHORUS_FP8_KV=1`: the backend refuses 8-bit caches otherwise
-/// while its kernels are under test.
-fn fp8_kernels_on() -> bool {
-    let on = std::env::var(chorus_cuda::FP8_KV_ENV).is_ok_and(|v| v == "1");
-    if !on {
-        eprintln!("CUDA side skipped: set {}=1", chorus_cuda::FP8_KV_ENV);
-    }
-    on
-}
-
 /// Two 48-token rows (blocks of 16, scattered tables): a prefill of 40, then 8 decode steps, on
 /// 8-bit caches (`fp8`) or caches in the storage type. `[48 positions][2 rows][q_heads * hd]`.
 fn schedule<B: LmOps>(
@@ -69,9 +59,6 @@ fn fp8_caches_match_the_cpu_and_stay_near_the_storage_type() {
             cost > 0.0 && cost < 5e-2,
             "{name}: the format's error {cost:e}"
         );
-        if !fp8_kernels_on() {
-            continue;
-        }
         for p in PRECISIONS {
             let Some(be) = cuda(p) else { return };
             let got = schedule(&be, h, &seqs, &tables, true).expect("cuda fp8");
@@ -93,9 +80,6 @@ fn fp8_write_of_one_token_matches_the_cpu() {
     let cpu_out = cp.call(&cpu_be, &row, &[0]).expect("cpu call");
     let cpu_k = cpu_be.download(&cp.k).expect("k");
     let cpu_ks = cpu_be.download(&cp.scales.as_ref().unwrap().0).expect("ks");
-    if !fp8_kernels_on() {
-        return;
-    }
     for p in PRECISIONS {
         let Some(be) = cuda(p) else { return };
         let mut gp = Paged::new_fp8(&be, h, (16, 1, 2), &tables).expect("cuda");
