@@ -16,7 +16,7 @@ if [ -x "$BIN/encoder_chunk" ]; then
   section "CUDA encoder chunks vs the CPU"
   "$BIN/encoder_chunk" --test-threads=1 --nocapture 2>&1 | grep -E "parity|identical|^test |test result|panicked" || status=1
 fi
-for p in bf16 f32; do
+for p in ${WHOLE_PRECISIONS:-bf16 f32}; do
   section "chorus bench --whole-file ($p)"
   "$BIN"/chorus bench --whole-file --device cuda --model random --precision "$p" \
     --batch 1,8,64 --file-seconds 10,60 --n-q 8 --repeats 3 2>&1 | grep -v "^warning" || status=1

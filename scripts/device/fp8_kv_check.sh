@@ -18,7 +18,7 @@ run_test() { "$BIN/$1" --test-threads=1 --nocapture "${@:2}" 2>&1 | grep -v '^$'
 section "lm_attention (fp8, window, first_token, decode, prefill)"
 run_test lm_attention
 section "music_cuda"
-run_test music_cuda
+run_test music_cuda ${MUSIC_FILTER:-}
 for kv in bf16 fp8; do
   section "music-bench --kv-cache $kv (bf16 storage, context 1000; contexts 14000 at 1 song)"
   "$BIN"/chorus music-bench --device cuda --model random --kv-cache $kv --songs ${FP8_SONGS:-1,64,128} \

@@ -281,8 +281,10 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
 // merge, no block barrier, KG pairs per block.
 #define PA_THREADS 128
 #define PA_UNROLL 4
+// 8-bit caches load half the bytes per key: twice the keys in flight per lane for the same bytes.
+#define PA_UNROLL8 8
 
-template <int D, int G, bool OWN, bool KV8>
+template <int D, int G, bool OWN, bool KV8, int U>
 __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typename KvT<KV8>::elem* __restrict__ k_cache,
                                           const typename KvT<KV8>::elem* __restrict__ v_cache,
                                           const int* __restrict__ tables, const int* __restrict__ start,
@@ -296,7 +298,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
     constexpr int VPL = NV / L;          // vectors per lane
     constexpr int C = VPL * VEC;         // channels per lane
     constexpr int KG = PA_THREADS / L;   // key groups
-    constexpr int STEP = KG * PA_UNROLL;  // keys per step of the block
+    constexpr int STEP = KG * U;  // keys per step of the block
     extern __shared__ float pa_smem[];
 
     // The lanes of this thread's key group: shuffles stay inside it.
@@ -319,9 +321,9 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
         return;
     }
     int k_end = min(n, k_begin + split_len);
-    // Keys of one step: the block's STEP (groups interleaved), or the group's own PA_UNROLL.
-    const int kstep = own ? PA_UNROLL : STEP;
-    const int koff = own ? 0 : grp * PA_UNROLL;
+    // Keys of one step: the block's STEP (groups interleaved), or the group's own U.
+    const int kstep = own ? U : STEP;
+    const int koff = own ? 0 : grp * U;
     int width = (d.q_heads + 2 * d.kv_heads) * D;
 
     // This lane's channels: vectors li, li + L, ... of each row (a group reads whole rows).
@@ -352,16 +354,16 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
     for (int k0 = k_begin; k0 < k_end; k0 += kstep) {
         int kfirst = k0 + koff;
         // Keys past the split reload its last key (a valid position) and are masked below. The
-        // group's keys start at a multiple of PA_UNROLL (splits are multiples of 64 positions, and
+        // group's keys start at a multiple of U (splits are multiples of 64 positions, and
         // the host clears `grouped` under a window), so with `grouped` they lie in one block: one
         // table lookup.
         int kpos = min(kfirst, k_end - 1);
-        int span = min(kfirst + PA_UNROLL - 1, k_end - 1) - kpos;
+        int span = min(kfirst + U - 1, k_end - 1) - kpos;
         long long e0 = pa_entry(table, kpos, d);
-        KV kr[PA_UNROLL][VPL], vr[PA_UNROLL][VPL];
-        float ks[PA_UNROLL], vs[PA_UNROLL];
+        KV kr[U][VPL], vr[U][VPL];
+        float ks[U], vs[U];
 #pragma unroll
-        for (int u = 0; u < PA_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
             long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
                                     : pa_entry(table, min(kfirst + u, k_end - 1), d);
 #pragma unroll
@@ -374,9 +376,9 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
                 vs[u] = v_scale[e / D + h];
             }
         }
-        float sc[G][PA_UNROLL];
+        float sc[G][U];
 #pragma unroll
-        for (int u = 0; u < PA_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
             float kf[C];
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
@@ -403,7 +405,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
         for (int g = 0; g < G; ++g) {
             float mt = m[g];
 #pragma unroll
-            for (int u = 0; u < PA_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 mt = fmaxf(mt, sc[g][u]);
             }
             // Nothing seen yet (every key of this group masked): keep everything at zero.
@@ -416,13 +418,13 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
             }
             m[g] = mt;
 #pragma unroll
-            for (int u = 0; u < PA_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 sc[g][u] = exp2f(sc[g][u] - ref);
                 l[g] += sc[g][u];
             }
         }
 #pragma unroll
-        for (int u = 0; u < PA_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
             float vf[C];
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
@@ -513,12 +515,12 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
 
 #define PA_DECODE_CASE(DD, GG, OWN)                                                                   \
     if (d.head_dim == DD && group == GG) {                                                            \
-        pa_decode<DD, GG, OWN, false>(qkv, k_cache, v_cache, tables, start, out, part, nullptr, nullptr, d); \
+        pa_decode<DD, GG, OWN, false, PA_UNROLL>(qkv, k_cache, v_cache, tables, start, out, part, nullptr, nullptr, d); \
         return;                                                                                       \
     }
 #define PA_DECODE8_CASE(DD, GG)                                                                        \
     if (d.head_dim == DD && group == GG) {                                                            \
-        pa_decode<DD, GG, false, true>(qkv, k_cache, v_cache, tables, start, out, part, k_scale, v_scale, d); \
+        pa_decode<DD, GG, false, true, PA_UNROLL8>(qkv, k_cache, v_cache, tables, start, out, part, k_scale, v_scale, d); \
         return;                                                                                       \
     }
 
@@ -550,7 +552,8 @@ extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
 
 // lm_paged_attention over 8-bit caches (splits only: the depth decoder's short caches stay in
 // the storage type).
-extern "C" __global__ void __launch_bounds__(PA_THREADS, 4)
+// Three blocks per SM: the registers of PA_UNROLL8 keys in flight.
+extern "C" __global__ void __launch_bounds__(PA_THREADS, 3)
     lm_paged_attention8(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
                         const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
                         const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,

@@ -25,8 +25,9 @@ const OP: &str = "paged_attention";
 const DECODE_THREADS: u32 = 128;
 const COMBINE_THREADS: u32 = 128;
 const GENERAL_THREADS: u32 = 128;
-/// Keys a decode lane group loads at once (`PA_UNROLL`).
+/// Keys a decode lane group loads at once (`PA_UNROLL`; `PA_UNROLL8` over 8-bit caches).
 const DECODE_UNROLL: usize = 4;
+const DECODE_UNROLL8: usize = 8;
 /// Keys per shared-memory tile of the general kernel (`PF_KT`) and its warps (`PF_WARPS`).
 const GENERAL_KEY_TILE: usize = 32;
 const GENERAL_WARPS: usize = 4;
@@ -277,7 +278,11 @@ pub(crate) fn paged_attention(
         split_len: i32_of("split_len", split_len)?,
         scale: std::f32::consts::LOG2_E / (hd as f32).sqrt(),
         // A window starts a query's keys anywhere and wraps them on the ring: no shared block.
-        grouped: i32::from(a.block_size.is_multiple_of(DECODE_UNROLL) && a.window.is_none()),
+        grouped: i32::from(
+            a.block_size
+                .is_multiple_of(if kv8 { DECODE_UNROLL8 } else { DECODE_UNROLL })
+                && a.window.is_none(),
+        ),
         group_pairs: i32::from(plan.group_pairs),
         adaptive: i32::from(!be.batch_invariant && !plan.group_pairs),
         spread: i32_of("spread", spread_of(be.sm_count, &g, splits))?,
