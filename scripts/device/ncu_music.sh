@@ -2,7 +2,8 @@
 # Nsight Compute's figures for chosen kernels inside `chorus music-bench` frames on the GPU
 # machine, one line per launch: grid, registers, duration, DRAM bytes and throughput, achieved
 # occupancy, issue utilisation and the long-scoreboard stall share. COUNT launches of the kernels
-# matching KERNELS (a regex) after skipping SKIP of them (past the warm-up), e.g.
+# matching KERNELS (a regex) after skipping SKIP of them (past the warm-up), those with a grid of
+# at least MIN_GRID blocks printed (the LM's launches, not the depth decoder's), e.g.
 # `KERNELS=lm_paged_attention SONGS=64 MODEL=random EXTRA="--kv-cache fp8" bash
 # scripts/device/ncu_music.sh`. Expects .device-bin/chorus.
 set -uo pipefail
@@ -37,7 +38,11 @@ def val(m, k):
     return x * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
                 "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(u, 1.0)
 print(f"{'kernel':28} {'grid':>7} {'regs':>4} {'us':>8} {'MB read':>8} {'GB/s':>6} {'dram%':>5} {'occ%':>5} {'issue%':>6} {'lsb':>5}")
+import os
+min_grid = float(os.environ.get("MIN_GRID", "0"))
 for (i, name), m in launches.items():
+    if val(m, "launch__grid_size") < min_grid:
+        continue
     us = val(m, "gpu__time_duration.sum")
     b = val(m, "dram__bytes_read.sum")
     print(f"{name[:28]:28} {val(m, 'launch__grid_size'):7.0f} {val(m, 'launch__registers_per_thread'):4.0f} {us:8.1f} "

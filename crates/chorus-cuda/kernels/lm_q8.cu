@@ -135,6 +135,27 @@ extern "C" __global__ void lm_dequant_q8(const signed char* __restrict__ q, cons
     }
 }
 
+// The radix-4 stages of convrot::rotate_block on `group` = 4^stages floats in shared memory, then
+// the 2^-stages scale, stored to out (the caller's block filled hs and passed a barrier).
+__device__ __forceinline__ void q8_rotate_store(float* hs, T* __restrict__ out, int group, int stages) {
+    int s = 1;
+    for (int stage = 0; stage < stages; ++stage) {
+        for (int t = threadIdx.x; t < group / 4; t += blockDim.x) {
+            const int i = (t / s) * 4 * s + t % s;
+            const float a = hs[i], b = hs[i + s], c = hs[i + 2 * s], d = hs[i + 3 * s];
+            const float ab = a + b, cd = c - d, amb = a - b, cpd = c + d;
+            hs[i] = ab + cd;
+            hs[i + s] = ab - cd;
+            hs[i + 2 * s] = amb + cpd;
+            hs[i + 3 * s] = cpd - amb;
+        }
+        __syncthreads();
+        s *= 4;
+    }
+    const float scale = 1.f / (float)(1 << stages);
+    for (int i = threadIdx.x; i < group; i += blockDim.x) st(out + i, hs[i] * scale);
+}
+
 // Block b rotates group b % (dim / group) of row b / (dim / group); `group` = 4^stages floats of
 // dynamic shared memory. out and x do not alias.
 extern "C" __global__ void lm_hadamard(const T* __restrict__ x, T* __restrict__ out, int dim, int group,
@@ -145,20 +166,31 @@ extern "C" __global__ void lm_hadamard(const T* __restrict__ x, T* __restrict__ 
     const size_t base = (size_t)(blockIdx.x / per_row) * dim + (size_t)(blockIdx.x % per_row) * group;
     for (int i = threadIdx.x; i < group; i += blockDim.x) q8_hs[i] = ld(x + base + i);
     __syncthreads();
-    int s = 1;
-    for (int stage = 0; stage < stages; ++stage) {
-        for (int t = threadIdx.x; t < group / 4; t += blockDim.x) {
-            const int i = (t / s) * 4 * s + t % s;
-            const float a = q8_hs[i], b = q8_hs[i + s], c = q8_hs[i + 2 * s], d = q8_hs[i + 3 * s];
-            const float ab = a + b, cd = c - d, amb = a - b, cpd = c + d;
-            q8_hs[i] = ab + cd;
-            q8_hs[i + s] = ab - cd;
-            q8_hs[i + 2 * s] = amb + cpd;
-            q8_hs[i + 3 * s] = cpd - amb;
-        }
-        __syncthreads();
-        s *= 4;
+    q8_rotate_store(q8_hs, out + base, group, stages);
+}
+
+// RMSNorm and the rotation in one launch (the normed inputs of int8 products): as lm_rms_norm
+// into a buffer then lm_hadamard, whose launch and round trip it saves. Every block of a row
+// takes the row's sum of squares itself (the row is a few KiB in L2) and rounds its normed group
+// to T, as lm_rms_norm's output was, before rotating it. A multiple of 32 threads.
+extern "C" __global__ void lm_norm_hadamard(const T* __restrict__ x, const T* __restrict__ gamma, T* __restrict__ out,
+                                            int dim, int group, int stages, float eps) {
+    pdl_enter();
+    extern __shared__ float q8_hs[];
+    const int per_row = dim / group;
+    const size_t row = (size_t)(blockIdx.x / per_row) * dim;
+    const int g0 = (blockIdx.x % per_row) * group;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = ld(x + row + i);
+        ss += v * v;
     }
-    const float scale = 1.f / (float)(1 << stages);
-    for (int i = threadIdx.x; i < group; i += blockDim.x) st(out + base + i, q8_hs[i] * scale);
+    const float inv = rsqrtf(lmr_block_sum(ss) / (float)dim + eps);
+    for (int i = threadIdx.x; i < group; i += blockDim.x) {
+        T normed;
+        st(&normed, ld(x + row + g0 + i) * inv * ld(gamma + g0 + i));
+        q8_hs[i] = ld(&normed);
+    }
+    __syncthreads();
+    q8_rotate_store(q8_hs, out + row + g0, group, stages);
 }

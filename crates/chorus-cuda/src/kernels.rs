@@ -128,6 +128,7 @@ kernel_table! {
     LmGemvQ8 => "lm_gemv_q8",
     LmDequantQ8 => "lm_dequant_q8",
     LmHadamard => "lm_hadamard",
+    LmNormHadamard => "lm_norm_hadamard",
     // Tensor-core skinny products (kernels/lm_skinny.cu), by activation tiles.
     LmSkinnyN8 => "lm_skinny_n8",
     LmSkinnyN16 => "lm_skinny_n16",

@@ -9,7 +9,7 @@ use chorus_core::lm_ops::{HadamardArgs, LinearQ8Args};
 use chorus_core::Result;
 
 use super::check_len;
-use crate::backend::CudaBackend;
+use crate::backend::{CudaBackend, CudaBuf};
 use crate::blas::Gemm;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
@@ -147,30 +147,64 @@ pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> R
 }
 
 pub(super) fn hadamard(be: &CudaBackend, a: HadamardArgs<'_, CudaBackend>) -> Result<()> {
-    const OP: &str = "hadamard";
-    let _timer = be.op_timer(OP);
+    rotate_rows(be, "hadamard", a, None)
+}
+
+/// The RMSNorm of `a.x` by `weight` (as `rms_norm_rows`), then its rotation, in one launch.
+pub(super) fn norm_hadamard(
+    be: &CudaBackend,
+    a: HadamardArgs<'_, CudaBackend>,
+    weight: &CudaBuf,
+    eps: f32,
+) -> Result<()> {
+    rotate_rows(be, "fused_linear", a, Some((weight, eps)))
+}
+
+/// `lm_hadamard`, or `lm_norm_hadamard` with a norm's weight and epsilon.
+fn rotate_rows(
+    be: &CudaBackend,
+    op: &'static str,
+    a: HadamardArgs<'_, CudaBackend>,
+    norm: Option<(&CudaBuf, f32)>,
+) -> Result<()> {
+    let _timer = be.op_timer(if norm.is_some() {
+        "norm_hadamard"
+    } else {
+        "hadamard"
+    });
     let (n, dim, group) = (a.n, a.dim, a.group);
-    let stages = check_group(OP, group, dim)?;
-    check_len(OP, "x", a.x.len, n * dim)?;
-    check_len(OP, "out", a.out.len, n * dim)?;
+    let stages = check_group(op, group, dim)?;
+    check_len(op, "x", a.x.len, n * dim)?;
+    check_len(op, "out", a.out.len, n * dim)?;
     if n == 0 || dim == 0 {
         return Ok(());
     }
-    let x = t_ptr(be, OP, "x", a.x)?;
-    let out = t_ptr(be, OP, "out", a.out)?;
+    let x = t_ptr(be, op, "x", a.x)?;
+    let out = t_ptr(be, op, "out", a.out)?;
     if x == out {
-        return Err(cuda_error(OP, "`out` aliases `x`"));
+        return Err(cuda_error(op, "`out` aliases `x`"));
     }
-    let blocks = int(OP, "blocks", n * (dim / group))?;
+    let blocks = int(op, "blocks", n * (dim / group))?;
     let cfg = Launch {
         grid: blocks as u32,
         block: (group / 4).next_multiple_of(32).min(HADAMARD_MAX_THREADS) as u32,
         smem: (group * 4) as u32,
     };
-    let (dim32, group32, stages32) = (int(OP, "dim", dim)?, group as i32, stages as i32);
-    be.launch(
-        Kernel::LmHadamard,
-        cfg,
-        &mut kargs![&x, &out, &dim32, &group32, &stages32],
-    )
+    let (dim32, group32, stages32) = (int(op, "dim", dim)?, group as i32, stages as i32);
+    match norm {
+        None => be.launch(
+            Kernel::LmHadamard,
+            cfg,
+            &mut kargs![&x, &out, &dim32, &group32, &stages32],
+        ),
+        Some((weight, eps)) => {
+            check_len(op, "norm.weight", weight.len, dim)?;
+            let gamma = t_ptr(be, op, "norm.weight", weight)?;
+            be.launch(
+                Kernel::LmNormHadamard,
+                cfg,
+                &mut kargs![&x, &gamma, &out, &dim32, &group32, &stages32, &eps],
+            )
+        }
+    }
 }
