@@ -4,9 +4,8 @@
 // several loads in flight per lane, and keeps one f32 accumulator per activation row; the
 // activations are tiny and stay cached.
 
-// Independent 16-byte weight loads in flight per lane: 4 KiB per warp, a 4096-wide bf16 row in two
-// rounds (Little's law at HBM3e latency wants ~30 KiB in flight per SM; 4 measured 64% of peak).
-#define GEMV_UNROLL 8
+// Independent 16-byte weight loads in flight per lane.
+#define GEMV_UNROLL 4
 
 __device__ __forceinline__ uint4 ld_stream(const T* p) {
     uint4 v;
@@ -93,16 +92,18 @@ __device__ __forceinline__ void gemv_body(const X* __restrict__ x, const T* __re
     }
 }
 
-// At most GEMV_ROWS rows (GEMV_MAX_ROWS on the host); k is a multiple of VEC. `acc_out` non-zero
-// adds the product to `out` (a residual update) instead of overwriting it. One instance only: a
-// switch over wider row tiles gave every launch the widest one's registers (124), a quarter of
-// the SM's warps, and too few loads in flight.
-#define GEMV_ROWS 2
+// `tile` is the row capacity of the instantiation (2, 4, 8 or 16), >= n; k is a multiple of VEC.
+// `acc_out` non-zero adds the product to `out` (a residual update) instead of overwriting it.
 extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int n, int k,
-                                   int m, int acc_out) {
+                                   int m, int tile, int acc_out) {
     prefetch_first_row(w, (size_t)k * sizeof(T), m);
     pdl_enter();
-    gemv_body<GEMV_ROWS, T>(x, w, out, n, k, m, acc_out, 0);
+    switch (tile) {
+        case 2: gemv_body<2, T>(x, w, out, n, k, m, acc_out, 0); break;
+        case 4: gemv_body<4, T>(x, w, out, n, k, m, acc_out, 0); break;
+        case 8: gemv_body<8, T>(x, w, out, n, k, m, acc_out, 0); break;
+        default: gemv_body<16, T>(x, w, out, n, k, m, acc_out, 0); break;
+    }
 }
 
 // Rows the fused norm + GEMV kernel takes (the plain kernel's smallest tile).

@@ -84,6 +84,10 @@ pub struct CudaOptions {
     /// cuBLAS, faster from 4 rows up (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the
     /// default on.
     pub batch_invariant: bool,
+    /// int8 products with a pre-norm take the norm and the input rotation in one kernel
+    /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
+    /// measurements.
+    pub fused_norm_rotation: bool,
 }
 
 impl Default for CudaOptions {
@@ -106,6 +110,7 @@ impl Default for CudaOptions {
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
+            fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -115,6 +120,8 @@ impl Default for CudaOptions {
 pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 /// Environment switch of [`CudaOptions::batch_invariant`]'s default.
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
+/// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
+pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -220,6 +227,8 @@ pub struct CudaBackend {
     pub(crate) skinny_launches: AtomicUsize,
     /// See [`CudaOptions::batch_invariant`].
     pub(crate) batch_invariant: bool,
+    /// See [`CudaOptions::fused_norm_rotation`].
+    pub(crate) fused_norm_rotation: bool,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -346,6 +355,7 @@ impl CudaBackend {
             skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
             skinny_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
+            fused_norm_rotation: options.fused_norm_rotation,
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),

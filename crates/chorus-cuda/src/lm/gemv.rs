@@ -7,9 +7,8 @@ use chorus_core::{LinearArgs, NormLinearArgs, Result};
 use crate::backend::CudaBackend;
 use crate::kernels::{kargs, Kernel, Launch};
 
-/// Most activation rows the GEMV kernel takes, its one instance (`GEMV_ROWS`; one song: measured
-/// on the H200, it streams bf16 weights at 3.6 TB/s for 2 rows, 2.9 at 4, 2.1 at 8, while cuBLAS
-/// reaches 3.5 TB/s from 32 rows).
+/// Most activation rows the GEMV kernel takes (one song: measured on the H200, it streams bf16
+/// weights at 3.6 TB/s for 2 rows, 2.9 at 4, 2.1 at 8, while cuBLAS reaches 3.5 TB/s from 32 rows).
 pub(crate) const GEMV_MAX_ROWS: usize = 2;
 /// Shortest rows the GEMV kernel takes by default ([`crate::CudaOptions::gemv_min_k`]): the LM's
 /// products and the codec's 2-row products (k 512 and 2048). Measured on the H200, the Mimi step
@@ -36,6 +35,12 @@ impl CudaBackend {
     /// `out[n, m] = x[n, k] . w[m, k]^T` with the GEMV kernel (the caller checked
     /// [`Self::gemv_fits`]), or `out += ...` with `accumulate`.
     pub(crate) fn gemv(&self, a: LinearArgs<'_, Self>, accumulate: bool) -> Result<()> {
+        let tile: i32 = match a.n {
+            0..=2 => 2,
+            3..=4 => 4,
+            5..=8 => 8,
+            _ => 16,
+        };
         let (x, w, out) = (a.x.mem.ptr(), a.w.mem.ptr(), a.out.mem.ptr());
         let (n, k, m) = (a.n as i32, a.k as i32, a.m as i32);
         let acc = i32::from(accumulate);
@@ -47,7 +52,7 @@ impl CudaBackend {
         self.launch(
             Kernel::LmGemv,
             cfg,
-            &mut kargs![&x, &w, &out, &n, &k, &m, &acc],
+            &mut kargs![&x, &w, &out, &n, &k, &m, &tile, &acc],
         )
     }
 

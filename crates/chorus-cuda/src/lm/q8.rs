@@ -25,6 +25,8 @@ const Q8_GEMV_WARPS: u32 = 8;
 const Q8_VEC: usize = 16;
 /// Most threads of one rotation block (a quarter of the group each do a butterfly).
 const HADAMARD_MAX_THREADS: usize = 256;
+/// Threads of the norm + rotation kernel (`Q8_NORM_THREADS`): the row's sum of squares is theirs.
+const NORM_ROTATION_THREADS: u32 = 256;
 
 /// An int8 weight `[rows, cols]` and its `[rows]` f32 scales on the device.
 pub struct CudaQWeight {
@@ -185,9 +187,14 @@ fn rotate_rows(
         return Err(cuda_error(op, "`out` aliases `x`"));
     }
     let blocks = int(op, "blocks", n * (dim / group))?;
+    let rotation_threads = (group / 4).next_multiple_of(32).min(HADAMARD_MAX_THREADS) as u32;
     let cfg = Launch {
         grid: blocks as u32,
-        block: (group / 4).next_multiple_of(32).min(HADAMARD_MAX_THREADS) as u32,
+        block: if norm.is_some() {
+            NORM_ROTATION_THREADS
+        } else {
+            rotation_threads
+        },
         smem: (group * 4) as u32,
     };
     let (dim32, group32, stages32) = (int(op, "dim", dim)?, group as i32, stages as i32);
@@ -199,6 +206,13 @@ fn rotate_rows(
         ),
         Some((weight, eps)) => {
             check_len(op, "norm.weight", weight.len, dim)?;
+            let vec = 16 / be.esize();
+            if !dim.is_multiple_of(vec) {
+                return Err(cuda_error(
+                    op,
+                    format!("the norm + rotation kernel loads {vec} elements at once: dim {dim} is not a multiple"),
+                ));
+            }
             let gamma = t_ptr(be, op, "norm.weight", weight)?;
             be.launch(
                 Kernel::LmNormHadamard,

@@ -19,7 +19,7 @@ use chorus_core::{LmOps, Precision, Result};
 
 use super::rows::rms_norm_rows;
 use super::{check_len, t_ptr};
-use crate::backend::CudaBackend;
+use crate::backend::{CudaBackend, CudaBuf};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
 
@@ -137,18 +137,27 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                     ),
                 ));
             }
-            // The int8 input is normed and rotated by one kernel before the product, which
-            // takes its epilogue.
+            // The int8 input is normed and rotated by one kernel (or two, for A/B) before the
+            // product, which takes its epilogue.
+            let input: &CudaBuf = match &norm {
+                Some(nm) if !be.fused_norm_rotation => {
+                    rms_norm_rows(be, x, nm.weight, nm.eps, scratch.normed, (n, k))?;
+                    scratch.normed
+                }
+                _ => x,
+            };
             let rot = HadamardArgs {
-                x,
+                x: input,
                 out: &mut *scratch.rot,
                 n,
                 dim: k,
                 group,
             };
             match norm {
-                Some(nm) => super::q8::norm_hadamard(be, rot, nm.weight, nm.eps)?,
-                None => be.hadamard(rot)?,
+                Some(nm) if be.fused_norm_rotation => {
+                    super::q8::norm_hadamard(be, rot, nm.weight, nm.eps)?
+                }
+                _ => be.hadamard(rot)?,
             }
             let p = Skinny {
                 x: t_ptr(be, OP, "scratch.rot", scratch.rot)?,
