@@ -330,5 +330,6 @@ fn cfg_draw<B: LmOps>(
         cond_top_k,
         top_k: SAMPLING_TOP_K,
         end,
+        row_sampling: None,
     })
 }
