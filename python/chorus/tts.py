@@ -41,7 +41,9 @@ def _context(turns: Sequence[ContextTurn]) -> List[Tuple[int, str, np.ndarray]]:
 class Tts:
     """Sesame CSM-1B (``model``: ``sesame/csm-1b``, a folder, files, ``random``, ``random-small``)
     with ``mimi`` (default ``kyutai/mimi``; ``random`` for a random model) on ``device``, for up to
-    ``max_utterances`` utterances at once. ``temperature`` and ``top_k`` are upstream's 0.9 and 50.
+    ``max_utterances`` utterances at once. ``temperature`` and ``top_k`` are the defaults of every
+    utterance (upstream's 0.9 and 50); each call may set its own (``temperature`` 0 is greedy,
+    ``top_k`` 1 to 2051).
     """
 
     def __init__(
@@ -76,8 +78,9 @@ class Tts:
         """The device, in words."""
         return self._stage.device
 
-    def _add(self, text, speaker, context, prompt_ids, max_seconds, seed, sampling) -> int:
+    def _add(self, text, speaker, context, prompt_ids, max_seconds, seed, sampling, draws) -> int:
         ids = None if prompt_ids is None else np.ascontiguousarray(prompt_ids, dtype=np.int64)
+        temperature, top_k = draws
         return self._stage.add(
             text=text,
             speaker=speaker,
@@ -86,6 +89,8 @@ class Tts:
             max_seconds=max_seconds,
             seed=seed,
             sampling=sampling,
+            temperature=temperature,
+            top_k=top_k,
         )
 
     def stream(
@@ -98,10 +103,13 @@ class Tts:
         max_seconds: float = 10.0,
         seed: int = 0,
         sampling: str = "seeded",
+        temperature: Optional[float] = None,
+        top_k: Optional[int] = None,
     ) -> Iterator[np.ndarray]:
         """Yields the utterance's audio (float32, 24 kHz) frame by frame as it is generated.
         Leaving the loop early cancels the utterance."""
-        uid = self._add(text, speaker, context, prompt_ids, max_seconds, seed, sampling)
+        draws = (temperature, top_k)
+        uid = self._add(text, speaker, context, prompt_ids, max_seconds, seed, sampling, draws)
         done = False
         try:
             while not done:
@@ -125,9 +133,12 @@ class Tts:
         max_seconds: float = 10.0,
         seed: int = 0,
         sampling: str = "seeded",
+        temperature: Optional[float] = None,
+        top_k: Optional[int] = None,
     ) -> List[Utterance]:
         """Speaks every text of ``texts`` (together, up to ``max_utterances`` at a time) after the
         same ``context`` turns; utterance ``i`` draws with seed ``seed + i``."""
+        draws = (temperature, top_k)
         speakers = list(speakers) if speakers is not None else [0] * len(texts)
         if len(speakers) != len(texts):
             raise ValueError(f"{len(speakers)} speakers for {len(texts)} texts")
@@ -137,7 +148,9 @@ class Tts:
         while waiting or running:
             while waiting and len(running) < self._stage.max_utterances:
                 k = waiting.pop(0)
-                uid = self._add(texts[k], speakers[k], context, None, max_seconds, seed + k, sampling)
+                uid = self._add(
+                    texts[k], speakers[k], context, None, max_seconds, seed + k, sampling, draws
+                )
                 running[uid] = k
             for uid, _, end in self._stage.step():
                 if end is not None and uid in running:

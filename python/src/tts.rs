@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use chorus_core::{Error, Precision, FRAME_SAMPLES};
 use chorus_csm::prompt::{build_prompt, build_prompt_ids, PromptFrame, PromptLimits, Segment};
 use chorus_csm::{
-    load_csm_model, CsmConfig, CsmTokenizer, EndReason, TtsOptions, UtteranceEvent,
+    load_csm_model, CsmConfig, CsmTokenizer, DrawSettings, EndReason, TtsOptions, UtteranceEvent,
     UtteranceRequest,
 };
 use chorus_lm::Sampling;
@@ -51,6 +51,8 @@ struct Info {
     config: CsmConfig,
     max_utterances: usize,
     max_context: usize,
+    /// The stage's temperature and top-k, for utterances that set neither.
+    draws: DrawSettings,
     describe: String,
     source: String,
     random: bool,
@@ -125,6 +127,7 @@ impl PyTtsStage {
                 opts.draws.temperature = temperature;
                 opts.draws.top_k = top_k;
                 let (source, random) = (model.source.clone(), model.is_random());
+                let draws = opts.draws;
                 let actor = Actor::spawn("chorus-tts", move || {
                     Ok(Core {
                         stage: AnyTts::open(&model, Some(&codec), &spec, opts)?,
@@ -136,6 +139,7 @@ impl PyTtsStage {
                     config,
                     max_utterances,
                     max_context,
+                    draws,
                     describe,
                     source,
                     random,
@@ -152,8 +156,9 @@ impl PyTtsStage {
 
     /// Adds an utterance of `text` said by `speaker`, after the `context` turns
     /// `[(speaker, text, codes [T, codebooks])]`; or, with `prompt_ids`, the whole text segment
-    /// as ready ids (`[P]`). Returns its id.
-    #[pyo3(signature = (text=None, speaker=0, context=Vec::new(), prompt_ids=None, max_seconds=10.0, seed=0, sampling="seeded"))]
+    /// as ready ids (`[P]`), drawn at `temperature` (0: greedy) and `top_k` (each `None`: the
+    /// stage's). Returns its id.
+    #[pyo3(signature = (text=None, speaker=0, context=Vec::new(), prompt_ids=None, max_seconds=10.0, seed=0, sampling="seeded", temperature=None, top_k=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, mirrored one to one.
     fn add(
         &self,
@@ -165,6 +170,8 @@ impl PyTtsStage {
         max_seconds: f64,
         seed: u64,
         sampling: &str,
+        temperature: Option<f32>,
+        top_k: Option<usize>,
     ) -> PyResult<u64> {
         if !(max_seconds > 0.0 && max_seconds.is_finite()) {
             return Err(Error::input(
@@ -181,6 +188,10 @@ impl PyTtsStage {
             prompt,
             max_frames,
             sampling: Sampling::parse(sampling, seed).py_err()?,
+            draws: (temperature.is_some() || top_k.is_some()).then(|| DrawSettings {
+                temperature: temperature.unwrap_or(self.info.draws.temperature),
+                top_k: top_k.unwrap_or(self.info.draws.top_k),
+            }),
             forced: None,
         };
         py.detach(|| {

@@ -1,5 +1,6 @@
 """chorus.Tts on random-small (CPU): audio of every frame, seeds repeat, streaming equals the
-whole utterance, batches equal single runs, and bad inputs raise with a clear message."""
+whole utterance, batches equal single runs, per-utterance temperature and top-k, and bad inputs
+raise with a clear message."""
 
 import numpy as np
 import pytest
@@ -54,4 +55,42 @@ def test_context_turns_and_bad_inputs(tts):
         tts.say(None)
     with pytest.raises(Exception, match="unknown sampling mode"):
         tts.say("Hi.", sampling="fancy")
+    assert tts._stage.active == 0
+
+
+def _run_stage(tts, adds):
+    """Adds every utterance (keyword arguments of ``TtsStage.add``) to one stage, steps until all
+    end, and returns their codes in order."""
+    ids = [tts._stage.add(**kw) for kw in adds]
+    done = {}
+    while len(done) < len(ids):
+        for uid, _, end in tts._stage.step():
+            if end is not None and uid in ids:
+                done[uid] = tts._stage.take(uid)[0]
+    return [done[i] for i in ids]
+
+
+def test_each_utterance_keeps_its_own_temperature_and_top_k(tts):
+    adds = [
+        dict(text="Narrow.", max_seconds=0.8, seed=2, temperature=0.3, top_k=2),
+        dict(text="Wide.", max_seconds=0.8, seed=2, temperature=3.0, top_k=2051),
+        dict(text="Plain.", max_seconds=0.8, seed=2),
+    ]
+    together = _run_stage(tts, adds)
+    for kw, codes in zip(adds, together):
+        np.testing.assert_array_equal(codes, _run_stage(tts, [kw])[0])
+    narrow = tts.say("Narrow.", max_seconds=0.8, seed=2, temperature=0.3, top_k=2)
+    np.testing.assert_array_equal(narrow.codes, together[0])
+    default = tts.say("Narrow.", max_seconds=0.8, seed=2)
+    assert not np.array_equal(default.codes, narrow.codes)
+    greedy = tts.say("Plain.", max_seconds=0.8, sampling="greedy")
+    np.testing.assert_array_equal(tts.say("Plain.", max_seconds=0.8, temperature=0.0).codes, greedy.codes)
+    for kw, needle in [
+        (dict(temperature=-1.0), "temperature -1"),
+        (dict(temperature=float("nan")), "temperature NaN"),
+        (dict(top_k=0), "top_k 0"),
+        (dict(top_k=2052), "top_k 2052"),
+    ]:
+        with pytest.raises(Exception, match=needle):
+            tts.say("Hi.", **kw)
     assert tts._stage.active == 0

@@ -447,6 +447,10 @@ pub enum DrawMode {
 /// 5. the winner per `DrawMode::from(mode[s])` with `seed = seeds[2s] as u32 | seeds[2s+1] << 32`
 ///    and `draw = draws[s] + draw_offset`, written to `codes[s * codes_stride + col]`, unless that
 ///    entry already holds a code (>= 0: teacher forcing), which is kept.
+///
+/// With `row_sampling = Some(r)`, song `s` uses `temperature = f32::from_bits(r[2s] as u32)` and
+/// `top_k = r[2s + 1]` in place of the call's `temperature` and `top_k`, so one program serves
+/// songs with different settings.
 pub struct CfgDrawArgs<'a, B: Backend + ?Sized> {
     /// `[2 * songs, vocab]` with guidance, `[songs, vocab]` without.
     pub logits: &'a B::Buf,
@@ -472,6 +476,10 @@ pub struct CfgDrawArgs<'a, B: Backend + ?Sized> {
     pub cond_top_k: Option<usize>,
     pub top_k: usize,
     pub end: Option<usize>,
+    /// `[songs, 2]`: each song's temperature (its f32 bits) and top-k (at least 1; a noise
+    /// draw's temperature finite and positive), replacing `temperature` and `top_k`; `None`:
+    /// the call's for every song.
+    pub row_sampling: Option<&'a B::Ints>,
 }
 
 /// Language-model ops and pinned host I/O. The CPU backend implements them in f32.

@@ -12,27 +12,71 @@
 //! device.
 
 use chorus_core::lm_ops::{
-    CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, Epilogue, GatherArgs, ScatterArgs,
+    CfgDrawArgs, CopyRowsArgs, DrawMode, EmbedSumArgs, Epilogue, GatherArgs, ScatterArgs,
 };
-use chorus_core::{BufRole, LmOps, Result, FRAME_SAMPLES};
+use chorus_core::{BufRole, Error, LmOps, Result, FRAME_SAMPLES};
 use chorus_lm::{
     decoder_stack, layer_caches, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache,
     LinearIo, PagedShape,
 };
 
-use crate::config::{CsmConfig, LlamaConfig};
+use crate::config::{CsmConfig, LlamaConfig, CSM_AUDIO_VOCAB};
 use crate::device::{DeviceDecoder, DeviceWeights};
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::mimi::MimiStep;
 
-/// How codes are drawn, for every utterance of a stage (`CSM.md` §4.2).
+/// How an utterance's codes are drawn (`CSM.md` §4.2): data of each row of the frame, so one
+/// program serves utterances with different settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DrawSettings {
-    /// Divides the logits of sampled draws (greedy ignores it).
+    /// Divides the logits of sampled draws; 0 draws greedily (greedy ignores it).
     pub temperature: f32,
-    /// Candidates of a sampled draw: the tie-inclusive top k.
+    /// Candidates of a sampled draw: the tie-inclusive top k, 1..=[`MAX_TOP_K`].
     pub top_k: usize,
 }
+
+/// The largest top-k a request may ask for: csm-1b's audio vocabulary. A k at or above a model's
+/// vocabulary keeps every class (the draw ops take any k up to `i32::MAX`).
+pub const MAX_TOP_K: usize = CSM_AUDIO_VOCAB;
+
+/// The temperature word of a greedy row (the draw ignores it).
+const GREEDY_TEMPERATURE: f32 = 1.0;
+
+impl DrawSettings {
+    /// Checks the settings: a finite temperature >= 0 and a top-k in 1..=[`MAX_TOP_K`].
+    pub fn validate(&self, op: &'static str) -> Result<()> {
+        let t = self.temperature;
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(Error::input(
+                op,
+                format!("temperature {t} must be a finite number >= 0 (0 draws greedily)"),
+            ));
+        }
+        if self.top_k == 0 || self.top_k > MAX_TOP_K {
+            return Err(Error::input(
+                op,
+                format!("top_k {} must be in 1..={MAX_TOP_K}", self.top_k),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The row's draw mode and its `row_sampling` words (temperature bits, top-k) for an
+    /// utterance whose sampling mode is `mode`; a temperature of 0 draws greedily.
+    pub fn row(self, mode: DrawMode) -> (DrawMode, [i32; 2]) {
+        let greedy = mode == DrawMode::Greedy || self.temperature == 0.0;
+        let (mode, t) = if greedy {
+            (DrawMode::Greedy, GREEDY_TEMPERATURE)
+        } else {
+            (mode, self.temperature)
+        };
+        // top_k <= MAX_TOP_K: validated at admission.
+        (mode, [t.to_bits() as i32, self.top_k as i32])
+    }
+}
+
+/// `row_sampling` words of a padding row: greedy, so any valid pair.
+pub const PADDING_ROW: [i32; 2] = [GREEDY_TEMPERATURE.to_bits() as i32, 1];
 
 /// Upstream's defaults: temperature 0.9, top-k 50, for codebook 0 and every depth level.
 pub const UPSTREAM_DRAWS: DrawSettings = DrawSettings {
@@ -133,6 +177,7 @@ impl<B: LmOps> FrameBufs<B> {
 pub struct Model<'a, B: LmOps> {
     pub c: &'a CsmConfig,
     pub w: &'a DeviceWeights<B>,
+    /// The stage's default, stated in the draw op's call; every row's own settings replace it.
     pub draws: DrawSettings,
 }
 
@@ -367,5 +412,6 @@ fn draw<B: LmOps>(
         cond_top_k: None,
         top_k: m.draws.top_k,
         end: None,
+        row_sampling: Some(&inputs.sampling.dev),
     })
 }

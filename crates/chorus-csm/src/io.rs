@@ -20,6 +20,8 @@ pub struct FrameInputs<B: LmOps> {
     pub draws: IntInput<B>,
     /// `[n]`: unused by CSM's draws (no END class), kept zero for the op's signature.
     pub allow_end: IntInput<B>,
+    /// `[n, 2]`: each utterance's temperature (f32 bits) and top-k (`CfgDrawArgs::row_sampling`).
+    pub sampling: IntInput<B>,
     /// `[n, codebooks]`: forced codes, or -1 where the draw decides; the draws fill it.
     pub codes: IntInput<B>,
 }
@@ -35,6 +37,7 @@ impl<B: LmOps> FrameInputs<B> {
             seeds: IntInput::new(be, 2 * n)?,
             draws: IntInput::new(be, n)?,
             allow_end: IntInput::new(be, n)?,
+            sampling: IntInput::new(be, 2 * n)?,
             codes: IntInput::new(be, n * codebooks)?,
         })
     }
@@ -49,6 +52,7 @@ impl<B: LmOps> FrameInputs<B> {
             &mut self.seeds,
             &mut self.draws,
             &mut self.allow_end,
+            &mut self.sampling,
             &mut self.codes,
         ] {
             i.stage(be)?;

@@ -30,7 +30,7 @@ pub mod weights;
 
 pub use chorus_core::{Error, Result};
 pub use config::{CsmConfig, LlamaConfig, SpecialIds};
-pub use frame::{DrawSettings, UPSTREAM_DRAWS};
+pub use frame::{DrawSettings, MAX_TOP_K, UPSTREAM_DRAWS};
 pub use load::{load_csm_model, random_model, CsmModel, Layout};
 pub use prompt::{build_prompt, build_prompt_ids, IdSegment, PromptFrame, PromptLimits, Segment};
 pub use random::RandomOptions;

@@ -4,6 +4,7 @@ use chorus_core::{Error, Result};
 use chorus_lm::Sampling;
 
 use crate::config::CsmConfig;
+use crate::frame::DrawSettings;
 use crate::prompt::PromptFrame;
 
 /// A stage-local utterance id.
@@ -17,6 +18,9 @@ pub struct UtteranceRequest {
     /// Frames to emit at most (the length cap; 12.5 frames per second of audio).
     pub max_frames: usize,
     pub sampling: Sampling,
+    /// Temperature and top-k of this utterance's draws; `None`: the stage's
+    /// ([`crate::TtsOptions::draws`]).
+    pub draws: Option<DrawSettings>,
     /// Teacher forcing: the codes of frames `0..len`, `[len][codebooks]`; the utterance ends when
     /// they run out.
     pub forced: Option<Vec<Vec<u32>>>,
@@ -61,6 +65,9 @@ impl UtteranceRequest {
         }
         if self.max_frames == 0 {
             return Err(Error::input(OP, "max_frames must be at least 1"));
+        }
+        if let Some(d) = &self.draws {
+            d.validate(OP)?;
         }
         let (books, vocab) = (c.num_codebooks, c.audio_vocab_size);
         for (i, f) in self.prompt.iter().enumerate() {

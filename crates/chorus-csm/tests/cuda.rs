@@ -74,6 +74,7 @@ fn full_traces(
         prompt,
         max_frames: FULL_FRAMES,
         sampling: Sampling::Greedy,
+        draws: None,
         forced,
     };
     st.add(req).unwrap();

@@ -1,12 +1,13 @@
 //! The speech stage on the CPU backend with `random-small`: every frame's codes in range and
 //! deterministic, an utterance's codes independent of the utterances beside it and of when it
-//! joins, teacher forcing, the end rule, the length cap, and refusals that change nothing.
+//! joins or of their draw settings, teacher forcing, the end rule, the length cap, and refusals
+//! that change nothing.
 
 use chorus_cpu::CpuBackend;
 use chorus_csm::prompt::PromptFrame;
 use chorus_csm::{
-    load_csm_model, CsmConfig, CsmModel, EndReason, TtsOptions, TtsStage, UtteranceEvent,
-    UtteranceId, UtteranceRequest,
+    load_csm_model, CsmConfig, CsmModel, DrawSettings, EndReason, TtsOptions, TtsStage,
+    UtteranceEvent, UtteranceId, UtteranceRequest, MAX_TOP_K, UPSTREAM_DRAWS,
 };
 use chorus_lm::Sampling;
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ fn request(c: &CsmConfig, salt: u32, sampling: Sampling, frames: usize) -> Utter
         prompt: prompt(c, salt),
         max_frames: frames,
         sampling,
+        draws: None,
         forced: None,
     }
 }
@@ -197,4 +199,96 @@ fn bad_requests_are_named_and_change_nothing() {
         .to_string()
         .contains("no running utterance"));
     assert_eq!(st.kv_blocks().0, 0);
+}
+
+fn with_draws(mut r: UtteranceRequest, temperature: f32, top_k: usize) -> UtteranceRequest {
+    r.draws = Some(DrawSettings { temperature, top_k });
+    r
+}
+
+#[test]
+fn per_utterance_draws_in_one_step_equal_their_solo_runs() {
+    let m = load_csm_model("random-small").unwrap();
+    let c = m.config.clone();
+    let frames = 6;
+    let reqs = || {
+        vec![
+            with_draws(request(&c, 0, Sampling::Seeded(7), frames), 0.4, 2),
+            with_draws(request(&c, 1, Sampling::Seeded(7), frames), 3.0, MAX_TOP_K),
+            // Temperature 0 draws greedily, whatever the sampling mode.
+            with_draws(request(&c, 2, Sampling::Seeded(7), frames), 0.0, 50),
+            request(&c, 3, Sampling::Seeded(7), frames),
+        ]
+    };
+    let solo: Vec<Vec<Vec<u32>>> = reqs()
+        .into_iter()
+        .map(|r| {
+            let mut st = stage(&m, 4);
+            let id = st.add(r).unwrap();
+            run(&mut st).remove(&id).unwrap().0
+        })
+        .collect();
+    let mut st = stage(&m, 4);
+    let ids: Vec<UtteranceId> = reqs().into_iter().map(|r| st.add(r).unwrap()).collect();
+    let mut together = run(&mut st);
+    for (i, id) in ids.iter().enumerate() {
+        let got = together.remove(id).unwrap().0;
+        assert_eq!(got.len(), frames);
+        assert_eq!(got, solo[i], "utterance {i} beside the others");
+    }
+    // The settings are used: each differs from the same utterance at the stage's default, and
+    // temperature 0 is the greedy draw.
+    let alone = |r: UtteranceRequest| {
+        let mut st = stage(&m, 1);
+        let id = st.add(r).unwrap();
+        run(&mut st).remove(&id).unwrap().0
+    };
+    for (i, salt) in [(0, 0), (1, 1)] {
+        let default = alone(request(&c, salt, Sampling::Seeded(7), frames));
+        assert_ne!(solo[i], default, "utterance {i}: its draws changed nothing");
+    }
+    assert_eq!(solo[2], alone(request(&c, 2, Sampling::Greedy, frames)));
+    // The stage's default stated explicitly is the default.
+    let explicit = alone(with_draws(
+        request(&c, 3, Sampling::Seeded(7), frames),
+        UPSTREAM_DRAWS.temperature,
+        UPSTREAM_DRAWS.top_k,
+    ));
+    assert_eq!(explicit, solo[3]);
+}
+
+#[test]
+fn bad_draw_settings_are_named_and_change_nothing() {
+    let m = load_csm_model("random-small").unwrap();
+    let c = m.config.clone();
+    let mut st = stage(&m, 2);
+    let running = st.add(request(&c, 0, Sampling::Seeded(3), 4)).unwrap();
+    let blocks = st.kv_blocks();
+    for (t, k, want) in [
+        (-0.5, 50, "temperature -0.5"),
+        (f32::NAN, 50, "temperature NaN"),
+        (f32::INFINITY, 50, "temperature inf"),
+        (0.9, 0, "top_k 0"),
+        (0.9, MAX_TOP_K + 1, "top_k 2052 must be in 1..=2051"),
+    ] {
+        let r = with_draws(request(&c, 1, Sampling::Seeded(3), 4), t, k);
+        let err = st.add(r).unwrap_err().to_string();
+        assert!(err.contains(want), "{err} (wanted {want})");
+        assert_eq!(st.active(), 1);
+        assert_eq!(st.kv_blocks(), blocks);
+    }
+    let out = run(&mut st);
+    assert_eq!(
+        out[&running].0.len(),
+        4,
+        "the running utterance is untouched"
+    );
+    // A stage's default is checked as a request's.
+    let mut opts = TtsOptions::for_utterances(1, 64).unwrap();
+    opts.draws.top_k = 0;
+    let err = TtsStage::new(CpuBackend::new(Some(1)).unwrap(), &m, None, opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("top_k 0"), "{err}");
 }

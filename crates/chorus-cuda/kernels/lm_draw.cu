@@ -243,7 +243,7 @@ __device__ __forceinline__ void draw_song(const T* __restrict__ cp, const T* __r
 extern "C" __global__ void __launch_bounds__(DRAW_MAX_THREADS)
     lm_cfg_draw(const T* __restrict__ logits, int* __restrict__ codes, const int* __restrict__ mode,
                 const int* __restrict__ seeds, const int* __restrict__ draws, const int* __restrict__ allow_end,
-                DrawDims d) {
+                const int* __restrict__ row_sampling, DrawDims d) {
     pdl_enter();
     __shared__ DrawShared sh;
     int s = blockIdx.x;
@@ -258,6 +258,13 @@ extern "C" __global__ void __launch_bounds__(DRAW_MAX_THREADS)
     unsigned long long seed = (unsigned long long)(unsigned)seeds[2 * s] |
                               ((unsigned long long)(unsigned)seeds[2 * s + 1] << 32);
     unsigned long long draw = (unsigned long long)(unsigned)draws[s] + (unsigned long long)d.draw_offset;
+    // The song's own temperature (f32 bits) and top-k replace the call's; k >= vocab selects
+    // nothing (0), as the host maps the call's top-k.
+    if (row_sampling != nullptr) {
+        d.temperature = __int_as_float(row_sampling[2 * s]);
+        int k = row_sampling[2 * s + 1];
+        d.top_k = k >= d.vocab ? 0 : k;
+    }
     switch (d.per_thread) {
         case 1:
             draw_song<1>(cp, up, code, noise, masked_end, seed, draw, d, sh);

@@ -12,13 +12,16 @@
 //! - the KV block pool (`kv`), integers only, and admission over it (`seats`: a state slot and a
 //!   worst-case KV reservation per request), which the model's scheduler drives;
 //! - per-step integer inputs with their pinned host side (`io`), and the step loop's buckets,
-//!   double-buffered I/O and frame in flight (`pipeline`).
+//!   double-buffered I/O and frame in flight (`pipeline`);
+//! - chunked prefill of a request joining running ones, its prompt riding after the frame's
+//!   rows (`chunk`).
 //!
 //! Everything on the device is ops of [`chorus_core::LmOps`] with no allocation, host sync or
 //! data-dependent branch, so a backend can capture a step as one graph.
 
 pub mod acts;
 pub mod cache;
+pub mod chunk;
 pub mod decoder;
 pub mod host_linear;
 pub mod io;
@@ -34,6 +37,7 @@ pub mod seats;
 
 pub use acts::{ActDims, Acts, Scratch};
 pub use cache::{layer_caches, layer_caches_of, CacheDims, KvCache, LayerCache};
+pub use chunk::{ChunkBufs, ChunkInputs, ChunkPlan, ChunkTarget, PREFILL_CHUNK};
 pub use decoder::{
     check_positional, decoder_stack, DecoderCall, DecoderStack, PagedShape, Segment,
 };

@@ -14,7 +14,6 @@ use chorus_core::lm_ops::{
 use chorus_core::{BufRole, LmOps, Result};
 use chorus_lm::{linear, DecoderCall, LayerCache, LinearIo, PagedShape};
 
-use crate::chunk::{embed_chunk, store_chunk, ChunkBufs, ChunkInputs};
 use crate::config::{
     DepthConfig, Qwen3Config, AUDIO_CODE_OFFSET, AUDIO_LOGITS, CFG_SCALE, CFG_TOP_K, END_COLUMN,
     SAMPLING_TOP_K,
@@ -23,6 +22,7 @@ use crate::device::DeviceWeights;
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::model::depth::{depth_acts, depth_caches, depth_forward, DepthActs, DepthCall};
 use crate::model::qwen3::{lm_acts, lm_forward, LmActs};
+use chorus_lm::chunk::{embed_chunk, store_chunk, ChunkBufs, ChunkInputs};
 
 /// Buffers every bucket shares (sized for the largest), read back by traces after a step.
 pub struct FrameBufs<B: LmOps> {
@@ -82,7 +82,7 @@ impl<B: LmOps> FrameBufs<B> {
                 .collect::<Result<_>>()?,
             depth_table,
             chunk: (chunk > 0)
-                .then(|| ChunkBufs::new(be, chunk, h))
+                .then(|| ChunkBufs::new(be, (chunk, 2), h))
                 .transpose()?,
         })
     }
@@ -330,5 +330,6 @@ fn cfg_draw<B: LmOps>(
         cond_top_k,
         top_k: SAMPLING_TOP_K,
         end,
+        row_sampling: None,
     })
 }

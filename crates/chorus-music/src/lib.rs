@@ -15,7 +15,6 @@
 //! Weights are fused once at load (`weights.rs`): q/k/v, gate/up, and the LM head cut to its
 //! 16,385 audio rows.
 
-pub mod chunk;
 pub mod config;
 pub mod device;
 pub mod files;

@@ -13,7 +13,8 @@ use chorus_core::FRAME_SAMPLES;
 use chorus_cpu::CpuBackend;
 use chorus_csm::prompt::{build_prompt, PromptLimits, Segment};
 use chorus_csm::{
-    load_csm_model, CsmModel, CsmTokenizer, TtsOptions, TtsStage, UtteranceEvent, UtteranceRequest,
+    load_csm_model, CsmModel, CsmTokenizer, DrawSettings, TtsOptions, TtsStage, UtteranceEvent,
+    UtteranceRequest,
 };
 use chorus_engine::fake::FakeDecoder;
 use chorus_engine::{Engine, EngineConfig, EnginePool};
@@ -105,15 +106,39 @@ fn direct_after(
     frames: usize,
     sampling: Sampling,
 ) -> Vec<f32> {
-    let (mut st, _) = stage();
+    run_direct(request_for(context, text, speaker, frames, sampling))
+}
+
+/// [`direct`] by speaker 1 with its own temperature and top-k.
+fn direct_drawn(text: &str, frames: usize, sampling: Sampling, draws: DrawSettings) -> Vec<f32> {
+    let mut req = request_for(&[], text, 1, frames, sampling);
+    req.draws = Some(draws);
+    run_direct(req)
+}
+
+/// The stage request of an utterance after the `context` turns, at the stage's draws.
+fn request_for(
+    context: &[Segment],
+    text: &str,
+    speaker: u32,
+    frames: usize,
+    sampling: Sampling,
+) -> UtteranceRequest {
     let limits = PromptLimits::new(&model().config, frames);
     let prompt = build_prompt(&tokenizer(), context, speaker, text, &limits).unwrap();
-    let req = UtteranceRequest {
+    UtteranceRequest {
         prompt,
         max_frames: frames,
         sampling,
+        draws: None,
         forced: None,
-    };
+    }
+}
+
+/// Runs `req` on a fresh stage, alone, to its length cap: its audio.
+fn run_direct(req: UtteranceRequest) -> Vec<f32> {
+    let (mut st, _) = stage();
+    let frames = req.max_frames;
     let id = st.add(req).unwrap();
     let mut pcm = Vec::new();
     while st.active() > 0 {
@@ -334,6 +359,39 @@ async fn two_concurrent_utterances_each_equal_their_solo_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_utterances_with_their_own_temperature_and_top_k_equal_their_solo_runs() {
+    let server = tts_server().await;
+    let with_draws = |text: &str, t: f32, k: usize| {
+        let msg = start_msg(text, 6, 3, "seeded", "f32");
+        format!(
+            r#"{},"temperature":{t},"top_k":{k}}}"#,
+            msg.trim_end_matches('}')
+        )
+    };
+    let mut ws_a = start_utterance(&server, &with_draws("Cool and narrow.", 0.4, 2), 6).await;
+    let mut ws_b = start_utterance(&server, &with_draws("Hot and wide.", 3.0, 2051), 6).await;
+    let task_a = tokio::spawn(async move { read_utterance(&mut ws_a, PcmFormat::F32).await });
+    let got_b = read_utterance(&mut ws_b, PcmFormat::F32).await;
+    let got_a = task_a.await.unwrap();
+    let draws = |temperature, top_k| DrawSettings { temperature, top_k };
+    let want_a = direct_drawn("Cool and narrow.", 6, Sampling::Seeded(3), draws(0.4, 2));
+    let want_b = direct_drawn("Hot and wide.", 6, Sampling::Seeded(3), draws(3.0, 2051));
+    assert_eq!(bits(&got_a.pcm), bits(&want_a), "utterance a");
+    assert_eq!(bits(&got_b.pcm), bits(&want_b), "utterance b");
+    // The request's settings were used, not the server's.
+    let default_a = direct("Cool and narrow.", 1, 6, Sampling::Seeded(3));
+    assert_ne!(bits(&got_a.pcm), bits(&default_a));
+    // Over HTTP with only `temperature` given: `top_k` is the server's.
+    let body = r#"{"text":"Hot and wide.","speaker":1,"max_frames":6,"seed":3,"temperature":3.0}"#;
+    let answer = post(&server, "/v1/tts?format=wav_f32", &[], body).await;
+    assert_eq!(answer.status, 200);
+    let wav = hound::WavReader::new(Cursor::new(&answer.body)).unwrap();
+    let got: Vec<f32> = wav.into_samples().map(|s| s.unwrap()).collect();
+    let want = direct_drawn("Hot and wide.", 6, Sampling::Seeded(3), draws(3.0, 50));
+    assert_eq!(bits(&got), bits(&want), "HTTP, temperature only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_ends_the_stream_and_frees_the_seat_at_once() {
     let server = tts_server().await;
     let long = |seed| start_msg("Keep talking.", 100, seed, "seeded", "f32");
@@ -460,10 +518,10 @@ async fn every_bad_input_gets_its_named_error_and_leaves_the_running_utterance_u
         (format!(r#"{{"type":"start","text":"{long_text}"}}"#), "bad_request", "too long: its prompt has"),
         (format!(r#"{{"type":"start","text":"{huge_text}"}}"#), "bad_request", "401 bytes"),
         (r#"{"type":"start","text":"Hi","sampling":"top_p"}"#.into(), "bad_request", "top_p"),
-        (r#"{"type":"start","text":"Hi","temperature":-1}"#.into(), "bad_request", "`temperature` must be a positive"),
-        (r#"{"type":"start","text":"Hi","temperature":0.5}"#.into(), "bad_request", "per-request"),
+        (r#"{"type":"start","text":"Hi","temperature":-1}"#.into(), "bad_request", "`temperature` must be a number >= 0"),
+        (r#"{"type":"start","text":"Hi","temperature":"warm"}"#.into(), "bad_request", "`temperature`"),
         (r#"{"type":"start","text":"Hi","top_k":0}"#.into(), "bad_request", "`top_k`"),
-        (r#"{"type":"start","text":"Hi","top_k":7}"#.into(), "bad_request", "top 50"),
+        (r#"{"type":"start","text":"Hi","top_k":2052}"#.into(), "bad_request", "`top_k` is 2052: it must be in 1..=2051"),
         (r#"{"type":"start","text":"Hi","seed":-3}"#.into(), "bad_request", "`seed`"),
         (r#"{"type":"start","text":"Hi","max_frames":1000}"#.into(), "bad_request", "`max_frames` is 1000"),
         (r#"{"type":"start","text":"Hi","max_frames":0}"#.into(), "bad_request", "`max_frames`"),

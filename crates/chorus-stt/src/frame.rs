@@ -253,6 +253,7 @@ pub fn step_program<B: LmOps>(
         cond_top_k: None,
         top_k: m.draws.top_k,
         end: None,
+        row_sampling: None,
     })?;
     // 4. The VAD heads on the same hidden (softmax on the host: six classes per head).
     if let (Some(vad), Some(out)) = (&w.vad, outputs.vad.as_mut()) {

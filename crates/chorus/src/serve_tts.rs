@@ -39,10 +39,10 @@ pub struct TtsServeArgs {
     /// Device of the speech stage (CUDA: bf16 unless `--precision f32`, one graph per bucket).
     #[arg(long, value_enum, default_value = "cpu")]
     pub tts_device: DeviceKind,
-    /// Temperature of every sampled draw (upstream: 0.9); one for all utterances.
+    /// Temperature of a request that sets none (upstream: 0.9; 0 draws greedily).
     #[arg(long, default_value_t = chorus_csm::UPSTREAM_DRAWS.temperature)]
     pub tts_temperature: f32,
-    /// Candidates of every sampled draw (upstream: 50); one for all utterances.
+    /// Top-k of a request that sets none (upstream: 50; at most 2051).
     #[arg(long, default_value_t = chorus_csm::UPSTREAM_DRAWS.top_k)]
     pub tts_top_k: usize,
     /// Speaker ids a request may name: 0..N.

@@ -68,10 +68,10 @@ pub struct TtsArgs {
     /// seeded, greedy or noise.
     #[arg(long, default_value = "seeded")]
     pub sampling: String,
-    /// Of sampled draws (upstream: 0.9).
+    /// Of sampled draws (upstream: 0.9; 0 draws greedily).
     #[arg(long, default_value_t = 0.9)]
     pub temperature: f32,
-    /// Candidates of sampled draws (upstream: 50).
+    /// Candidates of sampled draws (upstream: 50; 1..=2051).
     #[arg(long, default_value_t = 50)]
     pub top_k: usize,
     #[arg(long)]
@@ -114,6 +114,7 @@ pub fn run(args: TtsArgs) -> Result<()> {
         prompt,
         max_frames,
         sampling,
+        draws: None,
         forced: None,
     };
     let t0 = Instant::now();

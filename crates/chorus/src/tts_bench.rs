@@ -170,6 +170,7 @@ fn text_request(
         prompt,
         max_frames: frames,
         sampling: Sampling::Seeded(seed),
+        draws: None,
         forced: None,
     }
 }

@@ -47,6 +47,11 @@ fn kth_largest(x: &mut [f32], k: usize) -> f32 {
     *x.select_nth_unstable_by(k - 1, descending).1
 }
 
+/// A temperature a noise draw can divide by.
+fn positive_temperature(t: f32) -> bool {
+    t.is_finite() && t > 0.0
+}
+
 /// `nan_to_num(g, nan = -1e9, posinf = 1e9, neginf = -1e9)`.
 #[inline(always)]
 fn nan_to_num(g: f32) -> f32 {
@@ -63,9 +68,7 @@ fn nan_to_num(g: f32) -> f32 {
 struct Params {
     /// `None`: no guidance (`Song::u` is unused).
     cfg_scale: Option<f32>,
-    temperature: f32,
     cond_top_k: Option<usize>,
-    top_k: usize,
     end: Option<usize>,
     draw_offset: u32,
 }
@@ -81,6 +84,9 @@ struct Song<'a> {
     draw: u64,
     /// The `end` column is masked.
     mask_end: bool,
+    /// The call's or the song's own (`CfgDrawArgs::row_sampling`).
+    temperature: f32,
+    top_k: usize,
 }
 
 /// Steps 1-5 of [`CfgDrawArgs`] for one song; `buf` is `[vocab]` scratch.
@@ -97,7 +103,7 @@ fn draw_song(p: &Params, s: &Song<'_>, buf: &mut [f32]) -> usize {
             u + (c - u) * scale
         });
         if s.mode == DrawMode::Noise {
-            g /= p.temperature;
+            g /= s.temperature;
         }
         if cond_thr.is_some_and(|t| c < t) || masked_end == Some(i) {
             g = f32::NEG_INFINITY;
@@ -107,7 +113,7 @@ fn draw_song(p: &Params, s: &Song<'_>, buf: &mut [f32]) -> usize {
     for (i, b) in buf.iter_mut().enumerate() {
         *b = v(i);
     }
-    let thr = kth_largest(buf, p.top_k);
+    let thr = kth_largest(buf, s.top_k);
     // Ascending index with a strict `>`: the lowest index wins ties.
     let mut best: Option<(usize, f64)> = None;
     // Candidates are the `v[i] >= thr` (`filter`, not a `<` skip: a NaN is never a candidate).
@@ -136,7 +142,8 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
             format!("need 1 <= vocab <= i32::MAX and col < codes_stride (vocab {vocab}, col {col}, codes_stride {stride})"),
         ));
     }
-    if a.top_k == 0 || a.cond_top_k == Some(0) || a.end.is_some_and(|e| e >= vocab) {
+    let call_top_k = if a.row_sampling.is_some() { 1 } else { a.top_k };
+    if call_top_k == 0 || a.cond_top_k == Some(0) || a.end.is_some_and(|e| e >= vocab) {
         return Err(Error::input(
             OP,
             format!(
@@ -145,7 +152,7 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
             ),
         ));
     }
-    if !(a.temperature.is_finite() && a.temperature > 0.0) {
+    if a.row_sampling.is_none() && !positive_temperature(a.temperature) {
         return Err(Error::input(
             OP,
             format!("temperature {} must be finite and positive", a.temperature),
@@ -158,24 +165,41 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
     check::at_least(OP, "seeds", a.seeds.len(), 2 * songs)?;
     check::at_least(OP, "draws", a.draws.len(), songs)?;
     check::at_least(OP, "allow_end", a.allow_end.len(), songs)?;
+    if let Some(r) = a.row_sampling {
+        check::at_least(OP, "row_sampling", r.len(), 2 * songs)?;
+    }
+    // Each song's temperature and top-k: its own row, or the call's.
+    let settings = |s: usize| match a.row_sampling {
+        Some(r) => (f32::from_bits(r.0[2 * s] as u32), r.0[2 * s + 1]),
+        // Below i32::MAX for any real use; saturating keeps a huge k meaning "every class".
+        None => (a.temperature, i32::try_from(a.top_k).unwrap_or(i32::MAX)),
+    };
     let codes = &mut a.codes.0[..songs * stride];
     for s in 0..songs {
         if codes[s * stride + col] >= 0 {
             continue;
         }
-        draw_mode(OP, s, a.mode.0[s])?;
+        let mode = draw_mode(OP, s, a.mode.0[s])?;
         if a.draws.0[s] < 0 {
             return Err(Error::input(
                 OP,
                 format!("song {s}: negative draw index {}", a.draws.0[s]),
             ));
         }
+        let (temperature, top_k) = settings(s);
+        if top_k < 1 || (mode == DrawMode::Noise && !positive_temperature(temperature)) {
+            return Err(Error::input(
+                OP,
+                format!(
+                    "song {s}: need top_k >= 1 and a finite positive temperature for a noise draw \
+                     (top_k {top_k}, temperature {temperature})"
+                ),
+            ));
+        }
     }
     let p = Params {
         cfg_scale: a.cfg_scale,
-        temperature: a.temperature,
         cond_top_k: a.cond_top_k,
-        top_k: a.top_k,
         end: a.end,
         draw_offset: a.draw_offset,
     };
@@ -193,6 +217,7 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
                         return; // Teacher forcing: the given code is kept.
                     }
                     let c = per_song * s * vocab;
+                    let (temperature, top_k) = settings(s);
                     let u = (per_song * s + per_song - 1) * vocab;
                     let song = Song {
                         c: &logits[c..c + vocab],
@@ -203,6 +228,9 @@ pub(super) fn cfg_draw(be: &CpuBackend, a: CfgDrawArgs<'_, CpuBackend>) -> Resul
                             | (u64::from(seeds[2 * s + 1] as u32) << 32),
                         draw: u64::from(draws[s] as u32) + u64::from(p.draw_offset),
                         mask_end: allow_end[s] == 0,
+                        temperature,
+                        // At least 1: checked above for every song that draws.
+                        top_k: top_k as usize,
                     };
                     // Below i32::MAX: vocab was checked.
                     code[col] = draw_song(&p, &song, buf) as i32;

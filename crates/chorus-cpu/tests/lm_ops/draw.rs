@@ -35,6 +35,8 @@ pub struct Songs {
     pub seeds: Vec<i32>,
     pub draws: Vec<i32>,
     pub allow_end: Vec<i32>,
+    /// `[songs, 2]`: each song's temperature bits and top-k (`None`: the call's).
+    pub rows: Option<Vec<i32>>,
 }
 
 const STRIDE: usize = 3;
@@ -50,6 +52,7 @@ impl Songs {
             seeds: vec![0; 2 * songs],
             draws: vec![0; songs],
             allow_end: vec![1; songs],
+            rows: None,
         }
     }
 
@@ -61,6 +64,7 @@ impl Songs {
     pub fn draw(&self, be: &CpuBackend, c: Cfg) -> Vec<i32> {
         let songs = self.songs();
         let mut codes = ints(be, &self.codes);
+        let rows = self.rows.as_ref().map(|r| ints(be, r));
         be.cfg_draw(CfgDrawArgs {
             logits: &buf(be, &self.logits),
             codes: &mut codes,
@@ -78,6 +82,7 @@ impl Songs {
             cond_top_k: c.cond_top_k,
             top_k: c.top_k,
             end: c.end,
+            row_sampling: rows.as_ref(),
         })
         .unwrap();
         let all = down_ints(be, &codes);
@@ -242,6 +247,7 @@ fn cfg_draw_songs_are_batch_invariant_and_scratch_stops_growing() {
             seeds: s.seeds[2 * i..2 * i + 2].to_vec(),
             draws: vec![s.draws[i]],
             allow_end: vec![s.allow_end[i]],
+            rows: None,
         };
         assert_eq!(alone.draw(&be, c), vec![code], "song {i}");
     }
@@ -272,6 +278,7 @@ fn cfg_draw_rejects_bad_arguments() {
             cond_top_k: c.cond_top_k,
             top_k: c.top_k,
             end: c.end,
+            row_sampling: None,
         })
     };
     assert!(try_draw(&s, CFG, 4).is_ok());
@@ -314,4 +321,106 @@ fn cfg_draw_rejects_bad_arguments() {
         .unwrap_err();
         assert!(err.to_string().contains("temperature"), "{err}");
     }
+}
+
+/// `[temperature bits, top_k]` of one song.
+fn row(temperature: f32, top_k: i32) -> [i32; 2] {
+    [temperature.to_bits() as i32, top_k]
+}
+
+#[test]
+fn cfg_draw_row_sampling_equals_each_songs_own_call() {
+    let be = common::backend();
+    let mut rng = Rng::new(47);
+    let vocab = 300;
+    // Every song has the same logits and noise; only its temperature and top-k differ.
+    let settings = [
+        (1.0, 50),
+        (0.3, 2),
+        (4.0, 300),
+        (4.0, 1),
+        (0.9, 7),
+        (2.5, 1000),
+    ];
+    let songs = settings.len();
+    let one = grid_logits(&mut rng, 2 * vocab);
+    let mut s = Songs::new(one.repeat(songs), songs);
+    s.mode = vec![DrawMode::Noise as i32; songs];
+    s.seeds = [rng.next_u64() as i32, rng.next_u64() as i32].repeat(songs);
+    s.rows = Some(settings.iter().flat_map(|&(t, k)| row(t, k)).collect());
+    // The call's settings are replaced, so they may be anything valid.
+    let got = s.draw(&be, CFG);
+    for (i, &(temperature, top_k)) in settings.iter().enumerate() {
+        let alone = Songs {
+            logits: one.clone(),
+            codes: vec![-1; STRIDE],
+            mode: vec![DrawMode::Noise as i32],
+            seeds: s.seeds[..2].to_vec(),
+            draws: vec![0],
+            allow_end: vec![1],
+            rows: None,
+        };
+        let c = Cfg {
+            temperature,
+            top_k: top_k as usize,
+            ..CFG
+        };
+        assert_eq!(
+            alone.draw(&be, c),
+            vec![got[i]],
+            "song {i} ({temperature}, {top_k})"
+        );
+    }
+    assert!(
+        got.iter().any(|&c| c != got[0]),
+        "the settings changed no code: {got:?}"
+    );
+}
+
+#[test]
+fn cfg_draw_rejects_bad_row_sampling() {
+    let be = common::backend();
+    let try_rows = |mode: DrawMode, r: [i32; 2], len: usize| {
+        let s = Songs::new(vec![0.0; 8], 1);
+        let mut codes = ints(&be, &s.codes);
+        be.cfg_draw(CfgDrawArgs {
+            logits: &buf(&be, &s.logits),
+            codes: &mut codes,
+            mode: &ints(&be, &[mode as i32]),
+            seeds: &ints(&be, &s.seeds),
+            draws: &ints(&be, &s.draws),
+            allow_end: &ints(&be, &s.allow_end),
+            songs: 1,
+            vocab: 4,
+            codes_stride: STRIDE,
+            col: COL,
+            draw_offset: 0,
+            cfg_scale: CFG.cfg_scale,
+            temperature: CFG.temperature,
+            cond_top_k: CFG.cond_top_k,
+            top_k: CFG.top_k,
+            end: None,
+            row_sampling: Some(&ints(&be, &r[..len])),
+        })
+    };
+    let noise = DrawMode::Noise;
+    assert!(try_rows(noise, row(0.5, 3), 2).is_ok());
+    assert!(
+        try_rows(noise, row(0.5, 3), 1).is_err(),
+        "row_sampling too short"
+    );
+    for (bad, what) in [
+        (row(0.5, 0), "top_k 0"),
+        (row(0.5, -3), "negative top_k"),
+        (row(0.0, 3), "temperature 0"),
+        (row(-1.0, 3), "negative temperature"),
+        (row(f32::NAN, 3), "NaN temperature"),
+        (row(f32::INFINITY, 3), "infinite temperature"),
+    ] {
+        let err = try_rows(noise, bad, 2).unwrap_err().to_string();
+        assert!(err.contains("song 0"), "{what}: {err}");
+    }
+    // A greedy draw ignores the temperature, not the top-k.
+    assert!(try_rows(DrawMode::Greedy, row(f32::NAN, 3), 2).is_ok());
+    assert!(try_rows(DrawMode::Greedy, row(1.0, 0), 2).is_err());
 }

@@ -78,6 +78,8 @@ struct Utterance {
     max_frames: usize,
     mode: DrawMode,
     seed: u64,
+    /// The draw op's `row_sampling` words (temperature bits, top-k).
+    sampling: [i32; 2],
     forced: Option<Vec<Vec<u32>>>,
 }
 
@@ -142,17 +144,8 @@ impl<B: LmOps> TtsStage<B> {
         {
             return Err(Error::config(OP, format!("max_context {} must be <= the backbone's {positions} positions and max_prompt {} in 1..=max_context", opts.max_context, opts.max_prompt)));
         }
-        if !(opts.draws.temperature.is_finite() && opts.draws.temperature > 0.0)
-            || opts.draws.top_k == 0
-        {
-            return Err(Error::config(
-                OP,
-                format!(
-                    "draws {:?}: the temperature must be positive and top_k at least 1",
-                    opts.draws
-                ),
-            ));
-        }
+        // The default draws, as any request's.
+        opts.draws.validate(OP)?;
         let seats = Seats::new(
             opts.max_utterances,
             1,
@@ -253,6 +246,7 @@ impl<B: LmOps> TtsStage<B> {
         // The prompt's blocks and the first frame's feedback position P.
         self.seats.grow(&mut seat, p + 1);
         let (mode, seed) = req.sampling.device();
+        let (mode, sampling) = req.draws.unwrap_or(self.opts.draws).row(mode);
         let utt = Utterance {
             id: self.next_id,
             seat,
@@ -262,6 +256,7 @@ impl<B: LmOps> TtsStage<B> {
             max_frames: req.max_frames,
             mode,
             seed,
+            sampling,
             forced: req.forced,
         };
         if let Err(e) = self.run_prefill(&utt, &req.prompt) {

@@ -9,7 +9,7 @@ use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Half, Launched, TtsStage};
-use crate::frame::{frame_program, FrameCall, Model};
+use crate::frame::{frame_program, FrameCall, Model, PADDING_ROW};
 use crate::utterance::{EndReason, UtteranceEvent};
 
 impl<B: LmOps> TtsStage<B> {
@@ -135,6 +135,13 @@ impl<B: LmOps> TtsStage<B> {
             let seed = get(i).map_or(0, |u| u.seed);
             v[0] = seed as u32 as i32;
             v[1] = (seed >> 32) as u32 as i32;
+        }
+        for (i, v) in be
+            .pinned_ints_nowait(&mut inputs.sampling.host)
+            .chunks_exact_mut(2)
+            .enumerate()
+        {
+            v.copy_from_slice(&get(i).map_or(PADDING_ROW, |u| u.sampling));
         }
         for (i, v) in be
             .pinned_ints_nowait(&mut inputs.draws.host)

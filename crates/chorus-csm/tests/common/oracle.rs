@@ -75,6 +75,7 @@ pub fn setup<B: LmOps>(
         prompt,
         max_frames,
         sampling,
+        draws: None,
         forced: None,
     };
     (st, req, c)

@@ -13,6 +13,7 @@ use chorus_core::{Precision, Result};
 use crate::backend::CudaBackend;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
+use cudarc::driver::sys;
 
 const OP: &str = "cfg_draw";
 /// Threads per song: 1024 (the most a block has), or 256 for vocabularies that small.
@@ -67,7 +68,9 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
             ),
         ));
     }
-    if a.top_k == 0 || a.cond_top_k == Some(0) || a.end.is_some_and(|e| e >= vocab) {
+    // With per-song settings the call's top-k and temperature are unused.
+    let call_top_k = if a.row_sampling.is_some() { 1 } else { a.top_k };
+    if call_top_k == 0 || a.cond_top_k == Some(0) || a.end.is_some_and(|e| e >= vocab) {
         return Err(cuda_error(
             OP,
             format!(
@@ -77,7 +80,7 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
             ),
         ));
     }
-    if !(a.temperature.is_finite() && a.temperature > 0.0) {
+    if a.row_sampling.is_none() && !(a.temperature.is_finite() && a.temperature > 0.0) {
         return Err(cuda_error(
             OP,
             format!("temperature {} must be finite and positive", a.temperature),
@@ -90,6 +93,9 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
     need("seeds", a.seeds.len, 2 * songs)?;
     need("draws", a.draws.len, songs)?;
     need("allow_end", a.allow_end.len, songs)?;
+    if let Some(r) = a.row_sampling {
+        need("row_sampling", r.len, 2 * songs)?;
+    }
     if a.logits.f32 && be.precision == Precision::Bf16 {
         return Err(cuda_error(
             OP,
@@ -126,6 +132,8 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
     };
     let (logits, codes, mode) = (a.logits.mem.ptr(), a.codes.mem.ptr(), a.mode.mem.ptr());
     let (seeds, draws, allow_end) = (a.seeds.mem.ptr(), a.draws.mem.ptr(), a.allow_end.mem.ptr());
+    // A null pointer tells the kernel to use the call's temperature and top-k.
+    let row_sampling: sys::CUdeviceptr = a.row_sampling.map_or(0, |r| r.mem.ptr());
     be.launch(
         Kernel::LmCfgDraw,
         Launch {
@@ -133,6 +141,15 @@ pub(crate) fn cfg_draw(be: &CudaBackend, a: CfgDrawArgs<'_, CudaBackend>) -> Res
             block: block as u32,
             smem: 0,
         },
-        &mut kargs![&logits, &codes, &mode, &seeds, &draws, &allow_end, &d],
+        &mut kargs![
+            &logits,
+            &codes,
+            &mode,
+            &seeds,
+            &draws,
+            &allow_end,
+            &row_sampling,
+            &d
+        ],
     )
 }

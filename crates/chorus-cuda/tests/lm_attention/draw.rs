@@ -25,6 +25,8 @@ struct Songs {
     seeds: Vec<i32>,
     draws: Vec<i32>,
     allow_end: Vec<i32>,
+    /// `[songs, 2]`: each song's temperature bits and top-k (`None`: the call's).
+    rows: Option<Vec<i32>>,
 }
 
 const STRIDE: usize = 3;
@@ -42,6 +44,7 @@ impl Songs {
         let mut codes = ints(be, &self.codes)?;
         let (mode, seeds) = (ints(be, &self.mode)?, ints(be, &self.seeds)?);
         let (draws, allow_end) = (ints(be, &self.draws)?, ints(be, &self.allow_end)?);
+        let rows = self.rows.as_ref().map(|r| ints(be, r)).transpose()?;
         let vocab = self.vocab;
         be.run(key(), &mut |b: &B| {
             b.cfg_draw(CfgDrawArgs {
@@ -61,6 +64,7 @@ impl Songs {
                 cond_top_k: c.cond_top_k,
                 top_k: c.top_k,
                 end: c.end,
+                row_sampling: rows.as_ref(),
             })
         })?;
         let all = be.download_ints(&codes)?;
@@ -184,6 +188,7 @@ fn make_songs(seed: u64, songs: usize, vocab: usize, round: bool) -> Songs {
         seeds,
         draws,
         allow_end,
+        rows: None,
     }
 }
 
@@ -300,6 +305,58 @@ fn check_draws(name: &str, seed: u64, songs: usize, vocab: usize) {
     }
 }
 
+/// Per-song temperatures and top-ks (`CfgDrawArgs::row_sampling`, CSM's draw: no guidance, no
+/// END column) against the CPU backend, the call's settings set apart from every row's.
+#[test]
+fn cfg_draw_row_sampling_matches_cpu_exactly() {
+    let vocab = 2051;
+    // k >= vocab (every class a candidate), k = 1, small and large temperatures.
+    let settings = [
+        (0.9f32, 50),
+        (0.3, 2),
+        (4.0, 2051),
+        (1.7, 1),
+        (0.05, 7),
+        (2.5, 5000),
+    ];
+    for p in PRECISIONS {
+        let mut data = make_songs(203, 48, vocab, p == Precision::Bf16);
+        let rows = (0..48).flat_map(|s| {
+            let (t, k) = settings[s % settings.len()];
+            [t.to_bits() as i32, k]
+        });
+        data.rows = Some(rows.collect());
+        let c = DrawCfg {
+            cfg_scale: None,
+            temperature: 1.0,
+            cond_top_k: None,
+            top_k: 3,
+            end: None,
+            draw_offset: 5,
+        };
+        let want = data.draw(&cpu(), c).expect("cpu cfg_draw");
+        let Some(be) = cuda(p) else { return };
+        let got = data.draw(&be, c).expect("cuda cfg_draw");
+        for s in 0..want.len() {
+            assert_eq!(
+                got[s],
+                want[s],
+                "[{}] song {s} (mode {}, settings {:?}): CUDA drew {}, CPU {}",
+                p.name(),
+                data.mode[s],
+                settings[s % settings.len()],
+                got[s],
+                want[s]
+            );
+        }
+        eprintln!(
+            "cfg_draw row_sampling [{}]: {} draws identical to the CPU backend",
+            p.name(),
+            want.len()
+        );
+    }
+}
+
 #[test]
 fn cfg_draw_lm_vocab_matches_cpu_exactly() {
     check_draws("cfg_draw vocab 16385", 201, 40, 16385);
@@ -345,6 +402,7 @@ fn cfg_draw_timing() {
                 cond_top_k: Some(50),
                 top_k: 50,
                 end: Some(vocab - 1),
+                row_sampling: None,
             })
         })
         .expect("run");

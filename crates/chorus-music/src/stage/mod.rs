@@ -6,7 +6,7 @@
 //! positions, both rows), so a running song never waits for blocks; blocks are taken as positions
 //! grow and returned when the song ends. Every active song runs in every step, padded up to a
 //! bucket with the dummy slot and the null block. A song that joins while others run is
-//! prefilled in chunks inside their frames (`chunk.rs`); one that joins an idle stage is
+//! prefilled in chunks inside their frames (`chorus_lm::chunk`); one that joins an idle stage is
 //! prefilled whole at once.
 
 use chorus_core::lm_ops::DrawMode;
@@ -14,11 +14,11 @@ use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_lm::{layer_caches_of, CacheDims, KvCache, LayerCache, Pipeline, Seat, Seats};
 
-use crate::chunk::{ChunkInputs, PREFILL_CHUNK};
 use crate::config::{DepthConfig, Qwen3Config, MAX_AUDIO_FRAMES};
 use crate::device::DeviceWeights;
 use crate::frame::{FrameBufs, Models};
 use crate::io::{FrameInputs, FrameOutputs};
+use chorus_lm::{ChunkInputs, PREFILL_CHUNK};
 
 mod step;
 mod trace;
@@ -183,7 +183,7 @@ impl<B: LmOps> SemanticStage<B> {
                 inputs: FrameInputs::new(&be, songs, max_blocks, LEVELS)?,
                 outputs: FrameOutputs::new(&be, songs, LEVELS, lm.hidden_size)?,
                 chunk: (chunk > 0)
-                    .then(|| ChunkInputs::new(&be, chunk, max_blocks))
+                    .then(|| ChunkInputs::new(&be, (chunk, 2, 1), max_blocks))
                     .transpose()?,
             })
         })?;

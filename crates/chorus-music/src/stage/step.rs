@@ -11,10 +11,10 @@ use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Launched, SemanticStage};
-use crate::chunk::{plan, ChunkPlan, PAD_TOKEN};
 use crate::config::{DRAWS_PER_FRAME, END_COLUMN};
 use crate::frame::{frame_program, FrameCall, Models};
 use crate::song::{EndReason, SongEvent, LEVELS};
+use chorus_lm::chunk::{plan, ChunkPlan, ChunkTarget, PAD_TOKEN};
 
 impl<B: LmOps> SemanticStage<B> {
     /// Launches the next frame of every song that has one, then hands the previous frame's
@@ -115,7 +115,6 @@ impl<B: LmOps> SemanticStage<B> {
             ));
         };
         let n = c.chunk;
-        let dummy = self.opts.max_songs as i32;
         let s = song.map(|i| &self.songs[i]);
         let jn = s.and_then(|s| s.joining.as_ref());
         let plan = match jn {
@@ -140,26 +139,13 @@ impl<B: LmOps> SemanticStage<B> {
                 *v = tok.unwrap_or(PAD_TOKEN) as i32;
             }
         }
-        be.pinned_ints_nowait(&mut c.start.host)
-            .fill(plan.start as i32);
-        self.seats.fill_tables(
-            s.map(|s| &s.seat),
-            be.pinned_ints_nowait(&mut c.tables.host),
-        );
-        let last = plan.last.unwrap_or(0);
-        for (r, v) in be
-            .pinned_ints_nowait(&mut c.pick.host)
-            .iter_mut()
-            .enumerate()
-        {
-            // Row `r`'s tokens follow the frame's rows in the LM step.
-            *v = (rows + r * n + last) as i32;
-        }
-        let slot = match (s, plan.last) {
-            (Some(s), Some(_)) => s.seat.slot as i32,
-            _ => dummy,
+        let target = ChunkTarget {
+            plan,
+            seat: s.map(|s| &s.seat),
+            frame_rows: rows,
+            dummy_slot: self.opts.max_songs,
         };
-        be.pinned_ints_nowait(&mut c.slot.host)[0] = slot;
+        c.fill(be, &self.seats, &target);
         Ok(plan)
     }
 

@@ -3,7 +3,7 @@
 //! stage before anything reaches the owner thread.
 
 use chorus_csm::prompt::{build_prompt_ids, IdSegment, PromptLimits};
-use chorus_csm::{CsmTokenizer, UtteranceRequest};
+use chorus_csm::{CsmTokenizer, DrawSettings, UtteranceRequest};
 
 use super::engine::{TtsConfig, TtsInfo};
 use super::start::{TtsStart, TtsText};
@@ -29,7 +29,6 @@ pub(crate) fn build_utterance(
     config: &TtsConfig,
     tokenizer: Option<&CsmTokenizer>,
 ) -> Result<UtteranceSpec, TtsError> {
-    check_draws(req, info)?;
     check_speaker(req.speaker, "`speaker`", config)?;
     for (i, turn) in req.context.iter().enumerate() {
         check_speaker(
@@ -106,6 +105,7 @@ pub(crate) fn build_utterance(
         prompt,
         max_frames,
         sampling: req.sampling,
+        draws: draws(req, info),
         forced: None,
     };
     request
@@ -114,28 +114,13 @@ pub(crate) fn build_utterance(
     Ok(UtteranceSpec { request })
 }
 
-/// Temperature and top-k are the frame program's, one for every utterance: a request may
-/// restate them but not change them.
-fn check_draws(req: &TtsStart, info: &TtsInfo) -> Result<(), TtsError> {
-    if let Some(t) = req.temperature {
-        if t != info.draws.temperature {
-            return Err(TtsError::bad_request(format!(
-                "`temperature` is {t}: this server samples every utterance at {} \
-                 (chorus serve --tts-temperature); per-request temperatures are not supported",
-                info.draws.temperature
-            )));
-        }
-    }
-    if let Some(k) = req.top_k {
-        if k != info.draws.top_k {
-            return Err(TtsError::bad_request(format!(
-                "`top_k` is {k}: this server samples every utterance from the top {} \
-                 (chorus serve --tts-top-k); per-request values are not supported",
-                info.draws.top_k
-            )));
-        }
-    }
-    Ok(())
+/// The request's temperature and top-k, each defaulting to the server's (checked by
+/// `UtteranceRequest::validate` below; the fields were checked on their own when parsed).
+fn draws(req: &TtsStart, info: &TtsInfo) -> Option<DrawSettings> {
+    (req.temperature.is_some() || req.top_k.is_some()).then(|| DrawSettings {
+        temperature: req.temperature.unwrap_or(info.draws.temperature),
+        top_k: req.top_k.unwrap_or(info.draws.top_k),
+    })
 }
 
 fn check_speaker(speaker: u32, what: &str, config: &TtsConfig) -> Result<(), TtsError> {

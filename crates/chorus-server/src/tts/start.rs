@@ -1,6 +1,7 @@
 //! The fields of `start` (the WebSocket message and the `POST /v1/tts` body), each checked on
 //! its own so that an error names the field and the problem.
 
+use chorus_csm::MAX_TOP_K;
 use chorus_lm::Sampling;
 use serde_json::{Map, Value};
 
@@ -51,7 +52,8 @@ pub struct TtsStart {
     pub speaker: u32,
     pub context: Vec<ContextTurn>,
     pub sampling: Sampling,
-    /// Sent values, checked against the server's (the frame program's draws are fixed).
+    /// This utterance's draws (`temperature` 0 is greedy, `top_k` in 1..=[`MAX_TOP_K`]);
+    /// `None`: the server's (`--tts-temperature`, `--tts-top-k`).
     pub temperature: Option<f32>,
     pub top_k: Option<usize>,
     /// `None`: the server's default.
@@ -112,16 +114,21 @@ pub fn parse_start(map: &Map<String, Value>) -> Result<TtsStart, TtsError> {
         Some(v) => Some(
             v.as_f64()
                 .map(|t| t as f32)
-                .filter(|t| t.is_finite() && *t > 0.0)
+                .filter(|t| t.is_finite() && *t >= 0.0)
                 .ok_or_else(|| {
                     TtsError::bad_request(format!(
-                        "`temperature` must be a positive number, got {}",
+                        "`temperature` must be a number >= 0 (0 draws greedily), got {}",
                         quote(v)
                     ))
                 })?,
         ),
     };
     let top_k = optional_positive(map, "top_k")?.map(|k| usize::try_from(k).unwrap_or(usize::MAX));
+    if let Some(k) = top_k.filter(|&k| k > MAX_TOP_K) {
+        return Err(TtsError::bad_request(format!(
+            "`top_k` is {k}: it must be in 1..={MAX_TOP_K} (the model's audio vocabulary)"
+        )));
+    }
     let max_frames =
         optional_positive(map, "max_frames")?.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let format = match map.get("format") {
@@ -299,6 +306,18 @@ mod tests {
             (
                 r#"{"type":"start","text":"a","temperature":"hot"}"#,
                 "`temperature`",
+            ),
+            (
+                r#"{"type":"start","text":"a","temperature":-0.1}"#,
+                "`temperature` must be a number >= 0",
+            ),
+            (
+                r#"{"type":"start","text":"a","top_k":0}"#,
+                "`top_k` must be a positive integer",
+            ),
+            (
+                r#"{"type":"start","text":"a","top_k":2052}"#,
+                "`top_k` is 2052: it must be in 1..=2051",
             ),
             (
                 r#"{"type":"start","text":"a","format":"f32","opus_bitrate":1}"#,

@@ -1,20 +1,29 @@
-//! Chunked prefill: a song that joins while others run has its prompt prefilled in chunks of `C`
-//! tokens per row, each inside one frame of the running songs, its tokens after their decode
-//! rows in the same products (one pass over the weights serves both), so a join costs the
-//! running songs a few wider frames instead of one long stall.
+//! Chunked prefill, for every model: a request that joins while others run has its prompt
+//! prefilled in chunks of `C` tokens per row, each inside one frame of the running requests, its
+//! tokens after their decode rows in the same products (one pass over the weights serves both),
+//! so a join costs the running requests a few wider frames instead of one long stall.
 //!
 //! Chunk `i` covers positions `i C .. (i + 1) C`. The last one ends at the prompt's end: it
 //! starts at `P - C` when `P >= C` (recomputing positions an earlier chunk wrote, from the same
 //! tokens), or at 0 with padding tokens at `P .. C` when the prompt is shorter than a chunk.
-//! Padding lands at positions its song's frames write before they read them (frame `f` writes
-//! position `P + f` first and reads `0 ..= P + f`), or, past the song's blocks, in the null block. After the last chunk, its
-//! final prompt token's hidden, both rows, goes to the song's state row, and the song runs frames.
+//! Padding lands at positions the request's frames write before they read them (frame `f` writes
+//! position `P + f` first and reads `0 ..= P + f`), or, past its blocks, in the null block. After
+//! the last chunk, its final prompt token's hidden, every row of the request, goes to the
+//! request's state row, and the request runs frames.
+//!
+//! A request has `rows` sequences (2 for a model with classifier-free guidance, 1 otherwise);
+//! each prompt position is `width` ids (1 token id, or a model's own columns, such as text and
+//! codes). The model embeds the chunk into `ChunkBufs::embed` its own way ([`embed_chunk`] for
+//! token ids); the rest is here.
 
 use chorus_core::lm_ops::{CopyRowsArgs, GatherArgs, ScatterArgs};
 use chorus_core::{BufRole, LmOps, Result};
-use chorus_lm::{IntInput, Segment};
 
-/// Prompt tokens per row a frame prefills for a joining song.
+use crate::io::IntInput;
+use crate::seats::{Seat, Seats};
+use crate::Segment;
+
+/// Prompt tokens per row a frame prefills for a joining request.
 pub const PREFILL_CHUNK: usize = 64;
 
 /// Token id of a padding position of a short prompt's chunk (any id of the vocabulary will do:
@@ -52,30 +61,75 @@ pub fn plan(done: usize, len: usize, chunk: usize) -> ChunkPlan {
 
 /// The per-frame inputs of a chunk (one set per bucket half, like the frame's own).
 pub struct ChunkInputs<B: LmOps> {
-    /// `[2, chunk]`: the conditional row's tokens, then the unconditional row's.
+    /// `[rows, chunk, width]`: each row's ids, row after row (a model with guidance: the
+    /// conditional row, then the unconditional one).
     pub ids: IntInput<B>,
-    /// `[2]`: both rows start at the chunk's position.
+    /// `[rows]`: every row starts at the chunk's position.
     pub start: IntInput<B>,
-    /// `[2, max_blocks]`: the song's tables.
+    /// `[rows, max_blocks]`: the request's tables.
     pub tables: IntInput<B>,
-    /// `[2]`: the LM output rows of the prompt's last token (any valid row if not the last chunk).
+    /// `[rows]`: the LM output rows of the prompt's last token (any valid row if not the last
+    /// chunk).
     pub pick: IntInput<B>,
-    /// `[1]`: the song's state slot for the last chunk, else the dummy slot.
+    /// `[1]`: the request's state slot for the last chunk, else the dummy slot.
     pub slot: IntInput<B>,
     pub chunk: usize,
+    pub rows: usize,
+    pub width: usize,
+}
+
+/// Where a staged chunk goes ([`ChunkInputs::fill`]).
+pub struct ChunkTarget<'a> {
+    pub plan: ChunkPlan,
+    /// The joining request's seat (`None`: a chunk of padding alone, for warm-up).
+    pub seat: Option<&'a Seat>,
+    /// Rows of the frame the chunk's tokens follow in the LM step.
+    pub frame_rows: usize,
+    /// The dummy state slot (the hand-over's target unless the chunk ends the prompt).
+    pub dummy_slot: usize,
 }
 
 impl<B: LmOps> ChunkInputs<B> {
-    /// Inputs for chunks of `chunk` tokens per row and block tables of `max_blocks`.
-    pub fn new(be: &B, chunk: usize, max_blocks: usize) -> Result<Self> {
+    /// Inputs for chunks of `chunk` positions of `width` ids for each of a request's `rows`
+    /// rows, and block tables of `max_blocks`.
+    pub fn new(
+        be: &B,
+        (chunk, rows, width): (usize, usize, usize),
+        max_blocks: usize,
+    ) -> Result<Self> {
         Ok(Self {
-            ids: IntInput::new(be, 2 * chunk)?,
-            start: IntInput::new(be, 2)?,
-            tables: IntInput::new(be, 2 * max_blocks)?,
-            pick: IntInput::new(be, 2)?,
+            ids: IntInput::new(be, rows * chunk * width)?,
+            start: IntInput::new(be, rows)?,
+            tables: IntInput::new(be, rows * max_blocks)?,
+            pick: IntInput::new(be, rows)?,
             slot: IntInput::new(be, 1)?,
             chunk,
+            rows,
+            width,
         })
+    }
+
+    /// Writes everything but the ids (the model writes those): the chunk's position, the seat's
+    /// tables, the rows of its last token and the state slot that takes them.
+    pub fn fill(&mut self, be: &B, seats: &Seats, t: &ChunkTarget<'_>) {
+        let n = self.chunk;
+        be.pinned_ints_nowait(&mut self.start.host)
+            .fill(t.plan.start as i32);
+        seats.fill_tables(t.seat, be.pinned_ints_nowait(&mut self.tables.host));
+        let last = t.plan.last.unwrap_or(0);
+        for (r, v) in be
+            .pinned_ints_nowait(&mut self.pick.host)
+            .iter_mut()
+            .enumerate()
+        {
+            // Row `r`'s tokens follow the frame's rows in the LM step.
+            *v = (t.frame_rows + r * n + last) as i32;
+        }
+        let slot = match (t.seat, t.plan.last) {
+            (Some(s), Some(_)) => s.slot,
+            _ => t.dummy_slot,
+        };
+        be.pinned_ints_nowait(&mut self.slot.host)[0] = slot as i32;
     }
 
     /// Program op: every input to the device.
@@ -97,7 +151,7 @@ impl<B: LmOps> ChunkInputs<B> {
         Segment {
             start: &self.start.dev,
             block_tables: &self.tables.dev,
-            rows: 2,
+            rows: self.rows,
             time: self.chunk,
         }
     }
@@ -105,22 +159,26 @@ impl<B: LmOps> ChunkInputs<B> {
 
 /// Shared buffers of the chunk's embedding and hand-over.
 pub struct ChunkBufs<B: LmOps> {
-    /// `[2 * chunk, hidden]`.
+    /// `[rows * chunk, hidden]`.
     pub embed: B::Buf,
-    /// `[2, hidden]`.
+    /// `[rows, hidden]`.
     pub last: B::Buf,
+    pub rows: usize,
 }
 
 impl<B: LmOps> ChunkBufs<B> {
-    pub fn new(be: &B, chunk: usize, hidden: usize) -> Result<Self> {
+    /// Buffers for chunks of `chunk` positions of a request's `rows` rows.
+    pub fn new(be: &B, (chunk, rows): (usize, usize), hidden: usize) -> Result<Self> {
         Ok(Self {
-            embed: be.zeros(2 * chunk * hidden, BufRole::Activation)?,
-            last: be.zeros(2 * hidden, BufRole::Activation)?,
+            embed: be.zeros(rows * chunk * hidden, BufRole::Activation)?,
+            last: be.zeros(rows * hidden, BufRole::Activation)?,
+            rows,
         })
     }
 }
 
-/// Program op pair: the chunk's token embeddings into `residual` from token row `first_row`.
+/// Program op pair: the chunk's token embeddings (`width` 1) into `residual` from token row
+/// `first_row`.
 pub fn embed_chunk<B: LmOps>(
     be: &B,
     embed_tokens: &B::Buf,
@@ -128,12 +186,11 @@ pub fn embed_chunk<B: LmOps>(
     bufs: &mut ChunkBufs<B>,
     (residual, first_row, hidden): (&mut B::Buf, usize, usize),
 ) -> Result<()> {
-    let rows = 2 * c.chunk;
     be.gather_rows(GatherArgs {
         table: embed_tokens,
         ids: &c.ids.dev,
         out: &mut bufs.embed,
-        rows,
+        rows: c.rows * c.chunk,
         dim: hidden,
         rows_per_id: 1,
         ids_stride: 1,
@@ -141,6 +198,18 @@ pub fn embed_chunk<B: LmOps>(
         offset: 0,
         scale: 1.0,
     })?;
+    place_chunk(be, c, bufs, (residual, first_row, hidden))
+}
+
+/// Program op: the chunk's embedded positions (`bufs.embed`, however the model made them) into
+/// `residual` from token row `first_row`, after the frame's rows.
+pub fn place_chunk<B: LmOps>(
+    be: &B,
+    c: &ChunkInputs<B>,
+    bufs: &ChunkBufs<B>,
+    (residual, first_row, hidden): (&mut B::Buf, usize, usize),
+) -> Result<()> {
+    let rows = c.rows * c.chunk;
     be.copy_rows(CopyRowsArgs {
         src: &bufs.embed,
         dst: residual,
@@ -165,7 +234,7 @@ pub fn store_chunk<B: LmOps>(
         table: normed,
         ids: &c.pick.dev,
         out: &mut bufs.last,
-        rows: 2,
+        rows: c.rows,
         dim: hidden,
         rows_per_id: 1,
         ids_stride: 1,
@@ -178,7 +247,7 @@ pub fn store_chunk<B: LmOps>(
         ids: &c.slot.dev,
         table: state,
         rows: 1,
-        dim: 2 * hidden,
+        dim: c.rows * hidden,
     })
 }
 
