@@ -112,7 +112,10 @@ mod tests {
         tx.send(1).await.unwrap();
         tx.send(2).await.unwrap();
         assert_eq!(woken.load(Ordering::SeqCst), 2);
-        assert_eq!((rx.try_recv(), rx.try_recv(), rx.try_recv()), (Some(1), Some(2), None));
+        assert_eq!(
+            (rx.try_recv(), rx.try_recv(), rx.try_recv()),
+            (Some(1), Some(2), None)
+        );
         drop(tx);
         assert_eq!(woken.load(Ordering::SeqCst), 3);
     }

@@ -120,7 +120,11 @@ impl AsrConn {
     }
 
     /// One client message; `Some` ends the connection (and the stream).
-    fn handle(&mut self, msg: Option<Result<Message, axum::Error>>, feed: &mut Feed) -> Option<End> {
+    fn handle(
+        &mut self,
+        msg: Option<Result<Message, axum::Error>>,
+        feed: &mut Feed,
+    ) -> Option<End> {
         let bytes = match msg {
             Some(Err(e)) => return Some(read_failed(&self.state, &e)),
             None | Some(Ok(Message::Close(_))) => return Some(End::Quiet),
@@ -231,15 +235,26 @@ impl AsrConn {
         match end {
             End::Quiet => {}
             End::Ended => {
-                socket::close(&mut self.socket, close_code::NORMAL, "stream ended", timeout).await
+                socket::close(
+                    &mut self.socket,
+                    close_code::NORMAL,
+                    "stream ended",
+                    timeout,
+                )
+                .await
             }
             End::Error(e) => {
                 let msg = AsrOut::Error {
                     message: error_text(&e),
                 };
                 if self.send(&msg).await.is_ok() {
-                    socket::close(&mut self.socket, e.code.close_code(), e.code.as_str(), timeout)
-                        .await;
+                    socket::close(
+                        &mut self.socket,
+                        e.code.close_code(),
+                        e.code.as_str(),
+                        timeout,
+                    )
+                    .await;
                 }
             }
         }

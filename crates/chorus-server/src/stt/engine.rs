@@ -95,8 +95,10 @@ impl SttEngine {
         }
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
-        let (owner, info) =
-            OwnerThread::spawn("chorus-stt", config.max_queued_starts, move || {
+        let (owner, info) = OwnerThread::spawn(
+            "chorus-stt",
+            config.max_queued_starts,
+            move || {
                 let (stage, opts) = factory()?;
                 if !stage.encodes_pcm() {
                     return Err(Error::config(
@@ -112,7 +114,8 @@ impl SttEngine {
                     device: stage.backend().device_description(),
                 };
                 Ok((Worker::new(stage, info.clone(), thread_metrics), info))
-            })?;
+            },
+        )?;
         metrics.set_slots(info.max_streams);
         Ok(Self {
             owner,
@@ -157,9 +160,9 @@ impl SttEngine {
                     self.config.max_queued_starts
                 ),
             )),
-            Err(SubmitFailed::Stopped) => Err(StageError::internal(
-                "the transcription engine has stopped",
-            )),
+            Err(SubmitFailed::Stopped) => {
+                Err(StageError::internal("the transcription engine has stopped"))
+            }
         }
     }
 }

@@ -50,12 +50,21 @@ pub enum SttEvent {
         decided: Option<Instant>,
     },
     /// The end of the previous word (seconds).
-    EndWord { stop: f32 },
+    EndWord {
+        stop: f32,
+    },
     /// The end-of-turn head rose past its threshold at `position`.
-    EndOfTurn { position: usize, probability: f32 },
+    EndOfTurn {
+        position: usize,
+        probability: f32,
+    },
     /// The flush silence has run: every word of the audio before it is out.
-    Flushed { position: usize },
-    Marker { id: i64 },
+    Flushed {
+        position: usize,
+    },
+    Marker {
+        id: i64,
+    },
     ResetDone,
 }
 

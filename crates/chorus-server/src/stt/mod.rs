@@ -25,7 +25,7 @@ pub use engine::{
     SttEngine, SttInfo, SttServeConfig, SttStageFactory, DEFAULT_MAX_FRAMES_PER_MESSAGE,
     DEFAULT_MAX_QUEUED_INPUT, DEFAULT_MAX_QUEUED_STARTS, DEFAULT_MAX_UNDELIVERED_EVENTS,
 };
-pub use job::{SttEvent, SttInput, SttJob, SttOutcome, SttStarted, SttUpdate, StreamEnded};
+pub use job::{StreamEnded, SttEvent, SttInput, SttJob, SttOutcome, SttStarted, SttUpdate};
 pub use metrics::SttMetrics;
 pub use protocol::{parse_stt_message, SttClientMessage, SttServerMessage, SttStart};
 pub use worker::{END_OF_TURN_HEAD, END_OF_TURN_THRESHOLD};

@@ -179,8 +179,16 @@ mod tests {
     fn bad_messages_are_named() {
         let cases = [
             ("[1]", StageErrorCode::BadJson, "object"),
-            (r#"{"type":"stop"}"#, StageErrorCode::UnknownMessage, "`stop`"),
-            (r#"{"type":"flush","now":1}"#, StageErrorCode::BadJson, "no fields"),
+            (
+                r#"{"type":"stop"}"#,
+                StageErrorCode::UnknownMessage,
+                "`stop`",
+            ),
+            (
+                r#"{"type":"flush","now":1}"#,
+                StageErrorCode::BadJson,
+                "no fields",
+            ),
             (
                 r#"{"type":"start","format":"mp3"}"#,
                 StageErrorCode::BadRequest,

@@ -125,6 +125,10 @@ impl<B: LmOps> Worker<B> {
             return;
         }
         if self.jobs.len() >= self.info.max_streams {
+            // A client that just left may not be swept yet: its slot is free.
+            Owner::sweep(self);
+        }
+        if self.jobs.len() >= self.info.max_streams {
             let e = StageError::new(
                 StageErrorCode::Busy,
                 format!(
@@ -318,7 +322,9 @@ impl<B: LmOps> Worker<B> {
             };
             if slow.contains(&id) {
                 self.metrics.cancelled(CancelKind::SlowConsumer);
-                r.side.shared.set_outcome(SttOutcome::Failed(slow_consumer()));
+                r.side
+                    .shared
+                    .set_outcome(SttOutcome::Failed(slow_consumer()));
             } else {
                 self.metrics.finished();
                 r.side.shared.set_outcome(SttOutcome::Ended {

@@ -14,7 +14,9 @@ use chorus_core::{FRAME_SAMPLES, SAMPLE_RATE};
 
 use super::engine::SttEngine;
 use super::job::{SttEvent, SttInput, SttJob, SttOutcome, SttUpdate};
-use super::protocol::{parse_stt_message, SttClientMessage, SttServerMessage, SttStart, PARSE_START};
+use super::protocol::{
+    parse_stt_message, SttClientMessage, SttServerMessage, SttStart, PARSE_START,
+};
 use crate::encode::wire::{AudioIn, Framer};
 use crate::gate::ws::LimitedUpgrade;
 use crate::protocol::{ErrorCode, PcmFormat, ProtocolError};
@@ -150,8 +152,8 @@ impl SttConn {
             return Err(draining(JOBS));
         }
         let max = self.stt.config().max_frames_per_message;
-        let framer = Framer::new(audio_in(req.format), max)
-            .map_err(|e| End::Error(audio_error(e)))?;
+        let framer =
+            Framer::new(audio_in(req.format), max).map_err(|e| End::Error(audio_error(e)))?;
         let job = self.stt.submit().map_err(End::Error)?;
         Ok((job, (Feed::new(framer), req.format)))
     }
