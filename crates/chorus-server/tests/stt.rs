@@ -16,6 +16,7 @@ use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::random::{random_model as random_mimi, small_config};
 use chorus_server::gate::ApiKeys;
 use chorus_server::loadgen::http_request;
+use chorus_server::loadgen::stt::{run_stt, SttEndpoint, SttLoadConfig};
 use chorus_server::stt::{SttEngine, SttServeConfig};
 use chorus_server::{Server, ServerConfig, Services};
 use chorus_stt::random::RANDOM_STT_SEED;
@@ -810,4 +811,44 @@ async fn keys_are_taken_from_the_kyutai_header_or_auth_id_and_required() {
     );
     let url = format!("ws://{}/v1/stt", server.local_addr());
     assert!(tokio_tungstenite::connect_async(url).await.is_err());
+}
+
+fn load(server: &Server, endpoint: SttEndpoint, key: Option<&str>) -> SttLoadConfig {
+    SttLoadConfig {
+        url: format!("ws://{}", server.local_addr()),
+        streams: SLOTS,
+        duration: Duration::from_millis(800),
+        endpoint,
+        format: chorus_server::protocol::PcmFormat::S16,
+        seed: 3,
+        // The CPU test machine is shared: this checks the timing, not the speed.
+        deadline: Duration::from_secs(10),
+        wait_ready: Duration::from_secs(10),
+        api_key: key.map(str::to_owned),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_times_every_step_on_both_endpoints_with_a_key() {
+    let config = ServerConfig {
+        api_keys: Some(ApiKeys::from_keys(&[KEY]).unwrap()),
+        ..ServerConfig::default()
+    };
+    let server = server_with(config, SttServeConfig::default()).await;
+    for endpoint in [SttEndpoint::V1, SttEndpoint::Asr] {
+        let report = run_stt(load(&server, endpoint, Some(KEY))).await.unwrap();
+        assert!(report.real_time(), "{}", report.summary());
+        assert_eq!(
+            report.frames_sent,
+            (SLOTS * 10) as u64,
+            "{}",
+            report.summary()
+        );
+        assert_eq!(report.steps_timed, report.frames_sent);
+        assert!(report.delay_ms.p50 <= report.delay_ms.p99);
+        assert!(report.summary().contains("real time: yes"));
+    }
+    let refused = run_stt(load(&server, SttEndpoint::V1, None)).await.unwrap();
+    assert_eq!(refused.errors.get("unauthorized"), Some(&(SLOTS as u64)));
+    assert!(!refused.real_time());
 }

@@ -21,6 +21,7 @@ mod music;
 mod music_bench;
 mod serve;
 mod serve_gate;
+mod serve_stt;
 mod serve_tts;
 mod stt_bench;
 mod transcribe;
