@@ -239,6 +239,11 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             "max_streams": e.info().max_streams,
             "live_streams": e.live_streams(),
         })),
+        "stt": state.stt.as_ref().map(|e| serde_json::json!({
+            "max_streams": e.info().max_streams,
+            "live_streams": e.metrics().active(),
+            "device": e.info().device,
+        })),
     });
     (status, Json(body)).into_response()
 }
@@ -251,6 +256,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     }
     if let Some(tts) = &state.tts {
         tts.metrics().render(&mut text);
+    }
+    if let Some(stt) = &state.stt {
+        stt.metrics().render(&mut text);
     }
     if let Some(enc) = &state.encode {
         text.push_str(

@@ -6,8 +6,8 @@
 //! ranges, message types) before anything reaches the engine, so a bad client fails alone. The
 //! protocol is specified in `docs/protocol.md`; [`protocol`] holds its types and codecs,
 //! [`loadgen`] a client that plays many streams against a server and checks every frame against a
-//! whole-file decode. The model endpoints (`/v1/music`, `/v1/tts`) each run one owner thread
-//! over their stage through [`stage`].
+//! whole-file decode. The model endpoints (`/v1/music`, `/v1/tts`, `/v1/stt` with
+//! `/api/asr-streaming`) each run one owner thread over their stage through [`stage`].
 
 pub mod encode;
 pub mod gate;
@@ -19,6 +19,7 @@ pub mod npy;
 pub mod protocol;
 mod server;
 pub mod stage;
+pub mod stt;
 mod tcp;
 pub mod tts;
 pub mod wav;

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use crate::encode::EncodeEngine;
 use crate::gate::{ApiKeys, Gate, Limits};
 use crate::music::MusicEngine;
+use crate::stt::SttEngine;
 use crate::tts::TtsEngine;
 
 /// Default time a new connection has to send `open`.
@@ -92,6 +93,8 @@ pub(crate) struct AppState {
     pub encode: Option<Arc<EncodeEngine>>,
     /// The speech stage, when the server runs one.
     pub tts: Option<Arc<TtsEngine>>,
+    /// The speech-to-text stage, when the server runs one.
+    pub stt: Option<Arc<SttEngine>>,
     /// Limits, keys and their counters.
     pub(crate) gate: Arc<Gate>,
 }
@@ -102,6 +105,7 @@ pub struct Services {
     pub music: Option<Arc<MusicEngine>>,
     pub encode: Option<Arc<EncodeEngine>>,
     pub tts: Option<Arc<TtsEngine>>,
+    pub stt: Option<Arc<SttEngine>>,
 }
 
 /// A running server.
@@ -142,15 +146,20 @@ impl Server {
     }
 
     /// Like [`Server::bind`], also serving music (`/v1/music`), encoding (`/v1/encode`,
-    /// `"input": "pcm"` streams) and speech (`/v1/tts`) from the given engines; without them
-    /// those answer `not_enabled`.
+    /// `"input": "pcm"` streams), speech (`/v1/tts`) and speech to text (`/v1/stt`,
+    /// `/api/asr-streaming`) from the given engines; without them those answer `not_enabled`.
     pub async fn bind_with(
         pool: Arc<EnginePool>,
         services: Services,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> Result<Self> {
-        let Services { music, encode, tts } = services;
+        let Services {
+            music,
+            encode,
+            tts,
+            stt,
+        } = services;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::io("Server::bind", addr.to_string(), e))?;
@@ -173,6 +182,7 @@ impl Server {
             music,
             encode: encode.clone(),
             tts,
+            stt,
             gate: gate.clone(),
         };
         let app = Router::new()
@@ -187,6 +197,8 @@ impl Server {
                 "/v1/tts",
                 get(crate::tts::ws::upgrade).post(crate::tts::http::generate),
             )
+            .route("/v1/stt", get(crate::stt::ws::upgrade))
+            .route("/api/asr-streaming", get(crate::stt::asr_ws::upgrade))
             .route("/healthz", get(crate::http::healthz))
             .route("/metrics", get(crate::http::metrics))
             // The gate has read each body within its endpoint's limit already.

@@ -540,6 +540,7 @@ async fn loadgen_measures_wire_bytes_of_every_format() {
             window: 4,
             keep_pcm_streams: 0,
             wait_ready: std::time::Duration::from_secs(10),
+            api_key: None,
         })
         .await
         .unwrap();

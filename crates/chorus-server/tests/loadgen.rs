@@ -21,6 +21,7 @@ fn config(server: &chorus_server::Server, streams: usize, rate: Rate) -> Loadgen
         window: 4,
         keep_pcm_streams: 2,
         wait_ready: Duration::from_secs(5),
+        api_key: None,
     }
 }
 
@@ -113,4 +114,33 @@ async fn a_mismatch_with_the_offline_decode_is_detected() {
     assert_eq!(report.streams_completed, 1, "{}", report.summary());
     assert!(!report.verify.bit_exact);
     assert!(report.verify.frames_mismatched > 0, "{}", report.summary());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reaches_every_request_of_a_keyed_server() {
+    const KEY: &str = "k-load";
+    let config = chorus_server::ServerConfig {
+        api_keys: Some(chorus_server::gate::ApiKeys::from_keys(&[KEY]).unwrap()),
+        ..Default::default()
+    };
+    let server = start_with(fake(2, 2), Default::default(), config).await;
+    let mut cfg = super_config(&server);
+    cfg.api_key = Some(KEY.into());
+    let report = run(cfg).await.unwrap();
+    assert_eq!(report.streams_completed, 2, "{}", report.summary());
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    // The whole-file decodes and the metrics scrapes presented the key too.
+    assert!(report.verify.bit_exact && report.verify.frames_checked == 20);
+    assert!(report.server.is_some(), "the keyed /metrics was scraped");
+    let report = run(super_config(&server)).await.unwrap();
+    assert_eq!(
+        report.errors.get("unauthorized"),
+        Some(&2),
+        "{:?}",
+        report.errors
+    );
+}
+
+fn super_config(server: &chorus_server::Server) -> LoadgenConfig {
+    config(server, 2, Rate::Realtime)
 }

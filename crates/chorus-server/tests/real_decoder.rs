@@ -189,6 +189,7 @@ async fn loadgen(server: &Server) -> LoadgenReport {
         window: 4,
         keep_pcm_streams: 3,
         wait_ready: Duration::from_secs(5),
+        api_key: None,
     })
     .await
     .unwrap()

@@ -689,6 +689,7 @@ async fn the_load_generator_times_every_frame_of_every_utterance() {
         seed: 1,
         format: PcmFormat::F32,
         wait_ready: WAIT,
+        api_key: None,
     };
     let report = run_tts(config).await.unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);

@@ -236,3 +236,29 @@ fn bad_pcm_is_refused_by_name_and_changes_nothing() {
         .to_string();
     assert!(e.contains("reads 32 codebooks of 2048 codes"), "{e}");
 }
+
+#[test]
+fn the_stage_has_work_only_while_a_whole_frame_or_a_step_waits() {
+    let (stt, mimi) = models();
+    let mut st = SttStage::with_encoder(cpu(), &stt, &mimi, opts(1)).unwrap();
+    assert!(st.encodes_pcm());
+    assert!(!st.has_work(), "an empty stage sleeps");
+    let id = st.add(StreamRequest::default()).unwrap();
+    assert!(st.has_work(), "position 0 is queued at admission");
+    st.drain(&mut |_| {}).unwrap();
+    assert!(!st.has_work());
+    let pcm = audio(0);
+    st.push_pcm(id, &pcm[..FRAME_SAMPLES - 1]).unwrap();
+    assert!(!st.has_work(), "a partial frame is not work");
+    st.push_pcm(id, &pcm[FRAME_SAMPLES - 1..FRAME_SAMPLES])
+        .unwrap();
+    assert!(st.has_work());
+    assert_eq!(st.step(&mut |_| {}).unwrap(), 1);
+    assert!(st.has_work(), "the step in flight is still to be read");
+    assert_eq!(st.step(&mut |_| {}).unwrap(), 0);
+    assert!(!st.has_work());
+    st.end(id).unwrap();
+    assert!(st.has_work(), "an ended stream is to be retired");
+    st.drain(&mut |_| {}).unwrap();
+    assert!(!st.has_work() && st.active() == 0);
+}

@@ -1,10 +1,12 @@
 //! `chorus loadgen`: plays N code (or audio) streams against a server and reports latency, wire
 //! bytes and exactness; `--input text` plays N speakers on `/v1/tts` and reports the gaps between
-//! frames.
+//! frames; `--input audio` plays N real-time streams on `/v1/stt` (or `/api/asr-streaming`) and
+//! reports each step's delay past its audio.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use chorus_server::loadgen::stt::{SttEndpoint, SttLoadConfig};
 use chorus_server::loadgen::tts::TtsLoadConfig;
 use chorus_server::loadgen::{LoadInput, LoadgenConfig, Rate};
 use chorus_server::protocol::PcmFormat;
@@ -39,6 +41,18 @@ pub enum InputArg {
     /// Text, spoken by the server (`/v1/tts`): each stream asks for one utterance after
     /// another; the report gives the gaps between frames.
     Text,
+    /// Audio, transcribed by the server (`/v1/stt`, or `/api/asr-streaming` with
+    /// `--stt-endpoint asr`): real-time streams; the report gives each step's delay past its
+    /// audio.
+    Audio,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SttEndpointArg {
+    /// `/v1/stt` (JSON).
+    V1,
+    /// `/api/asr-streaming` (moshi-server's MessagePack; timed only for models with VAD heads).
+    Asr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -94,6 +108,16 @@ pub struct LoadgenArgs {
     /// `--input text`: frames per utterance (12.5 per second of audio).
     #[arg(long, default_value_t = DEFAULT_TTS_FRAMES)]
     pub frames: usize,
+    /// `--input audio`: the protocol the streams speak.
+    #[arg(long, value_enum, default_value = "v1")]
+    pub stt_endpoint: SttEndpointArg,
+    /// `--input audio`: a step's output later than this past its audio misses its deadline.
+    #[arg(long, default_value_t = chorus_core::FRAME_MS as f64)]
+    pub deadline_ms: f64,
+    /// The API key every connection and request presents (the server's `kyutai-api-key`
+    /// header), for servers started with keys.
+    #[arg(long)]
+    pub api_key: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -111,6 +135,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         InputArg::Codes => LoadInput::Codes,
         InputArg::Pcm => LoadInput::Pcm,
         InputArg::Text => return run_tts(&args),
+        InputArg::Audio => return run_stt(&args),
     };
     let pcm = match (args.pcm, input) {
         (Some(PcmArg::S16), _) | (None, LoadInput::Pcm) => PcmFormat::S16,
@@ -133,6 +158,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         window: args.window,
         keep_pcm_streams: args.keep_pcm_streams,
         wait_ready: Duration::from_secs_f64(args.wait_ready),
+        api_key: args.api_key.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -170,6 +196,7 @@ fn run_tts(args: &LoadgenArgs) -> Result<()> {
             Some(PcmArg::F32) | None => PcmFormat::F32,
         },
         wait_ready: Duration::from_secs_f64(args.wait_ready),
+        api_key: args.api_key.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -183,6 +210,48 @@ fn run_tts(args: &LoadgenArgs) -> Result<()> {
     }
     if args.strict && !report.real_time() {
         bail!("loadgen: errors, or a p99 gap between frames of 80 ms or more (see the report)");
+    }
+    Ok(())
+}
+
+/// `--input audio`: real-time streams on `/v1/stt` or `/api/asr-streaming`.
+fn run_stt(args: &LoadgenArgs) -> Result<()> {
+    if !(args.deadline_ms.is_finite() && args.deadline_ms > 0.0) {
+        bail!("--deadline-ms must be a positive number of milliseconds");
+    }
+    let config = SttLoadConfig {
+        url: args.url.clone(),
+        streams: args.streams,
+        duration: Duration::from_secs_f64(args.duration),
+        endpoint: match args.stt_endpoint {
+            SttEndpointArg::V1 => SttEndpoint::V1,
+            SttEndpointArg::Asr => SttEndpoint::Asr,
+        },
+        format: match args.pcm {
+            Some(PcmArg::F32) => PcmFormat::F32,
+            Some(PcmArg::Opus) => PcmFormat::Opus,
+            Some(PcmArg::S16) | None => PcmFormat::S16,
+        },
+        seed: args.seed,
+        deadline: Duration::from_secs_f64(args.deadline_ms / 1e3),
+        wait_ready: Duration::from_secs_f64(args.wait_ready),
+        api_key: args.api_key.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(chorus_server::loadgen::stt::run_stt(config))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.summary());
+    }
+    if args.strict && !report.real_time() {
+        bail!(
+            "loadgen: errors, missing steps or missed deadlines (past {} ms; see the report)",
+            args.deadline_ms
+        );
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ use chorus_server::{Server, ServerConfig, Services};
 
 use crate::decode::parse_precision;
 use crate::serve_gate::{describe_keys, describe_limits, reload_on_sighup, GateArgs};
+use crate::serve_stt::{start_stt, SttServeArgs};
 use crate::serve_tts::{start_tts, TtsServeArgs};
 use chorus_runtime::device::{open_decoder_on, DecoderSpec, DeviceKind, DEFAULT_CUDA_DEVICE};
 use chorus_runtime::devices::{visible_cuda_devices, DeviceList};
@@ -126,6 +127,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tts: TtsServeArgs,
     #[command(flatten)]
+    pub stt: SttServeArgs,
+    #[command(flatten)]
     pub gate: GateArgs,
 }
 
@@ -225,7 +228,7 @@ fn serve_fake(
     run_server(args, factories, None, keys)
 }
 
-/// Starts the engines and the music and speech stages, then serves until SIGTERM or Ctrl-C and drains.
+/// Starts the engines and the music, speech and speech-to-text stages, then serves until SIGTERM or Ctrl-C and drains.
 fn run_server(
     args: &ServeArgs,
     factories: Vec<(usize, DecoderFactory)>,
@@ -249,6 +252,7 @@ fn run_server(
     }
     let music = start_music(args)?.map(Arc::new);
     let tts = start_tts(&args.tts, args.precision, args.threads)?.map(Arc::new);
+    let stt = start_stt(&args.stt, args.precision, args.threads)?.map(Arc::new);
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
@@ -259,7 +263,8 @@ fn run_server(
         .sum::<usize>()
         + encode.as_ref().map_or(0, |e| e.info().max_streams)
         + music.as_ref().map_or(0, |_| args.music_songs)
-        + tts.as_ref().map_or(0, |t| t.info().max_utterances);
+        + tts.as_ref().map_or(0, |t| t.info().max_utterances)
+        + stt.as_ref().map_or(0, |t| t.info().max_streams);
     let limits = args.gate.limits(slots, args.max_pending_frames)?;
     // Every connection holds a socket; without a connection limit, every slot does.
     let sockets = match limits.max_connections {
@@ -284,7 +289,12 @@ fn run_server(
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let services = Services { music, encode, tts };
+        let services = Services {
+            music,
+            encode,
+            tts,
+            stt,
+        };
         let server = Server::bind_with(Arc::new(pool), services, addr, config)
             .await
             .map_err(|e| bind_error(e, addr))?;

@@ -71,17 +71,10 @@ impl Framer {
                             .map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0),
                     );
                 } else {
-                    for (i, b) in bytes.chunks_exact(4).enumerate() {
-                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                        if !v.is_finite() {
-                            self.buf.truncate(before);
-                            return Err(ProtocolError::new(
-                                ErrorCode::BadAudio,
-                                format!("sample {i} of the message is not finite"),
-                            ));
-                        }
-                        self.buf.push(v);
-                    }
+                    let samples = bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                    self.push_finite(samples)?;
                 }
             }
             AudioIn::Opus => {
@@ -104,11 +97,53 @@ impl Framer {
         Ok(())
     }
 
+    /// Appends samples given as floats (a protocol that carries them decoded); refused whole
+    /// when there are too many or one is not finite. Empty is allowed (nothing to add).
+    pub fn push_samples(&mut self, samples: &[f32]) -> Result<(), ProtocolError> {
+        if samples.len() > self.max_samples {
+            return Err(ProtocolError::new(
+                ErrorCode::BadFrameSize,
+                format!(
+                    "{} samples in one message, at most {}",
+                    samples.len(),
+                    self.max_samples
+                ),
+            ));
+        }
+        self.push_finite(samples.iter().copied())
+    }
+
+    /// Appends `samples`, or nothing if one is not finite.
+    fn push_finite(&mut self, samples: impl Iterator<Item = f32>) -> Result<(), ProtocolError> {
+        let before = self.buf.len();
+        for (i, v) in samples.enumerate() {
+            if !v.is_finite() {
+                self.buf.truncate(before);
+                return Err(ProtocolError::new(
+                    ErrorCode::BadAudio,
+                    format!("sample {i} of the message is not finite"),
+                ));
+            }
+            self.buf.push(v);
+        }
+        Ok(())
+    }
+
     /// Moves the whole frames buffered so far into `out` (cleared first).
     pub fn take_frames(&mut self, out: &mut Vec<f32>) {
         out.clear();
         let whole = self.buf.len() / FRAME_SAMPLES * FRAME_SAMPLES;
         out.extend(self.buf.drain(..whole));
+    }
+
+    /// Samples buffered that do not fill a frame yet.
+    pub fn partial(&self) -> usize {
+        self.buf.len() % FRAME_SAMPLES
+    }
+
+    /// Drops the buffered samples (a stream restarting).
+    pub fn clear(&mut self) {
+        self.buf.clear();
     }
 
     /// At the end of the stream: the last partial frame padded with silence, if any.
@@ -172,6 +207,20 @@ mod tests {
         let mut out = Vec::new();
         f.take_padded_tail(&mut out);
         assert!(out.is_empty(), "refused messages leave nothing behind");
+    }
+
+    #[test]
+    fn float_samples_are_checked_like_f32_bytes() {
+        let mut f = Framer::new(AudioIn::F32, 1).unwrap();
+        f.push_samples(&[0.25; 100]).unwrap();
+        let e = f.push_samples(&[0.0, f32::INFINITY]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadAudio);
+        let e = f.push_samples(&vec![0.0; FRAME_SAMPLES + 1]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadFrameSize);
+        assert_eq!(f.partial(), 100, "refused messages leave nothing behind");
+        f.push_samples(&[]).unwrap();
+        f.clear();
+        assert_eq!(f.partial(), 0);
     }
 
     #[test]

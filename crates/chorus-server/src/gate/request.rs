@@ -20,6 +20,10 @@ use crate::protocol::ErrorCode;
 pub const KYUTAI_KEY_HEADER: &str = "kyutai-api-key";
 /// The query parameter carrying a key (browsers cannot set headers on a WebSocket).
 pub const API_KEY_PARAM: &str = "api_key";
+/// The query parameter moshi-server reads a key from (its browser clients send it).
+pub const AUTH_ID_PARAM: &str = "auth_id";
+/// Query parameters that carry a key, in the order they are read.
+const KEY_PARAMS: [&str; 2] = [API_KEY_PARAM, AUTH_ID_PARAM];
 
 /// Who may call an endpoint.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -76,6 +80,18 @@ const ENDPOINTS: &[Endpoint] = &[
         flag: "--max-tts-body",
     },
     Endpoint {
+        path: "/v1/stt",
+        access: Access::Key,
+        max_body: |_| 0,
+        flag: "",
+    },
+    Endpoint {
+        path: "/api/asr-streaming",
+        access: Access::Key,
+        max_body: |_| 0,
+        flag: "",
+    },
+    Endpoint {
         path: "/healthz",
         access: Access::Open,
         max_body: |_| 0,
@@ -116,7 +132,7 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
             return refusal(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::Unauthorized,
-                "a missing or wrong API key: send `Authorization: Bearer KEY`, the `kyutai-api-key` header, or `?api_key=KEY`".into(),
+                "a missing or wrong API key: send `Authorization: Bearer KEY`, the `kyutai-api-key` header, `?api_key=KEY` or `?auth_id=KEY`".into(),
             );
         }
     }
@@ -229,7 +245,8 @@ fn refusal(status: StatusCode, code: ErrorCode, message: String) -> Response {
     res
 }
 
-/// The key a request presents: `Authorization: Bearer`, then `kyutai-api-key`, then `api_key`.
+/// The key a request presents: `Authorization: Bearer`, then `kyutai-api-key`, then `api_key`,
+/// then `auth_id`.
 fn presented_key(headers: &HeaderMap, uri: &Uri) -> Option<Vec<u8>> {
     if let Some(v) = headers.get(header::AUTHORIZATION) {
         let v = v.as_bytes();
@@ -241,17 +258,24 @@ fn presented_key(headers: &HeaderMap, uri: &Uri) -> Option<Vec<u8>> {
     if let Some(v) = headers.get(KYUTAI_KEY_HEADER) {
         return Some(v.as_bytes().trim_ascii().to_vec());
     }
-    uri.query()?
-        .split('&')
-        .find_map(|pair| pair.strip_prefix(API_KEY_PARAM)?.strip_prefix('='))
-        .map(percent_decode)
+    let query = uri.query()?;
+    KEY_PARAMS.iter().find_map(|param| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(param)?.strip_prefix('='))
+            .map(percent_decode)
+    })
 }
 
-/// `uri` without its `api_key` parameters, so that endpoints strict about their query never
-/// see it; `None` when it has none.
+/// `uri` without its key parameters (`api_key`, `auth_id`), so that endpoints strict about their
+/// query never see them; `None` when it has none.
 fn without_key_param(uri: &Uri) -> Option<Uri> {
     let query = uri.query()?;
-    let is_key = |p: &&str| *p == API_KEY_PARAM || p.starts_with("api_key=");
+    let is_key = |p: &&str| {
+        KEY_PARAMS
+            .iter()
+            .any(|k| *p == *k || p.strip_prefix(k).is_some_and(|r| r.starts_with('=')))
+    };
     if !query.split('&').any(|p| is_key(&p)) {
         return None;
     }
@@ -314,12 +338,18 @@ mod tests {
         );
         assert_eq!(without_key_param(&uri("/v1/decode?format=f32")), None);
         assert_eq!(without_key_param(&uri("/v1/decode?my_api_key=x")), None);
+        assert_eq!(
+            without_key_param(&uri("/api/asr-streaming?auth_id=public_token")),
+            Some(uri("/api/asr-streaming"))
+        );
     }
 
     #[test]
     fn a_key_is_read_from_each_place_in_order() {
         let mut h = HeaderMap::new();
-        let plain = uri("/v1/stream?api_key=from%2Dquery");
+        let moshi = uri("/api/asr-streaming?auth_id=public_token");
+        assert_eq!(presented_key(&h, &moshi).unwrap(), b"public_token");
+        let plain = uri("/v1/stream?api_key=from%2Dquery&auth_id=second");
         assert_eq!(presented_key(&h, &plain).unwrap(), b"from-query");
         h.insert(KYUTAI_KEY_HEADER, "from-kyutai".parse().unwrap());
         assert_eq!(presented_key(&h, &plain).unwrap(), b"from-kyutai");

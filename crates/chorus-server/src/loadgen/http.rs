@@ -21,6 +21,22 @@ pub async fn http_request(
     Ok((answer.status, answer.body))
 }
 
+/// [`http_request`] presenting `key` (the gate's `kyutai-api-key` header) when given.
+pub async fn http_request_keyed(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+    key: Option<&str>,
+) -> Result<(u16, Vec<u8>)> {
+    let headers: Vec<(&str, &str)> = key
+        .map(|k| (crate::gate::request::KYUTAI_KEY_HEADER, k))
+        .into_iter()
+        .collect();
+    let answer = http_exchange(addr, method, path, &headers, body).await?;
+    Ok((answer.status, answer.body))
+}
+
 /// An HTTP answer: status, headers (names lower-case) and body.
 #[derive(Clone, Debug)]
 pub struct HttpAnswer {

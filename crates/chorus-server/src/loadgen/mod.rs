@@ -1,5 +1,6 @@
 //! Load generator: plays N code streams against a server and checks every frame ([`tts`]: N
-//! speakers on `/v1/tts`, timing the gaps between frames).
+//! speakers on `/v1/tts`, timing the gaps between frames; [`stt`]: N real-time audio streams on
+//! `/v1/stt` or `/api/asr-streaming`, timing each step's output past its audio).
 //!
 //! Each stream sends seeded random codes, one frame per message, either on the real-time clock
 //! (one frame every 80 ms from a staggered start) or as fast as a window of frames in flight
@@ -13,6 +14,7 @@ mod http;
 mod play;
 mod report;
 mod server_stats;
+pub mod stt;
 pub mod tts;
 mod verify;
 
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 use chorus_core::Result;
 use serde::Serialize;
 
-pub use http::{http_exchange, http_request, HttpAnswer};
+pub use http::{http_exchange, http_request, http_request_keyed, HttpAnswer};
 use play::{play, StreamResult};
 pub use report::{Latency, LoadgenReport, Verify};
 pub use server_stats::{DeviceStats, Figures, ServerStats};
@@ -82,6 +84,8 @@ pub struct LoadgenConfig {
     pub keep_pcm_streams: usize,
     /// How long to wait for `/healthz` to answer before starting.
     pub wait_ready: Duration,
+    /// The key every connection and request presents (the gate's `kyutai-api-key` header).
+    pub api_key: Option<String>,
 }
 
 /// splitmix64: a small seeded generator, identical on every machine.
@@ -177,7 +181,7 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
         wait_ready(addr, config.wait_ready).await?;
     }
     for addr in &addrs {
-        before.push(server_stats::scrape(addr).await);
+        before.push(server_stats::scrape(addr, config.api_key.as_deref()).await);
     }
     let started = Instant::now();
     let cpu_before = process_cpu_seconds();
@@ -202,7 +206,10 @@ pub async fn run(config: LoadgenConfig) -> Result<LoadgenReport> {
     let cpu = process_cpu_seconds() - cpu_before;
     let mut servers = Vec::with_capacity(addrs.len());
     for (addr, before) in addrs.iter().zip(before) {
-        if let (Some(b), Some(a)) = (before, server_stats::scrape(addr).await) {
+        if let (Some(b), Some(a)) = (
+            before,
+            server_stats::scrape(addr, config.api_key.as_deref()).await,
+        ) {
             let mut stats = server_stats::delta(b, a, server_stats::decoder(addr).await, elapsed);
             stats.addr = addr.clone();
             servers.push(stats);

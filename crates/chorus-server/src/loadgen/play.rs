@@ -48,14 +48,7 @@ impl Source {
             self.rng.frame(n_q, card, &mut self.codes);
             return encode_codes(&self.codes);
         }
-        let f = 150.0 + 37.0 * (self.stream % 16) as f64;
-        for (i, x) in self.audio.iter_mut().enumerate() {
-            // The phase in f64, wrapped: an f32 sample clock loses the tone after minutes.
-            let n = (t as usize * FRAME_SAMPLES + i) as f64 / 24_000.0;
-            let phase = (n * f).fract() * std::f64::consts::TAU;
-            let noise = (self.rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            *x = 0.3 * phase.sin() as f32 + 0.02 * noise;
-        }
+        tone_frame(self.stream, t, &mut self.rng, &mut self.audio);
         match (self.pcm, self.opus.as_mut()) {
             (PcmFormat::Opus, Some(enc)) => {
                 let mut packet = Vec::new();
@@ -72,6 +65,18 @@ impl Source {
                 .flat_map(|v| ((v * 32768.0).round() as i16).to_le_bytes())
                 .collect(),
         }
+    }
+}
+
+/// Frame `t` of stream `stream`'s test audio: a tone of the stream's own pitch with seeded noise.
+pub(crate) fn tone_frame(stream: usize, t: u64, rng: &mut Rng, out: &mut [f32]) {
+    let f = 150.0 + 37.0 * (stream % 16) as f64;
+    for (i, x) in out.iter_mut().enumerate() {
+        // The phase in f64, wrapped: an f32 sample clock loses the tone after minutes.
+        let n = (t as usize * FRAME_SAMPLES + i) as f64 / 24_000.0;
+        let phase = (n * f).fract() * std::f64::consts::TAU;
+        let noise = (rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        *x = 0.3 * phase.sin() as f32 + 0.02 * noise;
     }
 }
 
@@ -120,21 +125,32 @@ struct Progress {
 pub(crate) type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Connects a WebSocket to `path` on `addr`; the error code to report on failure.
-pub(crate) async fn connect(addr: &str, path: &str) -> Result<Ws, String> {
-    let url = format!("ws://{addr}{path}");
+/// Connects a WebSocket to `path` on `addr`, presenting `key` (the gate's `kyutai-api-key`
+/// header) when given; the error code to report on failure (`unauthorized` for a 401).
+pub(crate) async fn connect(addr: &str, path: &str, key: Option<&str>) -> Result<Ws, String> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let mut req = format!("ws://{addr}{path}")
+        .into_client_request()
+        .map_err(|_| "connect".to_string())?;
+    if let Some(k) = key {
+        let value = k.parse().map_err(|_| "bad_api_key".to_string())?;
+        req.headers_mut()
+            .insert(crate::gate::request::KYUTAI_KEY_HEADER, value);
+    }
     let config = WebSocketConfig::default().read_buffer_size(CLIENT_READ_BUFFER_BYTES);
     // Nagle off (`disable_nagle`), as on the server: see `crate::tcp::real_time`.
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true)
-        .await
-        .map_err(|_| "connect".to_string())?;
-    Ok(ws)
+    match tokio_tungstenite::connect_async_with_config(req, Some(config), true).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(WsError::Http(res)) if res.status().as_u16() == 401 => Err("unauthorized".into()),
+        Err(_) => Err("connect".into()),
+    }
 }
 
 /// Connects and opens a codes stream; returns the socket, the server's queue bound and codebook
 /// size, or the error code to report.
 async fn handshake(cfg: &LoadgenConfig, addr: &str) -> Result<(Ws, usize, usize), String> {
-    let mut ws = connect(addr, "/v1/stream").await?;
+    let mut ws = connect(addr, "/v1/stream", cfg.api_key.as_deref()).await?;
     let input = match cfg.input {
         LoadInput::Codes => "codes",
         LoadInput::Pcm => "pcm",

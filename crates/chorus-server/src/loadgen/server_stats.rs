@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::http::http_request;
+use super::http::{http_request, http_request_keyed};
 
 /// The load phase's figures over one device, or summed over a server's devices.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -132,16 +132,16 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// Scrapes `/metrics`.
-pub(crate) async fn scrape(addr: &str) -> Option<Scrape> {
-    match http_request(addr, "GET", "/metrics", Vec::new()).await {
+pub(crate) async fn scrape(addr: &str, key: Option<&str>) -> Option<Scrape> {
+    match http_request_keyed(addr, "GET", "/metrics", Vec::new(), key).await {
         Ok((200, body)) => Some(parse(&String::from_utf8_lossy(&body))),
         _ => None,
     }
 }
 
 /// Open streams on the server (every device's `chorus_live_streams` added), if it answers.
-pub(crate) async fn live_streams(addr: &str) -> Option<f64> {
-    match http_request(addr, "GET", "/metrics", Vec::new()).await {
+pub(crate) async fn live_streams(addr: &str, key: Option<&str>) -> Option<f64> {
+    match http_request_keyed(addr, "GET", "/metrics", Vec::new(), key).await {
         Ok((200, body)) => Some(sum_series(
             &String::from_utf8_lossy(&body),
             "chorus_live_streams",

@@ -38,6 +38,8 @@ pub struct TtsLoadConfig {
     /// The audio format asked for (`s16`, `f32` or `opus`).
     pub format: crate::protocol::PcmFormat,
     pub wait_ready: Duration,
+    /// The key every connection presents (the gate's `kyutai-api-key` header).
+    pub api_key: Option<String>,
 }
 
 /// What one stream saw.
@@ -200,7 +202,7 @@ async fn speak(
     while run_start.elapsed() < cfg.duration {
         let ws = {
             let _permit = gate.acquire().await;
-            connect(addr, "/v1/tts").await
+            connect(addr, "/v1/tts", cfg.api_key.as_deref()).await
         };
         let seed = cfg.seed ^ (s as u64 + 1).wrapping_mul(SEED_STRIDE) ^ u;
         u += 1;

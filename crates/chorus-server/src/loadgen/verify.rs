@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use super::http::http_request;
+use super::http::http_request_keyed;
 use super::play::StreamResult;
 use super::report::Verify;
 use super::{frame_hash, LoadgenConfig, Rng};
@@ -25,10 +25,10 @@ const VERIFY_QUIET_POLL: Duration = Duration::from_millis(250);
 
 /// Waits, up to [`VERIFY_QUIET_WAIT`], until no stream is open on `addr`: whole-file decodes
 /// sent while another load generator still plays would add their load to its measurement.
-async fn wait_until_quiet(addr: &str) {
+async fn wait_until_quiet(addr: &str, key: Option<&str>) {
     let until = tokio::time::Instant::now() + VERIFY_QUIET_WAIT;
     while tokio::time::Instant::now() < until {
-        match super::server_stats::live_streams(addr).await {
+        match super::server_stats::live_streams(addr, key).await {
             Some(live) if live > 0.0 => tokio::time::sleep(VERIFY_QUIET_POLL).await,
             _ => return,
         }
@@ -55,7 +55,7 @@ pub(crate) async fn verify(
         .take(limit)
         .collect();
     for addr in addrs {
-        wait_until_quiet(addr).await;
+        wait_until_quiet(addr, config.api_key.as_deref()).await;
     }
     let gate = Arc::new(Semaphore::new(VERIFY_CONCURRENCY));
     let mut tasks = Vec::with_capacity(chosen.len());
@@ -70,10 +70,12 @@ pub(crate) async fn verify(
         }
         let body = write_codes(config.n_q, &codes);
         let (addr, gate) = (addrs[s % addrs.len()].clone(), gate.clone());
+        let key = config.api_key.clone();
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await;
             for _ in 0..VERIFY_BUSY_RETRIES {
-                match http_request(&addr, "POST", "/v1/decode?format=f32", body.clone()).await {
+                let path = "/v1/decode?format=f32";
+                match http_request_keyed(&addr, "POST", path, body.clone(), key.as_deref()).await {
                     Ok((200, pcm)) => return Ok(pcm),
                     Ok((503, _)) => tokio::time::sleep(VERIFY_RETRY_PAUSE).await,
                     Ok((status, _)) => return Err(format!("verify_http_{status}")),

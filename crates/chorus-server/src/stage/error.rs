@@ -1,5 +1,5 @@
-//! Machine-readable error codes of the model endpoints (`/v1/music`, `/v1/tts`), with their close
-//! codes and HTTP statuses: one set, since both speak the same start/cancel protocol.
+//! Machine-readable error codes of the model endpoints (`/v1/music`, `/v1/tts`, `/v1/stt`), with
+//! their close codes and HTTP statuses: one set, since all speak the same start/cancel protocol.
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +14,7 @@ use crate::protocol::close_code;
 pub enum StageErrorCode {
     /// Not JSON, not an object, or no string `type`.
     BadJson,
-    /// `type` is neither `start` nor `cancel`.
+    /// `type` is not a message this endpoint takes.
     UnknownMessage,
     /// A missing, unknown or invalid field of `start` (or of the HTTP body or query).
     BadRequest,
@@ -36,13 +36,17 @@ pub enum StageErrorCode {
     NotEnabled,
     /// A message over `--max-ws-message`.
     MessageTooBig,
+    /// An audio message that is empty, not a whole number of samples, or longer than allowed.
+    BadFrameSize,
+    /// Samples that are not finite, or an Opus packet libopus refuses.
+    BadAudio,
     /// Anything else on the server's side.
     Internal,
 }
 
 impl StageErrorCode {
     /// Every code, in the order metrics list them.
-    pub const ALL: [StageErrorCode; 13] = [
+    pub const ALL: [StageErrorCode; 15] = [
         Self::BadJson,
         Self::UnknownMessage,
         Self::BadRequest,
@@ -55,6 +59,8 @@ impl StageErrorCode {
         Self::SlowConsumer,
         Self::NotEnabled,
         Self::MessageTooBig,
+        Self::BadFrameSize,
+        Self::BadAudio,
         Self::Internal,
     ];
 
@@ -73,6 +79,8 @@ impl StageErrorCode {
             Self::SlowConsumer => "slow_consumer",
             Self::NotEnabled => "not_enabled",
             Self::MessageTooBig => "message_too_big",
+            Self::BadFrameSize => "bad_frame_size",
+            Self::BadAudio => "bad_audio",
             Self::Internal => "internal",
         }
     }

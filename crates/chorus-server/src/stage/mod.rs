@@ -1,5 +1,6 @@
-//! What the model endpoints (`/v1/music`, `/v1/tts`) share: one owner thread per stage that admits,
-//! sweeps and steps ([`owner`]), the job handle a connection holds ([`job`]), one set of error
+//! What the model endpoints (`/v1/music`, `/v1/tts`, `/v1/stt`) share: one owner thread per stage
+//! that admits, sweeps, takes input and steps ([`owner`]), the job handle a connection holds
+//! ([`job`]) and, for jobs fed by their client, its input channel ([`input`]), one set of error
 //! codes ([`error`]), the step and latency histograms ([`histogram`]) and the timed WebSocket
 //! writes ([`socket`]). Each endpoint adds only its own messages, admission and events.
 
@@ -8,6 +9,7 @@ pub(crate) mod counts;
 pub mod error;
 pub mod fields;
 pub(crate) mod histogram;
+pub(crate) mod input;
 pub mod job;
 pub(crate) mod owner;
 pub(crate) mod socket;

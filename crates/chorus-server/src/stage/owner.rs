@@ -1,6 +1,7 @@
 //! The owner thread of a model stage: it builds the stage (a device backend may have to stay on
-//! the thread that made it), then loops: admit what arrived, drop what was cancelled, step every
-//! active job. Idle, it sleeps until a command comes; nothing waits in line for a slot.
+//! the thread that made it), then loops: admit what arrived, drop what was cancelled, take the
+//! jobs' input, step every job with work. With no work it sleeps until a command comes (a start,
+//! or a wake-up sent with a job's input, see [`super::input`]); nothing waits in line for a slot.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
@@ -10,6 +11,8 @@ use chorus_core::{Error, Result};
 /// What the front sends the owner thread.
 pub(crate) enum Command<S> {
     Start(Box<S>),
+    /// A job's input arrived (or its client went away): look again before sleeping.
+    Wake,
     /// End every job and the thread.
     Stop,
 }
@@ -23,6 +26,13 @@ pub(crate) trait Owner {
     /// Cancels the jobs whose clients cancelled, went away, or were too slow.
     fn sweep(&mut self);
     fn has_jobs(&self) -> bool;
+    /// Moves what clients sent since the last step into the stage (jobs that take input).
+    fn take_input(&mut self) {}
+    /// Whether a step has something to do; while not, the thread sleeps until a command comes.
+    /// Jobs that only produce (songs, utterances) always have work.
+    fn has_work(&self) -> bool {
+        self.has_jobs()
+    }
     /// One step of every active job.
     fn step(&mut self);
     /// Publishes the gauges.
@@ -94,6 +104,18 @@ impl<S: Send + 'static> OwnerThread<S> {
         }
     }
 
+    /// A handle that wakes the thread when a job's input arrives.
+    pub(crate) fn waker(&self) -> super::input::Waker
+    where
+        S: 'static,
+    {
+        let tx = self.tx.clone();
+        super::input::Waker::new(move || {
+            // Full: commands are queued, so the thread wakes anyway; gone: nothing to wake.
+            let _ = tx.try_send(Command::Wake);
+        })
+    }
+
     /// Hands a job to the thread without waiting.
     pub(crate) fn try_submit(&self, job: S) -> std::result::Result<(), SubmitFailed> {
         match self.tx.try_send(Command::Start(Box::new(job))) {
@@ -120,7 +142,7 @@ fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
     loop {
         let mut commands = Vec::new();
         // Idle: sleep until a command comes. Busy: take what has arrived and step on.
-        if !owner.has_jobs() {
+        if !owner.has_work() {
             match rx.recv() {
                 Ok(c) => commands.push(c),
                 Err(_) => return,
@@ -140,6 +162,7 @@ fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
         for command in commands {
             match command {
                 Command::Start(job) => owner.admit(*job),
+                Command::Wake => {}
                 Command::Stop => stop = true,
             }
         }
@@ -148,7 +171,8 @@ fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
             return;
         }
         owner.sweep();
-        if owner.has_jobs() {
+        owner.take_input();
+        if owner.has_work() {
             owner.step();
         }
         owner.publish();

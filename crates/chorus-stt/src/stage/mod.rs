@@ -299,6 +299,11 @@ impl<B: LmOps> SttStage<B> {
         self.pipe.keys()
     }
 
+    /// Whether streams push PCM (built [`SttStage::with_encoder`]) rather than Mimi codes.
+    pub fn encodes_pcm(&self) -> bool {
+        self.encoder.is_some()
+    }
+
     /// Streams admitted and not yet ended.
     pub fn active(&self) -> usize {
         self.streams.len()

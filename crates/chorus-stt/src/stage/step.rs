@@ -32,6 +32,13 @@ impl<B: LmOps> SttStage<B> {
         Ok(())
     }
 
+    /// Whether [`SttStage::step`] has anything to do: a stream with an input queued (a whole
+    /// frame, or its position 0), an ended stream to retire, or a step in flight to read. A
+    /// server sleeps while it has not.
+    pub fn has_work(&self) -> bool {
+        self.pipe.pending().is_some() || self.streams.iter().any(|s| !s.queue.is_empty() || s.ended)
+    }
+
     fn launch_streams(&mut self) -> Result<usize> {
         self.launch.clear();
         for (i, s) in self.streams.iter().enumerate() {

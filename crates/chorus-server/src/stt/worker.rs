@@ -1,0 +1,435 @@
+//! The owner thread's side: owns the stage, admits streams between steps (refusing at once, as
+//! `busy`, what does not fit), moves each stream's audio from its input channel into the stage
+//! (a few frames ahead at most, so a fast client waits on its own channel), steps while any
+//! stream has a whole frame queued, and hands each stream's tokens, words and VAD to its own
+//! bounded channel.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use chorus_core::{LmOps, FRAME_SAMPLES};
+use chorus_stt::{StreamEvent, StreamId, StreamRequest, SttStage, WordEvent};
+use tokio::sync::mpsc::error::TrySendError;
+
+use super::engine::SttInfo;
+use super::job::{SttEvent, SttInput, SttOutcome, SttStarted};
+use super::metrics::SttMetrics;
+use crate::stage::error::{admission_error, StageError, StageErrorCode};
+use crate::stage::input::InputRx;
+use crate::stage::job::{CancelKind, CancelRequest, JobSide};
+use crate::stage::owner::Owner;
+
+/// Frames of a stream the stage may hold queued before the owner thread stops taking its input:
+/// enough to step it every step, few enough that a client sending faster than real time is held
+/// back by its own channel rather than by memory.
+pub(crate) const MAX_STAGED_FRAMES: usize = 4;
+/// The VAD head read as the end of a turn (the 2 s pause horizon, `KYUTAI_STT.md` §1) and the
+/// probability it must rise past (Kyutai's default rule).
+pub const END_OF_TURN_HEAD: usize = 2;
+pub const END_OF_TURN_THRESHOLD: f32 = 0.5;
+
+/// A stream to admit, with where its events go and where its input comes from.
+pub(crate) struct StartJob {
+    pub side: JobSide<SttEvent, SttOutcome>,
+    pub input: InputRx<SttInput>,
+}
+
+/// An admitted stream's books.
+struct Running {
+    side: JobSide<SttEvent, SttOutcome>,
+    input: InputRx<SttInput>,
+    /// When each frame pushed and not yet stepped arrived, oldest first.
+    arrivals: VecDeque<Instant>,
+    /// Frames pushed since the stream (re)started.
+    pushed: usize,
+    /// The last position stepped.
+    last: Option<usize>,
+    /// The arrival of the frame the current position read (for its words' latency).
+    decided: Option<Instant>,
+    /// Positions that end each pending flush.
+    flushes: VecDeque<usize>,
+    /// Pending markers: the position each waits for, and its id.
+    markers: VecDeque<(usize, i64)>,
+    words: usize,
+    /// The end-of-turn head was above its threshold at the last step (true at the start: a turn
+    /// ends only after speech).
+    pausing: bool,
+}
+
+impl Running {
+    fn new(side: JobSide<SttEvent, SttOutcome>, input: InputRx<SttInput>) -> Self {
+        Self {
+            side,
+            input,
+            arrivals: VecDeque::new(),
+            pushed: 0,
+            last: None,
+            decided: None,
+            flushes: VecDeque::new(),
+            markers: VecDeque::new(),
+            words: 0,
+            pausing: true,
+        }
+    }
+
+    fn restart(&mut self) {
+        self.arrivals.clear();
+        self.pushed = 0;
+        self.last = None;
+        self.decided = None;
+        self.flushes.clear();
+        self.markers.clear();
+        self.pausing = true;
+    }
+}
+
+pub(crate) struct Worker<B: LmOps> {
+    stage: SttStage<B>,
+    info: SttInfo,
+    jobs: HashMap<StreamId, Running>,
+    metrics: Arc<SttMetrics>,
+    /// The flush: `flush_frames` frames of silence.
+    silence: Vec<f32>,
+    step_streams: usize,
+}
+
+fn slow_consumer() -> StageError {
+    StageError::new(
+        StageErrorCode::SlowConsumer,
+        "the client did not read its results in time; the stream was cancelled",
+    )
+}
+
+impl<B: LmOps> Worker<B> {
+    pub(crate) fn new(stage: SttStage<B>, info: SttInfo, metrics: Arc<SttMetrics>) -> Self {
+        let silence = vec![0.0; stage.flush_frames() * FRAME_SAMPLES];
+        Self {
+            stage,
+            info,
+            jobs: HashMap::new(),
+            metrics,
+            silence,
+            step_streams: 0,
+        }
+    }
+
+    fn admit_stream(&mut self, job: StartJob) {
+        let StartJob { side, input } = job;
+        if side.events.is_closed() || side.shared.cancel_request() != CancelRequest::None {
+            side.shared.set_outcome(SttOutcome::Ended {
+                positions: 0,
+                words: 0,
+                cancelled: true,
+            });
+            return;
+        }
+        if self.jobs.len() >= self.info.max_streams {
+            // A client that just left may not be swept yet: its slot is free.
+            Owner::sweep(self);
+        }
+        if self.jobs.len() >= self.info.max_streams {
+            let e = StageError::new(
+                StageErrorCode::Busy,
+                format!(
+                    "busy: all {} transcription streams are in use",
+                    self.info.max_streams
+                ),
+            );
+            side.shared.set_outcome(SttOutcome::Failed(e));
+            return;
+        }
+        match self.stage.add(StreamRequest::default()) {
+            Ok(id) => {
+                // A fresh channel has room: this fails only when the client is gone (then the
+                // next sweep cancels the stream).
+                let _ = side
+                    .events
+                    .try_send(SttEvent::Started(SttStarted { stream: id }));
+                self.jobs.insert(id, Running::new(side, input));
+                self.publish_gauges();
+                self.metrics.started();
+            }
+            Err(e) => side
+                .shared
+                .set_outcome(SttOutcome::Failed(admission_error(&e))),
+        }
+    }
+
+    /// Frees stream `id` now (a step in flight is discarded) with `outcome`.
+    fn remove(&mut self, id: StreamId, outcome: SttOutcome) {
+        let Some(r) = self.jobs.remove(&id) else {
+            return;
+        };
+        let _ = self.stage.cancel(id);
+        self.publish_gauges();
+        r.side.shared.set_outcome(outcome);
+    }
+
+    fn cancel(&mut self, id: StreamId, kind: CancelKind) {
+        self.metrics.cancelled(kind);
+        let outcome = match kind {
+            CancelKind::SlowConsumer => SttOutcome::Failed(slow_consumer()),
+            CancelKind::Client | CancelKind::Disconnect => {
+                let r = &self.jobs[&id];
+                SttOutcome::Ended {
+                    positions: r.last.map_or(0, |p| p + 1),
+                    words: r.words,
+                    cancelled: true,
+                }
+            }
+        };
+        self.remove(id, outcome);
+    }
+
+    /// Moves each stream's waiting input into the stage, up to [`MAX_STAGED_FRAMES`] queued.
+    fn take_streams_input(&mut self) {
+        let mut failed = Vec::new();
+        let ids: Vec<StreamId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            loop {
+                let queued = self.stage.buffered_samples(id).unwrap_or(0);
+                if queued >= MAX_STAGED_FRAMES * FRAME_SAMPLES {
+                    break;
+                }
+                let Some(r) = self.jobs.get_mut(&id) else {
+                    break;
+                };
+                let Some(msg) = r.input.try_recv() else {
+                    break;
+                };
+                if let Err(e) = self.apply(id, msg) {
+                    failed.push((id, e));
+                    break;
+                }
+            }
+        }
+        for (id, e) in failed {
+            self.metrics.failed();
+            self.remove(id, SttOutcome::Failed(e));
+        }
+    }
+
+    /// One input message of stream `id`.
+    fn apply(&mut self, id: StreamId, msg: SttInput) -> std::result::Result<(), StageError> {
+        let delay = self.info.config.text_delay_frames;
+        let bad = |e: chorus_core::Error| StageError::bad_request(e.to_string());
+        let (stage, silence) = (&mut self.stage, &self.silence);
+        let Some(r) = self.jobs.get_mut(&id) else {
+            return Ok(());
+        };
+        let push = |stage: &mut SttStage<B>, r: &mut Running, pcm: &[f32], at: Instant| {
+            stage.push_pcm(id, pcm).map_err(bad)?;
+            let frames = pcm.len() / FRAME_SAMPLES;
+            r.pushed += frames;
+            r.arrivals.extend(std::iter::repeat_n(at, frames));
+            Ok::<(), StageError>(())
+        };
+        match msg {
+            SttInput::Audio { pcm, arrived } => push(stage, r, &pcm, arrived)?,
+            SttInput::Flush => {
+                push(stage, r, silence, Instant::now())?;
+                r.flushes.push_back(r.pushed);
+            }
+            SttInput::Marker(m) => r.markers.push_back((r.pushed + delay, m)),
+            SttInput::Reset => {
+                stage.reset(id).map_err(bad)?;
+                r.restart();
+                let _ = r.side.events.try_send(SttEvent::ResetDone);
+            }
+            SttInput::End => {
+                push(stage, r, silence, Instant::now())?;
+                stage.end(id).map_err(bad)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of every stream with a frame queued.
+    fn step_streams(&mut self) {
+        let start = Instant::now();
+        let (mut frames, mut slow, mut ended) = (0usize, Vec::new(), Vec::new());
+        let jobs = &mut self.jobs;
+        let result = self.stage.step(&mut |ev| match ev {
+            StreamEvent::Token {
+                stream,
+                position,
+                token,
+                vad,
+                ..
+            } => {
+                let Some(r) = jobs.get_mut(&stream) else {
+                    return;
+                };
+                if position > 0 {
+                    frames += 1;
+                    r.decided = r.arrivals.pop_front();
+                }
+                r.last = Some(position);
+                let step = SttEvent::Step {
+                    position,
+                    token,
+                    vad: vad.map(<[f32]>::to_vec),
+                    buffered_samples: r.pushed.saturating_sub(position) * FRAME_SAMPLES,
+                };
+                hand(r, step, stream, &mut slow);
+                if let Some(&p) = vad.and_then(|v| v.get(END_OF_TURN_HEAD)) {
+                    let above = p > END_OF_TURN_THRESHOLD;
+                    if above && !r.pausing {
+                        let eot = SttEvent::EndOfTurn {
+                            position,
+                            probability: p,
+                        };
+                        hand(r, eot, stream, &mut slow);
+                    }
+                    r.pausing = above;
+                }
+            }
+            StreamEvent::Word { stream, event } => {
+                let Some(r) = jobs.get_mut(&stream) else {
+                    return;
+                };
+                let ev = match event {
+                    WordEvent::Word { tokens, start } => {
+                        r.words += 1;
+                        SttEvent::Word {
+                            tokens,
+                            start,
+                            decided: r.decided,
+                        }
+                    }
+                    WordEvent::EndWord { stop } => SttEvent::EndWord { stop },
+                };
+                hand(r, ev, stream, &mut slow);
+            }
+            StreamEvent::Ended { stream, positions } => ended.push((stream, positions)),
+        });
+        self.metrics.observe_step(start.elapsed().as_secs_f64());
+        self.metrics.frames(frames);
+        match result {
+            Ok(n) => self.step_streams = n,
+            Err(e) => {
+                self.fail_all(StageError::internal(format!(
+                    "the transcription step failed: {e}"
+                )));
+                return;
+            }
+        }
+        self.deliver_progress(&mut slow);
+        for (id, positions) in ended {
+            let Some(r) = self.jobs.remove(&id) else {
+                continue;
+            };
+            if slow.contains(&id) {
+                self.metrics.cancelled(CancelKind::SlowConsumer);
+                r.side
+                    .shared
+                    .set_outcome(SttOutcome::Failed(slow_consumer()));
+            } else {
+                self.metrics.finished();
+                r.side.shared.set_outcome(SttOutcome::Ended {
+                    positions,
+                    words: r.words,
+                    cancelled: false,
+                });
+            }
+        }
+        self.publish_gauges();
+        slow.sort_unstable();
+        slow.dedup();
+        for id in slow {
+            if self.jobs.contains_key(&id) {
+                self.cancel(id, CancelKind::SlowConsumer);
+            }
+        }
+    }
+
+    /// Flushes and markers whose position has been stepped.
+    fn deliver_progress(&mut self, slow: &mut Vec<StreamId>) {
+        for (&id, r) in self.jobs.iter_mut() {
+            let Some(last) = r.last else { continue };
+            while r.flushes.front().is_some_and(|&p| p <= last) {
+                r.flushes.pop_front();
+                hand(r, SttEvent::Flushed { position: last }, id, slow);
+            }
+            while let Some(&(p, m)) = r.markers.front() {
+                if p > last {
+                    break;
+                }
+                r.markers.pop_front();
+                hand(r, SttEvent::Marker { id: m }, id, slow);
+            }
+        }
+    }
+
+    /// Ends every stream with `err` (a failed step may leave the stage's streams half-stepped).
+    fn fail_all(&mut self, err: StageError) {
+        let jobs = std::mem::take(&mut self.jobs);
+        for &id in jobs.keys() {
+            let _ = self.stage.cancel(id);
+        }
+        self.publish_gauges();
+        for r in jobs.into_values() {
+            self.metrics.failed();
+            r.side.shared.set_outcome(SttOutcome::Failed(err.clone()));
+        }
+    }
+
+    fn publish_gauges(&self) {
+        self.metrics.set_active(self.jobs.len(), self.step_streams);
+    }
+}
+
+/// Hands `ev` to stream `id`'s channel; a full channel marks the client slow (a closed one is
+/// the next sweep's business).
+fn hand(r: &Running, ev: SttEvent, id: StreamId, slow: &mut Vec<StreamId>) {
+    if let Err(TrySendError::Full(_)) = r.side.events.try_send(ev) {
+        slow.push(id);
+    }
+}
+
+impl<B: LmOps> Owner for Worker<B> {
+    type Start = StartJob;
+
+    fn admit(&mut self, job: StartJob) {
+        self.admit_stream(job);
+    }
+
+    fn sweep(&mut self) {
+        let gone: Vec<(StreamId, CancelKind)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, r)| Some((id, r.side.shared.gone(&r.side.events)?)))
+            .collect();
+        for (id, kind) in gone {
+            self.cancel(id, kind);
+        }
+    }
+
+    fn has_jobs(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    fn take_input(&mut self) {
+        self.take_streams_input();
+    }
+
+    fn has_work(&self) -> bool {
+        self.stage.has_work()
+    }
+
+    fn step(&mut self) {
+        self.step_streams();
+    }
+
+    fn publish(&self) {
+        self.publish_gauges();
+    }
+
+    fn stop(&mut self) {
+        self.fail_all(StageError::new(
+            StageErrorCode::Draining,
+            "the transcription engine stopped: the server is shutting down",
+        ));
+    }
+}

@@ -1,0 +1,119 @@
+//! `chorus serve --stt-model`: the Kyutai STT stage (Mimi's encoder in its step) behind `/v1/stt`
+//! and `/api/asr-streaming`, built on its owner thread through the runtime's `AnyStt::open` (the
+//! same build as `chorus transcribe`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use chorus_runtime::device::DeviceKind;
+use chorus_runtime::{AnyStt, SttSpec};
+use chorus_server::stt::{SttEngine, SttServeConfig, SttStageFactory};
+use chorus_stt::{SttOptions, SttTokenizer};
+
+/// Default streams the STT stage transcribes at once.
+const DEFAULT_STT_STREAMS: usize = 64;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SttServeArgs {
+    /// Also serve Kyutai speech to text on `/v1/stt` and `/api/asr-streaming`:
+    /// `kyutai/stt-1b-en_fr`, `kyutai/stt-2.6b-en` (hub), a directory, explicit files, `random`,
+    /// `random-2.6b` or `random-small`. Without it both answer 404 `not_enabled`.
+    #[arg(long)]
+    pub stt_model: Option<String>,
+    /// The Mimi codec that turns audio into codes (default: `kyutai/mimi`, `random` for a random
+    /// STT model).
+    #[arg(long, requires = "stt_model")]
+    pub stt_mimi: Option<String>,
+    /// The SentencePiece `.model` that spells the words (default: the one beside the model).
+    #[arg(long, requires = "stt_model")]
+    pub stt_tokenizer: Option<PathBuf>,
+    /// Streams transcribed at once (slots); more are refused as busy.
+    #[arg(long, default_value_t = DEFAULT_STT_STREAMS)]
+    pub stt_streams: usize,
+    /// Device of the STT stage (CUDA: bf16 unless `--precision f32`, one graph per bucket).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub stt_device: DeviceKind,
+    /// Most frames one stream may send in its life, flushes included (12.5 per second; default
+    /// one hour).
+    #[arg(long, default_value_t = chorus_stt::stage::DEFAULT_MAX_FRAMES)]
+    pub stt_max_frames: usize,
+}
+
+/// Starts the transcription engine when `--stt-model` is given.
+pub fn start_stt(
+    args: &SttServeArgs,
+    precision: Option<chorus_core::Precision>,
+    threads: Option<usize>,
+) -> Result<Option<SttEngine>> {
+    let Some(spec) = &args.stt_model else {
+        return Ok(None);
+    };
+    let mut model = crate::load_stt(spec)?;
+    let mimi_spec = args.stt_mimi.clone().unwrap_or_else(|| {
+        if model.is_random() {
+            chorus_mimi::checkpoint::RANDOM_SPEC
+        } else {
+            "kyutai/mimi"
+        }
+        .into()
+    });
+    let mimi = crate::load(&mimi_spec)?;
+    if mimi.config.num_quantizers < model.config.num_codebooks {
+        bail!(
+            "the Mimi codec `{mimi_spec}` has {} codebooks; the STT model reads {}",
+            mimi.config.num_quantizers,
+            model.config.num_codebooks
+        );
+    }
+    let tokenizer = match &args.stt_tokenizer {
+        Some(p) => SttTokenizer::from_file(p, &model.config)
+            .with_context(|| format!("loading the STT tokenizer {}", p.display()))?,
+        None => model.tokenizer.take().context(
+            "the STT model has no SentencePiece .model beside it (fix: pass --stt-tokenizer PATH)",
+        )?,
+    };
+    let mut opts = SttOptions::for_streams(args.stt_streams)?;
+    opts.max_frames = args.stt_max_frames;
+    let source = model.source.clone();
+    let spec = SttSpec {
+        device: args.stt_device,
+        precision,
+        threads,
+    };
+    let open = move || AnyStt::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts));
+    let config = SttServeConfig::default();
+    let engine = if chorus_runtime::device::resolve(args.stt_device) == DeviceKind::Cuda {
+        let factory: SttStageFactory<chorus_cuda::CudaBackend> = Box::new(move || match open()? {
+            (AnyStt::Cuda(s), opts) => Ok((*s, opts)),
+            (AnyStt::Cpu(_), _) => Err(not_built("CUDA")),
+        });
+        SttEngine::start(factory, config, tokenizer)
+    } else {
+        let factory: SttStageFactory<chorus_cpu::CpuBackend> = Box::new(move || match open()? {
+            (AnyStt::Cpu(s), opts) => Ok((*s, opts)),
+            (AnyStt::Cuda(_), _) => Err(not_built("CPU")),
+        });
+        SttEngine::start(factory, config, tokenizer)
+    }
+    .context("starting the STT stage")?;
+    let info = engine.info();
+    eprintln!(
+        "stt: {source} with Mimi {mimi_spec} on {} ({} streams, text delay {} frames{})",
+        info.device,
+        info.max_streams,
+        info.config.text_delay_frames,
+        if info.config.extra_heads > 0 {
+            ", VAD heads"
+        } else {
+            ""
+        }
+    );
+    Ok(Some(engine))
+}
+
+fn not_built(device: &str) -> chorus_core::Error {
+    chorus_core::Error::config(
+        "serve::start_stt",
+        format!("the STT stage was not built on the {device} backend asked for"),
+    )
+}

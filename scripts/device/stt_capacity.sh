@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Speech-to-text streams through the server on the GPU machine: for each of STT_STREAMS counts,
+# `chorus serve` with the Kyutai STT stage on CUDA (random weights of stt-1b-en_fr's architecture
+# and of Mimi, that many stream slots), then `chorus loadgen --input audio` with as many real-time streams for
+# STT_SECONDS, each run's JSON report kept, and the largest count whose step outputs came with a
+# p99 delay past their audio under STT_P99_MS (100) and no missed deadline (a step later than one
+# 80 ms frame) printed at the end. Expects .device-bin/chorus (scripts/device/build_bins.sh).
+# Settings: STT_STREAMS ("256 512 1024 1300"), STT_SECONDS (20), STT_P99_MS (100), STT_ENDPOINT
+# (v1, or asr for /api/asr-streaming), STT_PORT (8094), STT_OUT (/tmp/stt_capacity).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device/cuda_env.sh
+BIN=.device-bin
+PORT=${STT_PORT:-8094}
+COUNTS=${STT_STREAMS:-256 512 1024 1300}
+P99_MS=${STT_P99_MS:-100}
+OUT=${STT_OUT:-/tmp/stt_capacity}
+mkdir -p "$OUT"
+
+# One server per count with exactly that many slots (each slot reserves its KV ring and Mimi
+# state at start-up: about 0.1 GB per 1B stream, so the largest counts may not fit, which is a
+# result too). The decoder is the stand-in: the GPU is the STT stage's alone. Every stream comes
+# from this one address, past the default 1,024 connections per client: that limit is off.
+start_server() {
+  "$BIN"/chorus serve --port "$PORT" --model fake --stt-model random --stt-mimi random \
+    --stt-device cuda --stt-streams "$1" --max-connections-per-client 0 > "$OUT/serve_$1.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 600); do
+    grep -q "listening" "$OUT/serve_$1.log" 2>/dev/null && return 0
+    kill -0 $server 2>/dev/null || return 1
+    sleep 1
+  done
+  return 1
+}
+
+status=0
+best=0
+for n in $COUNTS; do
+  echo "=================== $n streams: serve --stt-streams $n, loadgen --input audio ==================="
+  if ! start_server "$n"; then
+    echo "FAIL streams $n: the server did not start (tail of $OUT/serve_$n.log):"
+    tail -5 "$OUT/serve_$n.log"
+    kill $server 2>/dev/null; wait $server 2>/dev/null
+    status=1
+    continue
+  fi
+  grep -E "^stt:" "$OUT/serve_$n.log"
+  report="$OUT/loadgen_$n.json"
+  "$BIN"/chorus loadgen --url "ws://127.0.0.1:$PORT" --input audio --stt-endpoint "${STT_ENDPOINT:-v1}" \
+    --streams "$n" --duration "${STT_SECONDS:-20}" --json > "$report" 2> "$OUT/loadgen_$n.err" || status=1
+  # The step-time histogram and the stage's gauges as the run left them.
+  curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^chorus_stt_(step_seconds_(sum|count)|frames_total|words_total|streams_refused_total)' || true
+  verdict=$(python3 - "$report" "$n" "$P99_MS" <<'PY'
+import json, sys
+path, n, p99_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"no report ({e})")
+    sys.exit(0)
+d = r["delay_ms"]
+ok = (r["errors"] == {} and r["streams_completed"] == n and r["frames_sent"] > 0
+      and r["steps_timed"] == r["frames_sent"] and r["missed_deadlines"] == 0
+      and d["p99"] < p99_max)
+print(f"{'PASS' if ok else 'FAIL'} streams {n}: p50 {d['p50']:.1f} p99 {d['p99']:.1f} max {d['max']:.1f} ms, "
+      f"missed {r['missed_deadlines']}, steps {r['steps_timed']}/{r['frames_sent']}, "
+      f"completed {r['streams_completed']}, errors {r['errors']}, client CPU {r['client_cpu_cores']:.2f} cores")
+PY
+)
+  echo "$verdict"
+  case "$verdict" in
+    PASS*) [ "$n" -gt "$best" ] && best=$n ;;
+  esac
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+done
+echo "largest real-time count (p99 < ${P99_MS} ms, no missed deadline): $best of ${COUNTS// /, }"
+exit $status
