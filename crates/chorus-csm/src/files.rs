@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use chorus_core::checkpoint::hub;
+use chorus_core::checkpoint::shards::shard_paths;
 use chorus_core::{Error, Result};
 
 const OP: &str = "load_csm_model";
@@ -155,33 +156,6 @@ fn pickle_error(p: &Path) -> Error {
 fn beside(file: &Path, name: &str) -> Option<PathBuf> {
     let p = file.parent()?.join(name);
     p.is_file().then_some(p)
-}
-
-/// The shard files an index names (existence checked when they are opened).
-fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
-    let shown = index.display().to_string();
-    let text = std::fs::read_to_string(index).map_err(|e| Error::io(OP, &shown, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Format {
-        op: OP,
-        path: shown.clone(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
-    let map = v
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::Format {
-            op: OP,
-            path: shown.clone(),
-            reason: "no `weight_map` object".into(),
-        })?;
-    let mut files: Vec<String> = map
-        .values()
-        .filter_map(|f| f.as_str().map(str::to_string))
-        .collect();
-    files.sort();
-    files.dedup();
-    let dir = index.parent().unwrap_or_else(|| Path::new("."));
-    Ok(files.into_iter().map(|f| dir.join(f)).collect())
 }
 
 /// A directory: the index and its shards, else `model.safetensors`; config and tokenizer beside.

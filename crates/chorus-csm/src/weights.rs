@@ -7,7 +7,7 @@
 //! audio_vocab]` as stored (`[in, out]` per level, applied as `h @ W[level - 1]`). The audio table
 //! is one tensor: transformers ties the depth decoder's `embed_tokens` to the backbone's.
 
-use chorus_core::checkpoint::TensorSource;
+use chorus_core::checkpoint::{check, TensorSource};
 use chorus_core::{Error, HostTensor, Result};
 
 use crate::config::{CsmConfig, LlamaConfig};
@@ -32,8 +32,6 @@ pub const DEPTH: &str = "depth_decoder.model";
 pub const CODEC_PREFIX: &str = "codec_model.";
 
 const OP: &str = "load_csm";
-/// How many names an unexpected-tensor error lists.
-const NAMES_IN_ERROR: usize = 8;
 
 /// How a tensor is initialised by the random models (its role in the model).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,20 +299,7 @@ impl CsmWeights {
 
 /// A present tensor's shape against the expected one, before its data is read.
 fn check_shape(src: &dyn TensorSource, name: &str, expected: &[usize]) -> Result<()> {
-    match src.shape(name) {
-        None => Err(Error::MissingTensor {
-            op: OP,
-            name: name.into(),
-            source_name: src.source_name().into(),
-        }),
-        Some(found) if found != expected => Err(Error::Shape {
-            op: OP,
-            name: name.into(),
-            expected: expected.to_vec(),
-            found,
-        }),
-        Some(_) => Ok(()),
-    }
+    check::check_shape(OP, src, name, expected)
 }
 
 /// True for names a checkpoint may hold that CSM does not read: the codec, and buffers some
@@ -327,33 +312,8 @@ pub fn is_ignored(name: &str) -> bool {
 
 /// Refuses tensors the config has no place for (a layer count or vocabulary mismatch shows here).
 fn check_names(specs: &[TensorSpec], src: &dyn TensorSource) -> Result<()> {
-    let unexpected: Vec<String> = src
-        .names()
-        .into_iter()
-        .filter(|n| !is_ignored(n) && n != DEPTH_AUDIO_EMBED && !specs.iter().any(|s| &s.name == n))
-        .collect();
-    if unexpected.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<&str> = unexpected
-        .iter()
-        .take(NAMES_IN_ERROR)
-        .map(String::as_str)
-        .collect();
-    Err(Error::Format {
-        op: OP,
-        path: src.source_name().into(),
-        reason: format!(
-            "{} tensors the configuration has no place for (does config.json match the \
-             checkpoint?): {}{}",
-            unexpected.len(),
-            shown.join(", "),
-            if unexpected.len() > shown.len() {
-                ", ..."
-            } else {
-                ""
-            }
-        ),
+    check::refuse_unexpected(OP, src, |n| {
+        is_ignored(n) || n == DEPTH_AUDIO_EMBED || specs.iter().any(|s| s.name == n)
     })
 }
 

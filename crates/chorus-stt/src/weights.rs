@@ -7,8 +7,8 @@
 //! gains `[1, 1, d]`, the text head without transformers' extra zero row. transformers' layout is
 //! a view onto these names (`hf.rs`).
 
-use chorus_core::checkpoint::TensorSource;
-use chorus_core::{Error, HostTensor, Result};
+use chorus_core::checkpoint::{check, TensorSource};
+use chorus_core::{HostTensor, Result};
 
 use crate::config::SttConfig;
 
@@ -22,8 +22,6 @@ pub const TEXT_LINEAR: &str = "text_linear.weight";
 pub const LAYERS: &str = "transformer.layers";
 
 const OP: &str = "load_stt";
-/// How many names an unexpected-tensor error lists.
-const NAMES_IN_ERROR: usize = 8;
 
 /// Codebook `k`'s audio table `[codebook_vocab, hidden]`.
 pub fn audio_emb(k: usize) -> String {
@@ -188,20 +186,7 @@ impl SttWeights {
 
 /// A present tensor's shape against the expected one, before its data is read.
 pub fn check_shape(src: &dyn TensorSource, name: &str, expected: &[usize]) -> Result<()> {
-    match src.shape(name) {
-        None => Err(Error::MissingTensor {
-            op: OP,
-            name: name.into(),
-            source_name: src.source_name().into(),
-        }),
-        Some(found) if found != expected => Err(Error::Shape {
-            op: OP,
-            name: name.into(),
-            expected: expected.to_vec(),
-            found,
-        }),
-        Some(_) => Ok(()),
-    }
+    check::check_shape(OP, src, name, expected)
 }
 
 /// True for names a checkpoint may hold that the LM does not read: the codec of a transformers
@@ -215,32 +200,7 @@ pub fn is_ignored(name: &str) -> bool {
 /// Refuses tensors the config has no place for (a layer count, codebook count or VAD-head
 /// mismatch shows here).
 fn check_names(specs: &[TensorSpec], src: &dyn TensorSource) -> Result<()> {
-    let unexpected: Vec<String> = src
-        .names()
-        .into_iter()
-        .filter(|n| !is_ignored(n) && !specs.iter().any(|s| &s.name == n))
-        .collect();
-    if unexpected.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<&str> = unexpected
-        .iter()
-        .take(NAMES_IN_ERROR)
-        .map(String::as_str)
-        .collect();
-    Err(Error::Format {
-        op: OP,
-        path: src.source_name().into(),
-        reason: format!(
-            "{} tensors the configuration has no place for (does config.json match the \
-             checkpoint?): {}{}",
-            unexpected.len(),
-            shown.join(", "),
-            if unexpected.len() > shown.len() {
-                ", ..."
-            } else {
-                ""
-            }
-        ),
+    check::refuse_unexpected(OP, src, |n| {
+        is_ignored(n) || specs.iter().any(|s| s.name == n)
     })
 }

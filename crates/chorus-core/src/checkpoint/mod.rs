@@ -1,6 +1,7 @@
 //! Checkpoint plumbing shared by every model family: a validated safetensors reader and writer,
 //! named tensor sources, and Hugging Face Hub resolution.
 
+pub mod check;
 pub mod hub;
 pub mod safetensors;
 pub mod shards;

@@ -63,15 +63,9 @@ impl ShardedSource {
     /// Opens the shards an index json names (`weight_map`: tensor -> file, relative to the
     /// index) and checks that every tensor sits where the index says.
     pub fn from_index(index: &Path) -> Result<Self> {
-        let shown = index.display().to_string();
-        let text = std::fs::read_to_string(index).map_err(|e| Error::io(OP, &shown, e))?;
-        let map = parse_index(&text, &shown)?;
+        let (map, shown) = read_index(index)?;
         let dir = index.parent().unwrap_or_else(|| Path::new("."));
-        let mut shard_names: Vec<&String> = map.values().collect();
-        shard_names.sort();
-        shard_names.dedup();
-        let paths: Vec<PathBuf> = shard_names.iter().map(|s| dir.join(s)).collect();
-        let src = Self::open(&paths)?;
+        let src = Self::open(&shard_files(&map, dir))?;
         for (tensor, file) in &map {
             let at = src.by_name.get(tensor).map(|&i| src.files[i].path());
             if at != Some(dir.join(file).as_path()) {
@@ -111,6 +105,31 @@ impl ShardedSource {
 }
 
 /// `weight_map` of an index json.
+/// The shard files an index json names, once each in name order, beside the index (their
+/// existence is checked when they are opened).
+pub fn shard_paths(index: &Path) -> Result<Vec<PathBuf>> {
+    let (map, _) = read_index(index)?;
+    Ok(shard_files(
+        &map,
+        index.parent().unwrap_or_else(|| Path::new(".")),
+    ))
+}
+
+/// An index's `weight_map` (tensor -> shard file) and the index's name as errors show it.
+fn read_index(index: &Path) -> Result<(BTreeMap<String, String>, String)> {
+    let shown = index.display().to_string();
+    let text = std::fs::read_to_string(index).map_err(|e| Error::io(OP, &shown, e))?;
+    Ok((parse_index(&text, &shown)?, shown))
+}
+
+/// The distinct shard files of a `weight_map`, in name order, in `dir`.
+fn shard_files(map: &BTreeMap<String, String>, dir: &Path) -> Vec<PathBuf> {
+    let mut names: Vec<&String> = map.values().collect();
+    names.sort();
+    names.dedup();
+    names.iter().map(|s| dir.join(s)).collect()
+}
+
 fn parse_index(text: &str, shown: &str) -> Result<BTreeMap<String, String>> {
     let bad = |reason: String| Error::Format {
         op: OP,
