@@ -279,6 +279,47 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
 // With `group_pairs` (OWN: short contexts without GQA, the depth decoder), every key group serves
 // a (row, kv head) pair of its own, all of its keys, and writes the output directly: no splits, no
 // merge, no block barrier, KG pairs per block.
+// The end of a decode block: its KG key groups' partial results in shared memory ([KG][G][D]
+// unnormalised outputs, then [KG][G] maxima and [KG][G] sums, base 2) merged, then stored: the
+// normalised output, or with several splits the split's partial (max, sum, output) for
+// lm_paged_combine. The caller wrote them and passed a barrier; group 0 saw the split's first
+// key, so the maximum is finite.
+template <int D, int G, int KG>
+__device__ __forceinline__ void pa_merge_store(const float* __restrict__ smem, int r, int h, int s,
+                                               T* __restrict__ out, float* __restrict__ part, const PagedDims& d) {
+    const float* sacc = smem;
+    const float* sm = sacc + KG * G * D;
+    const float* sl = sm + KG * G;
+    long long part_floats = (long long)d.rows * d.q_heads * d.splits * D;
+    for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+        int g = idx / D;
+        int c = idx % D;
+        float mx = NEG_INF;
+#pragma unroll
+        for (int k = 0; k < KG; ++k) {
+            mx = fmaxf(mx, sm[k * G + g]);
+        }
+        float sum = 0.f, a = 0.f;
+#pragma unroll
+        for (int k = 0; k < KG; ++k) {
+            float w = exp2f(sm[k * G + g] - mx);
+            sum += w * sl[k * G + g];
+            a += w * sacc[(k * G + g) * D + c];
+        }
+        int head = h * G + g;
+        if (d.splits == 1) {
+            st(out + ((long long)r * d.q_heads + head) * D + c, a * (1.f / sum));
+        } else {
+            long long ps = ((long long)r * d.q_heads + head) * d.splits + s;
+            part[ps * D + c] = a;
+            if (c == 0) {
+                part[part_floats + 2 * ps] = mx;
+                part[part_floats + 2 * ps + 1] = sum;
+            }
+        }
+    }
+}
+
 #define PA_THREADS 128
 #define PA_UNROLL 4
 // 8-bit caches load half the bytes per key: twice the keys in flight per lane for the same bytes.
@@ -482,35 +523,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
         }
     }
     __syncthreads();
-    long long part_floats = (long long)d.rows * d.q_heads * d.splits * D;
-    for (int idx = threadIdx.x; idx < G * D; idx += PA_THREADS) {
-        int g = idx / D;
-        int c = idx % D;
-        // Group 0 saw the split's first key, so the maximum is finite.
-        float mx = NEG_INF;
-#pragma unroll
-        for (int k = 0; k < KG; ++k) {
-            mx = fmaxf(mx, sm[k * G + g]);
-        }
-        float sum = 0.f, a = 0.f;
-#pragma unroll
-        for (int k = 0; k < KG; ++k) {
-            float w = exp2f(sm[k * G + g] - mx);
-            sum += w * sl[k * G + g];
-            a += w * sacc[(k * G + g) * D + c];
-        }
-        int head = h * G + g;
-        if (d.splits == 1) {
-            st(out + ((long long)r * d.q_heads + head) * D + c, a * (1.f / sum));
-        } else {
-            long long ps = ((long long)r * d.q_heads + head) * d.splits + s;
-            part[ps * D + c] = a;
-            if (c == 0) {
-                part[part_floats + 2 * ps] = mx;
-                part[part_floats + 2 * ps + 1] = sum;
-            }
-        }
-    }
+    pa_merge_store<D, G, KG>(pa_smem, r, h, s, out, part, d);
 }
 
 #define PA_DECODE_CASE(DD, GG, OWN)                                                                   \

@@ -88,6 +88,11 @@ pub struct CudaOptions {
     /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
     /// measurements.
     pub fused_norm_rotation: bool,
+    /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
+    /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
+    /// the plain decode kernel. Off by default until measured on the GPU;
+    /// `CHORUS_LM_ATTENTION_MMA=1` turns it on.
+    pub lm_attention_mma: bool,
 }
 
 impl Default for CudaOptions {
@@ -111,6 +116,7 @@ impl Default for CudaOptions {
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
+            lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -120,6 +126,8 @@ impl Default for CudaOptions {
 pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 /// Environment switch of [`CudaOptions::batch_invariant`]'s default.
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
+/// Environment switch of [`CudaOptions::lm_attention_mma`]'s default.
+pub const LM_ATTENTION_MMA_ENV: &str = "CHORUS_LM_ATTENTION_MMA";
 /// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
 pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
@@ -229,6 +237,10 @@ pub struct CudaBackend {
     pub(crate) batch_invariant: bool,
     /// See [`CudaOptions::fused_norm_rotation`].
     pub(crate) fused_norm_rotation: bool,
+    /// See [`CudaOptions::lm_attention_mma`] (false without tensor cores or in f32 storage).
+    pub(crate) lm_attention_mma: bool,
+    /// LM decode attentions enqueued on the tensor-core kernel so far.
+    pub(crate) lm_attention_mma_launches: AtomicUsize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -356,6 +368,10 @@ impl CudaBackend {
             skinny_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
             fused_norm_rotation: options.fused_norm_rotation,
+            lm_attention_mma: options.lm_attention_mma
+                && options.precision == Precision::Bf16
+                && arch.0 >= MMA_MIN_MAJOR,
+            lm_attention_mma_launches: AtomicUsize::new(0),
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
@@ -404,6 +420,11 @@ impl CudaBackend {
     /// Attention calls enqueued on the tensor-core kernel so far (a graph replay adds none).
     pub fn tensor_core_attentions(&self) -> usize {
         self.attention_mma_launches.load(Ordering::Relaxed)
+    }
+
+    /// LM decode attentions enqueued on the tensor-core kernel so far (a graph replay adds none).
+    pub fn lm_tensor_core_attentions(&self) -> usize {
+        self.lm_attention_mma_launches.load(Ordering::Relaxed)
     }
 
     /// LM products enqueued on the tensor-core skinny kernel so far (a graph replay adds none).

@@ -15,6 +15,8 @@ mod decode;
 mod draw;
 #[path = "lm_attention/fp8.rs"]
 mod fp8;
+#[path = "lm_attention/mma.rs"]
+mod mma;
 #[path = "lm_attention/paged.rs"]
 mod paged;
 #[path = "lm_attention/prefill.rs"]

@@ -12,6 +12,8 @@
 //! 3. otherwise (prefill, other shapes): `lm_paged_prefill`, the tiled general kernel, one block
 //!    per (row, kv head, group of query vectors).
 
+use std::sync::atomic::Ordering;
+
 use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs};
 use chorus_core::{Precision, Result};
 
@@ -25,6 +27,9 @@ const OP: &str = "paged_attention";
 const DECODE_THREADS: u32 = 128;
 const COMBINE_THREADS: u32 = 128;
 const GENERAL_THREADS: u32 = 128;
+/// The tensor-core decode kernel's head size (`PAM_D`) and warps per block (`PAM_WARPS`).
+const MMA_HEAD_DIM: usize = 128;
+const MMA_WARPS: usize = 4;
 /// Keys a decode lane group loads at once (`PA_UNROLL`; `PA_UNROLL8` over 8-bit caches).
 const DECODE_UNROLL: usize = 4;
 const DECODE_UNROLL8: usize = 8;
@@ -102,6 +107,31 @@ fn check_storage(be: &CudaBackend, name: &str, b: &CudaBuf) -> Result<()> {
 }
 
 /// True when the decode kernel has an instance for this shape (see `lm_paged_attention`).
+/// The plain decode kernel over `[qkv, k_cache, v_cache, tables, start, out, part, k_scale,
+/// v_scale]` (the scales only with 8-bit caches).
+fn launch_decode(
+    be: &CudaBackend,
+    kv8: bool,
+    cfg: Launch,
+    p: [u64; 9],
+    d: &PagedDims,
+) -> Result<()> {
+    let [qkv, kc, vc, tables, start, out, part, ks, vs] = p;
+    if kv8 {
+        be.launch(
+            Kernel::LmPagedAttention8,
+            cfg,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &ks, &vs, d],
+        )
+    } else {
+        be.launch(
+            Kernel::LmPagedAttention,
+            cfg,
+            &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, d],
+        )
+    }
+}
+
 fn decode_fits(g: &HeadGeom) -> bool {
     g.time == 1
         && matches!(g.head_dim, 64 | 128 | 256)
@@ -331,22 +361,44 @@ pub(crate) fn paged_attention(
         } else {
             0u64
         };
-        let cfg = Launch {
-            grid: blocks,
-            block: DECODE_THREADS,
-            smem,
-        };
-        if kv8 {
-            be.launch(
-                Kernel::LmPagedAttention8,
-                cfg,
-                &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &ks, &vs, &d],
-            )?;
+        // The tensor-core kernel (`lm_attention_mma.cu`): the same blocks and partials, its own
+        // key groups (one per warp).
+        if be.lm_attention_mma
+            && hd == MMA_HEAD_DIM
+            && matches!(group, 1 | 2 | 4 | 8)
+            && !plan.group_pairs
+        {
+            let cfg = Launch {
+                grid: blocks,
+                block: 32 * MMA_WARPS as u32,
+                smem: (MMA_WARPS * group * (hd + 2) * 4) as u32,
+            };
+            be.lm_attention_mma_launches.fetch_add(1, Ordering::Relaxed);
+            if kv8 {
+                be.launch(
+                    Kernel::LmPagedAttentionMma8,
+                    cfg,
+                    &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &ks, &vs, &d],
+                )?;
+            } else {
+                be.launch(
+                    Kernel::LmPagedAttentionMma,
+                    cfg,
+                    &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &d],
+                )?;
+            }
         } else {
-            be.launch(
-                Kernel::LmPagedAttention,
+            let cfg = Launch {
+                grid: blocks,
+                block: DECODE_THREADS,
+                smem,
+            };
+            launch_decode(
+                be,
+                kv8,
                 cfg,
-                &mut kargs![&qkv, &kc, &vc, &tables, &start, &out, &part, &d],
+                [qkv, kc, vc, tables, start, out, part, ks, vs],
+                &d,
             )?;
         }
         if splits > 1 {

@@ -8,7 +8,7 @@ use chorus_core::lm_ops::PagedAttentionArgs;
 /// A decode step over rows with histories of `contexts[r] - 1` positions already in the cache
 /// (`None`: a padded row on the null block). Caches are NaN everywhere else, so a read past a
 /// context poisons the output.
-struct DecodeCase {
+pub(crate) struct DecodeCase {
     heads: Heads,
     block_size: usize,
     max_blocks: usize,
@@ -18,11 +18,16 @@ struct DecodeCase {
     v_init: Vec<f32>,
     qkv: Vec<f32>,
     /// Per real row: its index and the f64 output.
-    want: Vec<(usize, Vec<f64>)>,
+    pub(crate) want: Vec<(usize, Vec<f64>)>,
 }
 
 impl DecodeCase {
-    fn new(seed: u64, heads: Heads, block_size: usize, contexts: &[Option<usize>]) -> Self {
+    pub(crate) fn new(
+        seed: u64,
+        heads: Heads,
+        block_size: usize,
+        contexts: &[Option<usize>],
+    ) -> Self {
         let mut rng = Rng::new(seed);
         let blocks: Vec<usize> = contexts
             .iter()
@@ -71,7 +76,7 @@ impl DecodeCase {
         }
     }
 
-    fn run<B: LmOps>(&self, be: &B) -> Result<Vec<f32>> {
+    pub(crate) fn run<B: LmOps>(&self, be: &B) -> Result<Vec<f32>> {
         let mut paged = Paged::new(
             be,
             self.heads,
@@ -83,7 +88,7 @@ impl DecodeCase {
     }
 
     /// The real rows of an output, in order.
-    fn real_rows(&self, out: &[f32]) -> Vec<f32> {
+    pub(crate) fn real_rows(&self, out: &[f32]) -> Vec<f32> {
         let n = self.heads.q * self.heads.hd;
         self.want
             .iter()

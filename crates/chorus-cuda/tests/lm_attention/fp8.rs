@@ -7,7 +7,7 @@ use crate::paged::*;
 
 /// Two 48-token rows (blocks of 16, scattered tables): a prefill of 40, then 8 decode steps, on
 /// 8-bit caches (`fp8`) or caches in the storage type. `[48 positions][2 rows][q_heads * hd]`.
-fn schedule<B: LmOps>(
+pub(crate) fn schedule<B: LmOps>(
     be: &B,
     h: Heads,
     seqs: &[Vec<Vec<f32>>; 2],
