@@ -24,8 +24,8 @@ use crate::errors::IntoPy;
 use crate::frames::{decode_block, read_block, read_frame, ChunkJob, Limits};
 use crate::slots::SlotTable;
 
-/// Frames decoded per job of a whole-sequence decode (whole long-chunk steps): Ctrl-C is checked
-/// between jobs.
+/// Frames decoded per job of a whole-sequence decode (whole long-chunk steps on every device):
+/// Ctrl-C is checked between jobs.
 const DECODE_CHUNK_FRAMES: usize = 2 * WHOLE_FILE_DECODE_CHUNK;
 /// Output sample rate of Mimi.
 pub const SAMPLE_RATE: usize = 24_000;
@@ -84,7 +84,7 @@ impl PyDecoder {
                 .and_then(|b| b.capped(args.max_streams.max(1)))
                 .py_err()?,
             threads: args.threads,
-            chunk_frames: WHOLE_FILE_DECODE_CHUNK,
+            chunk_frames: chorus_runtime::whole_file_decode_chunk(args.device),
         };
         let source = model.source.clone();
         let random = model.is_random();

@@ -25,6 +25,10 @@ pub const DEFAULT_BUCKETS: &[usize] = &[
 /// inside the step (one graph per bucket), the attention over 96 tokens, instead of one step per
 /// frame; a sequence's last chunk is padded past its end (the decoder is causal).
 pub const WHOLE_FILE_DECODE_CHUNK: usize = 48;
+/// [`WHOLE_FILE_DECODE_CHUNK`] on the CPU: there a chunk's cost grows with its frames (no launch
+/// overhead to spread), and 48 frames measured slower than 16 on the 2-core development machine
+/// (docs/PERFORMANCE.md), partly from padding a short file's last chunk.
+pub const CPU_WHOLE_FILE_DECODE_CHUNK: usize = 16;
 /// Frames per slot of one whole-file encode step (3.84 s of each file): every convolution runs
 /// over the chunk at once and the attention over its 96 tokens. At 64 files a step's f32
 /// activations stay near 6 GB, which bounds the chunk (the CUDA attention takes a step's queries
