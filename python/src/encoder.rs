@@ -1,10 +1,12 @@
 //! `chorus._chorus.Encoder`: the Mimi slot encoder behind an owner thread.
 //!
-//! Whole signals: a call encodes `[B, T]` audio as B streams side by side (one frame of each per
-//! step, from the zero state, on slots leased for the call), the last partial frame padded with
-//! silence as `chorus encode` does; long signals go in chunks so Ctrl-C is seen between them.
-//! Streams: a stream holds a slot and encodes whole frames as they come. Input is checked on the
-//! calling thread; slot ownership again on the encoder thread, in order with other jobs.
+//! Whole signals: a call encodes `[B, T]` audio as B streams side by side (long chunk steps of
+//! each, from the zero state, on slots leased for the call), the last chunk padded with silence
+//! past the signal's end as `chorus encode` does; long signals go in jobs so Ctrl-C is seen
+//! between them.
+//! Streams: a stream holds a slot and encodes whole frames as they come (whole chunks, then frame
+//! steps; a piece is never padded, so the slot goes on from its last frame). Input is checked on
+//! the calling thread; slot ownership again on the encoder thread, in order with other jobs.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 
 use chorus_core::{
     AudioFrame, Buckets, Error, FrameEncoder, Precision, Result, DEFAULT_BUCKETS, FRAME_SAMPLES,
+    WHOLE_FILE_ENCODE_CHUNK,
 };
 use chorus_mimi::checkpoint::load_model;
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
@@ -24,8 +27,8 @@ use crate::errors::IntoPy;
 use crate::mimi::SAMPLE_RATE;
 use crate::slots::SlotTable;
 
-/// Frames encoded per job: Ctrl-C is checked between jobs.
-const ENCODE_CHUNK_FRAMES: usize = 64;
+/// Frames encoded per job (whole long-chunk steps): Ctrl-C is checked between jobs.
+const ENCODE_CHUNK_FRAMES: usize = 2 * WHOLE_FILE_ENCODE_CHUNK;
 /// The CUDA device an encoder opens on when CUDA is chosen.
 const CUDA_DEVICE: usize = 0;
 
@@ -57,6 +60,10 @@ struct EncodeJob {
     frames: Range<usize>,
     n_q: usize,
     latents: bool,
+    /// The job's frames end its signals and the slots are reset before they encode again, so
+    /// the last chunk may be padded with silence past them. A stream's piece is never this: its
+    /// slot goes on from exactly the piece's last frame.
+    ends_signal: bool,
 }
 
 /// Codes `[rows, frames, n_q]` and, when asked, latents `[rows, frames, latent_dim]`.
@@ -66,26 +73,67 @@ struct EncodedChunk {
 }
 
 impl EncodeJob {
+    /// Frames `t..t + n` of each row into `pcm` (`[rows, n * FRAME_SAMPLES]`), the signal's end
+    /// padded with silence.
+    fn fill(&self, t: usize, n: usize, pcm: &mut [f32]) {
+        self.fill_padded(t, n, n, pcm);
+    }
+
+    /// Frames `t..t + real` of each row into rows of `width` frames of `pcm`, silence after the
+    /// signal's end and after `real` frames.
+    fn fill_padded(&self, t: usize, real: usize, width: usize, pcm: &mut [f32]) {
+        let len = width * FRAME_SAMPLES;
+        let start = t * FRAME_SAMPLES;
+        let end = self.samples.min(start + real * FRAME_SAMPLES);
+        for (i, r) in self.rows.clone().enumerate() {
+            let src = &self.audio[r * self.samples + start..r * self.samples + end];
+            let dst = &mut pcm[i * len..(i + 1) * len];
+            dst[..src.len()].copy_from_slice(src);
+            dst[src.len()..].fill(0.0);
+        }
+    }
+
     fn run(&self, enc: &mut dyn FrameEncoder) -> Result<EncodedChunk> {
         let (rows, frames) = (self.rows.len(), self.frames.len());
         let (width, dim) = (enc.max_codebooks(), enc.latent_dim());
-        // Each row's frame, the last one padded with silence.
-        let mut pcm = vec![0f32; rows * FRAME_SAMPLES];
-        let mut step_codes = vec![0u32; rows * width];
-        let mut step_latents = vec![0f32; rows * dim];
         let mut out = EncodedChunk {
             codes: vec![0; rows * frames * self.n_q],
             latents: vec![0.0; if self.latents { rows * frames * dim } else { 0 }],
         };
-        for (k, t) in self.frames.clone().enumerate() {
-            let start = t * FRAME_SAMPLES;
-            let end = self.samples.min(start + FRAME_SAMPLES);
-            for (i, r) in self.rows.clone().enumerate() {
-                let src = &self.audio[r * self.samples + start..r * self.samples + end];
-                let dst = &mut pcm[i * FRAME_SAMPLES..(i + 1) * FRAME_SAMPLES];
-                dst[..src.len()].copy_from_slice(src);
-                dst[src.len()..].fill(0.0);
+        // Long chunks (the same codes as frame steps); the last one is padded past the signal
+        // with silence only where the job ends its signals (the model is causal: padding after
+        // the end changes none of their codes), otherwise the rest goes frame by frame so that
+        // the state stays the stream's for the next job.
+        let c = enc.chunk_frames();
+        let mut done = 0;
+        if c > 1 && (frames >= c || self.ends_signal) {
+            let mut pcm = vec![0f32; rows * c * FRAME_SAMPLES];
+            let mut codes = vec![0u32; rows * c * self.n_q];
+            let mut lat = vec![0f32; if self.latents { rows * c * dim } else { 0 }];
+            while frames - done >= c || (self.ends_signal && done < frames) {
+                let real = c.min(frames - done);
+                self.fill_padded(self.frames.start + done, real, c, &mut pcm);
+                let l = self.latents.then_some(&mut lat[..]);
+                enc.step_chunk(&self.slots, &pcm, self.n_q, &mut codes, l)?;
+                for i in 0..rows {
+                    let (src, at) = (i * c * self.n_q, (i * frames + done) * self.n_q);
+                    let n = real * self.n_q;
+                    out.codes[at..at + n].copy_from_slice(&codes[src..src + n]);
+                    if self.latents {
+                        let (src, at) = (i * c * dim, (i * frames + done) * dim);
+                        let n = real * dim;
+                        out.latents[at..at + n].copy_from_slice(&lat[src..src + n]);
+                    }
+                }
+                done += real;
             }
+        }
+        // Each row's frame, the last one padded with silence.
+        let mut pcm = vec![0f32; rows * FRAME_SAMPLES];
+        let mut step_codes = vec![0u32; rows * width];
+        let mut step_latents = vec![0f32; rows * dim];
+        for (k, t) in self.frames.clone().enumerate().skip(done) {
+            self.fill(t, 1, &mut pcm);
             let batch: Vec<AudioFrame<'_>> = (0..rows)
                 .map(|i| AudioFrame {
                     slot: self.slots[i],
@@ -124,7 +172,6 @@ impl PyEncoder {
         threads: Option<usize>,
     ) -> PyResult<Self> {
         let spec = EncoderSpec {
-            chunk_frames: 1,
             device: DeviceKind::parse(device).py_err()?,
             precision: precision.map(Precision::parse).transpose().py_err()?,
             max_slots: max_streams,
@@ -133,6 +180,7 @@ impl PyEncoder {
                 .py_err()?,
             threads,
             cuda_device: CUDA_DEVICE,
+            chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
         };
         let name = model.to_owned();
         let kind = py.detach(|| chorus_runtime::resolve(spec.device));
@@ -241,6 +289,7 @@ impl PyEncoder {
                     frames: t0..t1,
                     n_q,
                     latents,
+                    ends_signal: t1 == frames,
                 };
                 let chunk = self.call(py, move |e| job.run(e.as_mut()))?.py_err()?;
                 let k = t1 - t0;
@@ -336,6 +385,7 @@ impl PyEncoder {
             frames: 0..frames,
             n_q,
             latents,
+            ends_signal: false,
         };
         let table = self.slots.clone();
         let chunk = self

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use chorus_core::codes::{decode_range, CodesBatch, StreamCodes};
+use chorus_core::codes::{decode_range, CodesBatch, DecodeRange, StreamCodes};
 use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -172,11 +172,17 @@ pub struct ChunkJob {
 
 impl ChunkJob {
     /// PCM `[group, frames, 1920]`: whole chunks of the decoder's `chunk_frames` per step, the
-    /// rest frame by frame.
+    /// last one padded past the sequences' end when the job reaches it (the slots are reset
+    /// before they decode again), otherwise the rest frame by frame.
     pub fn run(&self, d: &mut dyn FrameDecoder) -> Result<Vec<f32>> {
         let all = self.batch.streams();
         let group: Vec<StreamCodes<'_>> = self.group.iter().map(|&s| all[s]).collect();
-        let pcm = decode_range(d, &group, &self.slots, self.frames.clone(), || ())?;
+        let range = DecodeRange {
+            slots: &self.slots,
+            frames: self.frames.clone(),
+            ends_streams: self.frames.end == self.batch.frames,
+        };
+        let pcm = decode_range(d, &group, &range, || ())?;
         Ok(pcm.concat())
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chorus_core::codes::CodesBatch;
 use chorus_core::{
     Buckets, Frame, FrameDecoder, HostTensor, Precision, DEFAULT_BUCKETS, FRAME_SAMPLES,
-    WHOLE_SEQUENCE_CHUNK,
+    WHOLE_FILE_DECODE_CHUNK,
 };
 use chorus_mimi::checkpoint::source::MemorySource;
 use chorus_mimi::checkpoint::{load_model, load_source, LoadedModel};
@@ -24,8 +24,9 @@ use crate::errors::IntoPy;
 use crate::frames::{decode_block, read_block, read_frame, ChunkJob, Limits};
 use crate::slots::SlotTable;
 
-/// Frames decoded per job of a whole-sequence decode: Ctrl-C is checked between jobs.
-const DECODE_CHUNK_FRAMES: usize = 64;
+/// Frames decoded per job of a whole-sequence decode (whole long-chunk steps on every device):
+/// Ctrl-C is checked between jobs.
+const DECODE_CHUNK_FRAMES: usize = 2 * WHOLE_FILE_DECODE_CHUNK;
 /// Output sample rate of Mimi.
 pub const SAMPLE_RATE: usize = 24_000;
 
@@ -83,7 +84,7 @@ impl PyDecoder {
                 .and_then(|b| b.capped(args.max_streams.max(1)))
                 .py_err()?,
             threads: args.threads,
-            chunk_frames: WHOLE_SEQUENCE_CHUNK,
+            chunk_frames: chorus_runtime::whole_file_decode_chunk(args.device),
         };
         let source = model.source.clone();
         let random = model.is_random();

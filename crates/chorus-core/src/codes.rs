@@ -129,8 +129,8 @@ impl CodesBatch {
     }
 }
 
-/// Decodes streams side by side, stream i in slot i, for as many frames as the shortest has:
-/// see [`decode_range`]. Returns each stream's PCM.
+/// Decodes whole streams side by side, stream i in slot i, for as many frames as the shortest
+/// has, the last chunk padded past the end: see [`decode_range`]. Returns each stream's PCM.
 pub fn decode_streams(
     dec: &mut dyn FrameDecoder,
     streams: &[StreamCodes<'_>],
@@ -138,20 +138,39 @@ pub fn decode_streams(
 ) -> Result<Vec<Vec<f32>>> {
     let frames = streams.iter().map(|s| s.frames).min().unwrap_or(0);
     let slots: Vec<usize> = (0..streams.len()).collect();
-    decode_range(dec, streams, &slots, 0..frames, after_frame)
+    let range = DecodeRange {
+        slots: &slots,
+        frames: 0..frames,
+        ends_streams: true,
+    };
+    decode_range(dec, streams, &range, after_frame)
 }
 
-/// Decodes frames `frames` of each stream, stream i in `slots[i]`, side by side: whole chunks of
+/// Which frames of which streams a [`decode_range`] call decodes, and where.
+#[derive(Clone, Debug)]
+pub struct DecodeRange<'a> {
+    /// Stream i goes in `slots[i]`.
+    pub slots: &'a [usize],
+    pub frames: std::ops::Range<usize>,
+    /// The range ends the streams and their slots are reset before they decode again, so a last
+    /// partial chunk may run as a whole one padded with code 0 (its extra PCM dropped: the
+    /// decoder is causal, so frames after the end change none of the PCM before it). A stream
+    /// that goes on from the range's end must not be padded.
+    pub ends_streams: bool,
+}
+
+/// Decodes frames `range.frames` of each stream side by side: whole chunks of
 /// [`FrameDecoder::chunk_frames`] frames per step while they last (when every stream has the
-/// same `n_q`), then one frame per step. Calls `after_frame` once per frame. Returns each
-/// stream's PCM for the range.
+/// same `n_q`), the last partial one padded when the range ends the streams, otherwise the rest
+/// one frame per step. Calls `after_frame` once per frame. Returns each stream's PCM for the
+/// range.
 pub fn decode_range(
     dec: &mut dyn FrameDecoder,
     streams: &[StreamCodes<'_>],
-    slots: &[usize],
-    frames: std::ops::Range<usize>,
+    range: &DecodeRange<'_>,
     mut after_frame: impl FnMut(),
 ) -> Result<Vec<Vec<f32>>> {
+    let (slots, frames) = (range.slots, range.frames.clone());
     let mut out = vec![Vec::with_capacity(frames.len() * FRAME_SAMPLES); streams.len()];
     let k = dec.chunk_frames();
     let n_q = streams.first().map_or(0, |s| s.n_q);
@@ -159,9 +178,12 @@ pub fn decode_range(
     if k > 1 && streams.iter().all(|s| s.n_q == n_q) {
         let mut codes = vec![0u32; streams.len() * k * n_q];
         let mut pcm = vec![0f32; streams.len() * k * FRAME_SAMPLES];
-        while t + k <= frames.end {
+        while t + k <= frames.end || (range.ends_streams && t < frames.end) {
+            let real = k.min(frames.end - t);
+            // Frames past the range are code 0, a valid code of every codebook.
+            codes.fill(0);
             for (i, s) in streams.iter().enumerate() {
-                for f in 0..k {
+                for f in 0..real {
                     for q in 0..n_q {
                         codes[(i * k + f) * n_q + q] = s.codes[q * s.frames + t + f];
                     }
@@ -169,10 +191,10 @@ pub fn decode_range(
             }
             dec.step_chunk(slots, &codes, n_q, &mut pcm)?;
             for (o, p) in out.iter_mut().zip(pcm.chunks(k * FRAME_SAMPLES)) {
-                o.extend_from_slice(p);
+                o.extend_from_slice(&p[..real * FRAME_SAMPLES]);
             }
-            (0..k).for_each(|_| after_frame());
-            t += k;
+            (0..real).for_each(|_| after_frame());
+            t += real;
         }
     }
     let mut codes: Vec<Vec<u32>> = streams.iter().map(|s| Vec::with_capacity(s.n_q)).collect();

@@ -21,11 +21,16 @@ pub const KV_RING: usize = 256;
 pub const DEFAULT_BUCKETS: &[usize] = &[
     1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024,
 ];
-/// Frames per slot of one whole-sequence decode step: time runs in parallel inside the step (one
-/// graph per bucket decodes 16 frames = 1.28 s of each sequence), instead of one step per frame.
-pub const WHOLE_SEQUENCE_CHUNK: usize = 16;
+/// Frames per slot of one whole-file decode step (3.84 s of each sequence): time runs in parallel
+/// inside the step (one graph per bucket), the attention over 96 tokens, instead of one step per
+/// frame; a sequence's last chunk is padded past its end (the decoder is causal).
+pub const WHOLE_FILE_DECODE_CHUNK: usize = 48;
+/// [`WHOLE_FILE_DECODE_CHUNK`] on the CPU: there a chunk's cost grows with its frames (no launch
+/// overhead to spread), and 48 frames measured slower than 16 on the 2-core development machine
+/// (docs/PERFORMANCE.md), partly from padding a short file's last chunk.
+pub const CPU_WHOLE_FILE_DECODE_CHUNK: usize = 16;
 /// Frames per slot of one whole-file encode step (3.84 s of each file): every convolution runs
-/// over the chunk at once and the attention over its 96 tokens. The CUDA attention keeps one
-/// (row, head)'s rotated queries of a step in shared memory, which bounds the chunk; at 64 files a
-/// step's f32 activations stay near 6 GB.
+/// over the chunk at once and the attention over its 96 tokens. At 64 files a step's f32
+/// activations stay near 6 GB, which bounds the chunk (the CUDA attention takes a step's queries
+/// span by span, so it does not).
 pub const WHOLE_FILE_ENCODE_CHUNK: usize = 48;

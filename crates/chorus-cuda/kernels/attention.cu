@@ -12,6 +12,10 @@
 
 #define ATTN_WARPS 4
 #define ATTN_MAX_TIME 4
+// Query tokens of a step whose rotated queries sit in shared memory at once: a longer step goes
+// span by span (its keys and values written span by span too), so shared memory does not bound
+// the frames per step. A multiple of ATTN_MAX_TIME and of ATTN_MMA_TILE.
+#define ATTN_Q_SPAN 64
 // Value rows loaded before any is used (loads in flight per lane).
 #define ATTN_V_UNROLL 16
 
@@ -56,17 +60,17 @@ __device__ __forceinline__ void load_dpl(const T* p, float* v) {
     for (int i = 0; i < DPL; ++i) v[i] = ld(p + i);
 }
 
-// RoPE on the step's q (into sq) and k, and k, v into ring entries p % ring, for one (row, head);
-// the `split` warps of its group share the items.
+// RoPE on the step's q of tokens [q0, q0 + qn) (into sq, from row 0) and k, and k, v into ring
+// entries p % ring, for one (row, head); the `split` warps of its group share the items.
 __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv, float* sq, int r, int h, int p0,
-                                                int slot, int gw, int split, const AttnDims& d) {
+                                                int slot, int gw, int split, int q0, int qn, const AttnDims& d) {
     int D = d.head_dim;
     int half_d = D / 2;
     int hd = d.heads * D;
     float log2_theta = log2f(d.rope_theta);
     int lane = threadIdx.x & 31;
-    for (int idx = gw * 32 + lane; idx < d.time * half_d; idx += split * 32) {
-        int t = idx / half_d;
+    for (int idx = gw * 32 + lane; idx < qn * half_d; idx += split * 32) {
+        int t = q0 + idx / half_d;
         int i = idx % half_d;
         int p = p0 + t;
         const T* row = qkv + ((long long)r * d.time + t) * 3 * hd + h * D;
@@ -78,8 +82,8 @@ __device__ __forceinline__ void attn_rope_write(const T* __restrict__ qkv, T* kv
         float sn, cs;
         sincosf(angle, &sn, &cs);
         float q1 = ld(row + i), q2 = ld(row + i + half_d);
-        sq[t * D + i] = q1 * cs - q2 * sn;
-        sq[t * D + i + half_d] = q2 * cs + q1 * sn;
+        sq[(t - q0) * D + i] = q1 * cs - q2 * sn;
+        sq[(t - q0) * D + i + half_d] = q2 * cs + q1 * sn;
         float k1 = ld(row + hd + i), k2 = ld(row + hd + i + half_d);
         T* k_entry = kv_row(kv, slot, h, 0, p, d);
         T* v_entry = kv_row(kv, slot, h, 1, p, d);
@@ -135,8 +139,9 @@ __device__ __forceinline__ void attn_merge(const float* g0, int split, int nt, i
     }
 }
 
-// Shared memory (floats, sized by the host): per group its rotated queries [time, D]; then, when
-// split > 1, per warp its partial softmax: m [ATTN_MAX_TIME], l [ATTN_MAX_TIME], acc [ATTN_MAX_TIME, D].
+// Shared memory (floats, sized by the host): per group its rotated queries of one span
+// [min(time, ATTN_Q_SPAN), D]; then, when split > 1, per warp its partial softmax:
+// m [ATTN_MAX_TIME], l [ATTN_MAX_TIME], acc [ATTN_MAX_TIME, D].
 template <int D>
 __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv, const int* __restrict__ tokens,
                                                const int* __restrict__ slots, T* __restrict__ out, const AttnDims& d,
@@ -148,12 +153,10 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
     const AttnPair ap = attn_pair(tokens, slots, d, split);
     const int groups = ap.groups, gw = ap.gw, r = ap.r, h = ap.h, slot = ap.slot, p0 = ap.p0;
     const bool active = ap.active;
-    float* sq = smem + ap.group * d.time * D;
-    float* part = smem + groups * d.time * D + warp * ATTN_MAX_TIME * (D + 2);
+    const int span = min(d.time, ATTN_Q_SPAN);
+    float* sq = smem + ap.group * span * D;
+    float* part = smem + groups * span * D + warp * ATTN_MAX_TIME * (D + 2);
     int hd = d.heads * D;
-    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, d);
-    // The ring entries and queries written by the group are visible to all its warps.
-    __syncthreads();
 
     // This (slot, head)'s key and value runs in the ring (see kv_row).
     const T* khead = kv_row(kv, slot, h, 0, 0, d);
@@ -161,8 +164,15 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
     float scale = rsqrtf((float)D);
     int c_lane = lane * DPL;
     bool has_c = c_lane < D;
-    for (int t0 = 0; t0 < d.time; t0 += ATTN_MAX_TIME) {
-        int nt = min(ATTN_MAX_TIME, d.time - t0);
+    for (int q0 = 0; q0 < d.time; q0 += span) {
+    const int qn = min(span, d.time - q0);
+    // The last span's reads of sq are done before it is overwritten.
+    __syncthreads();
+    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, q0, qn, d);
+    // The ring entries and queries written by the group are visible to all its warps.
+    __syncthreads();
+    for (int t0 = q0; t0 < q0 + qn; t0 += ATTN_MAX_TIME) {
+        int nt = min(ATTN_MAX_TIME, q0 + qn - t0);
         // Keys any query of this tile can see: positions [first, p0 + t0 + nt - 1].
         int last = p0 + t0 + nt - 1;
         int first = max(p0 + t0 - d.window + 1, 0);
@@ -198,7 +208,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
 #pragma unroll
                 for (int t = 0; t < ATTN_MAX_TIME; ++t) {
                     if (t < nt) {
-                        const float4* q = reinterpret_cast<const float4*>(sq + (t0 + t) * D + c * VEC);
+                        const float4* q = reinterpret_cast<const float4*>(sq + (t0 - q0 + t) * D + c * VEC);
 #pragma unroll
                         for (int e = 0; e < VEC / 4; ++e) {
                             float4 qv = q[e];
@@ -280,6 +290,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
         }
         // The next tile reuses the partials.
         __syncthreads();
+    }
     }
 }
 

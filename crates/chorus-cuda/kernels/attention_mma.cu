@@ -78,22 +78,28 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
     const AttnPair ap = attn_pair(tokens, slots, d, split);
     const int groups = ap.groups, gw = ap.gw, r = ap.r, h = ap.h, slot = ap.slot, p0 = ap.p0;
     const bool active = ap.active;
-    float* sq = smem + ap.group * d.time * D;
+    // Queries go span by span as in attention.cu (ATTN_Q_SPAN).
+    const int span = min(d.time, ATTN_Q_SPAN);
+    float* sq = smem + ap.group * span * D;
     // This warp's query fragments, word-major ([16 words][32 lanes]: conflict-free), kept in
     // shared memory rather than 16 registers through the key loop (which then spilled).
-    unsigned* qf = reinterpret_cast<unsigned*>(smem + groups * d.time * D) + warp * ATTN_MMA_QWORDS * 32;
-    float* part = smem + groups * d.time * D + ATTN_WARPS * ATTN_MMA_QWORDS * 32 + warp * TT * (D + 2);
+    unsigned* qf = reinterpret_cast<unsigned*>(smem + groups * span * D) + warp * ATTN_MMA_QWORDS * 32;
+    float* part = smem + groups * span * D + ATTN_WARPS * ATTN_MMA_QWORDS * 32 + warp * TT * (D + 2);
     int hd = d.heads * D;
-    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, d);
-    // The ring entries and queries written by the group are visible to all its warps.
-    __syncthreads();
 
     const T* khead = kv_row(kv, slot, h, 0, 0, d);
     const T* vhead = kv_row(kv, slot, h, 1, 0, d);
     // Scores in log2 units: the softmax scale and log2(e) go into the queries.
     const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
-    for (int t0 = 0; t0 < d.time; t0 += TT) {
-        int nt = min(TT, d.time - t0);
+    for (int q0 = 0; q0 < d.time; q0 += span) {
+    const int qn = min(span, d.time - q0);
+    // The last span's reads of sq are done before it is overwritten.
+    __syncthreads();
+    if (active) attn_rope_write(qkv, kv, sq, r, h, p0, slot, gw, split, q0, qn, d);
+    // The ring entries and queries written by the group are visible to all its warps.
+    __syncthreads();
+    for (int t0 = q0; t0 < q0 + qn; t0 += TT) {
+        int nt = min(TT, q0 + qn - t0);
         // Keys any query of this tile can see: positions [first, p0 + t0 + nt - 1].
         int last = p0 + t0 + nt - 1;
         int first = max(p0 + t0 - d.window + 1, 0);
@@ -101,7 +107,7 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
         // Query g's A fragments, k-step s: channels 32 (s / 2) + 8q + 4 (s % 2) + {0, 1} and
         // {2, 3}, as hi and lo words 4s + {0, 1} and 4s + {2, 3}.
         {
-            const float* qrow = sq + (t0 + min(g, nt - 1)) * D + 8 * q;
+            const float* qrow = sq + (t0 - q0 + min(g, nt - 1)) * D + 8 * q;
             float z = g < nt ? qscale : 0.f;
             __syncwarp();  // the last tile's reads are done
 #pragma unroll
@@ -275,6 +281,7 @@ __device__ __forceinline__ void attention_mma_body(const T* __restrict__ qkv, T*
         }
         // The next tile reuses the partials.
         __syncthreads();
+    }
     }
 }
 #endif

@@ -15,6 +15,9 @@ use crate::kernels::{kargs, Kernel, Launch};
 const ATTN_WARPS: usize = 4;
 /// Queries per tile and per-warp partial softmax size (`ATTN_MAX_TIME`: m, l and acc per query).
 const ATTN_MAX_TIME: usize = 4;
+/// Query tokens whose rotated queries a group keeps in shared memory at once (`ATTN_Q_SPAN`): a
+/// longer step goes span by span, so shared memory does not bound the frames per step.
+const ATTN_Q_SPAN: usize = 64;
 /// The same for the tensor-core kernel (`ATTN_MMA_TILE`).
 const ATTN_MMA_TILE: usize = 8;
 /// The head dimension the tensor-core kernel takes (Mimi's).
@@ -76,8 +79,8 @@ impl CudaBackend {
             (kernel, ATTN_MAX_TIME)
         };
         let pairs = g.rows * g.heads;
-        // Each group's rotated queries [time, head_dim], then with a split each warp's partial
-        // softmax (m, l and acc for a tile of queries), all 32-bit words.
+        // Each group's rotated queries of one span [min(time, span), head_dim], then with a
+        // split each warp's partial softmax (m, l and acc for a tile of queries), 32-bit words.
         let smem_of = |split: usize| {
             let partials = if split > 1 {
                 ATTN_WARPS * tile * (g.head_dim + 2)
@@ -90,7 +93,7 @@ impl CudaBackend {
             } else {
                 0
             };
-            (ATTN_WARPS / split * g.time * g.head_dim + fragments + partials)
+            (ATTN_WARPS / split * g.time.min(ATTN_Q_SPAN) * g.head_dim + fragments + partials)
                 * std::mem::size_of::<f32>()
         };
         // One warp per (row, head) for large batches; below that, a block's warps split each
@@ -109,8 +112,7 @@ impl CudaBackend {
             return Err(cuda_error(
                 OP,
                 format!(
-                    "geometry {g:?} needs {smem} bytes of shared memory (at most {ATTN_MAX_SMEM}): \
-                     use fewer frames per step"
+                    "geometry {g:?} needs {smem} bytes of shared memory (at most {ATTN_MAX_SMEM})"
                 ),
             ));
         }

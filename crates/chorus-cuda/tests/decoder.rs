@@ -241,7 +241,7 @@ fn cuda_chunked_decode_matches_cpu_frame_by_frame() {
         eprintln!("skipped: no CUDA device on this machine");
         return;
     }
-    const CHUNK: usize = chorus_core::WHOLE_SEQUENCE_CHUNK;
+    const CHUNK: usize = chorus_core::WHOLE_FILE_DECODE_CHUNK;
     const LEAD: usize = 3;
     const CHUNKS: usize = 10;
     const FS: usize = chorus_core::FRAME_SAMPLES;

@@ -731,6 +731,32 @@ fn attention_long_step_many_rows() {
     check_attention("attention t60 140 rows", geom, &slots, total, 0);
 }
 
+/// Steps longer than a group's span of queries in shared memory (64 tokens): 150 frames (300
+/// tokens, past the 250-token window and five spans, the last partial), at a tiny batch and at
+/// one that fills the GPU.
+#[test]
+fn attention_steps_of_many_query_spans() {
+    let time = 300;
+    let ring = chorus_mimi::decoder::ring_for(250, time);
+    for rows in [SLOTS.len(), 140] {
+        let geom = AttentionGeom {
+            rows,
+            time,
+            heads: 8,
+            head_dim: 64,
+            ring,
+            window: 250,
+            rope_theta: 10_000.0,
+        };
+        if rows == SLOTS.len() {
+            check_attention("attention t300 tiny batch", geom, &SLOTS, TOTAL_ROWS, 0);
+        } else {
+            let slots: Vec<i32> = (0..rows as i32).rev().collect();
+            check_attention("attention t300 140 rows", geom, &slots, rows + 1, 0);
+        }
+    }
+}
+
 /// A tiny batch (the block's warps split each (row, head)'s keys) with a step of five frames:
 /// a full query tile and a partial one, each merged over the block's warps.
 #[test]

@@ -4,7 +4,8 @@
 
 mod common;
 
-use chorus_core::{Buckets, FrameDecoder, FRAME_SAMPLES};
+use chorus_core::codes::{decode_range, decode_streams, DecodeRange, StreamCodes};
+use chorus_core::{Buckets, FrameDecoder, FRAME_SAMPLES, WHOLE_FILE_DECODE_CHUNK};
 use chorus_cpu::CpuBackend;
 use chorus_mimi::{DecoderOptions, SlotDecoder};
 use common::{codes, tiny_model};
@@ -38,24 +39,23 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// Frames `[from, from + CHUNK)` of each stream, `[streams, CHUNK, n_q]` flat.
-fn chunk_codes(streams: &[Vec<Vec<u32>>], from: usize) -> Vec<u32> {
+/// Frames `[from, from + chunk)` of each stream, `[streams, chunk, n_q]` flat.
+fn chunk_codes_of(streams: &[Vec<Vec<u32>>], from: usize, chunk: usize) -> Vec<u32> {
     streams
         .iter()
-        .flat_map(|s| s[from..from + CHUNK].iter().flatten().copied())
+        .flat_map(|s| s[from..from + chunk].iter().flatten().copied())
         .collect()
 }
 
-#[test]
-fn chunks_equal_single_steps_past_the_window() {
+/// Three streams in scattered slots (a bucket of 4 with one padding row): `chunks` chunk steps
+/// of `chunk` frames each against single steps, every frame's PCM within `TOL`.
+fn chunks_equal_single_steps(chunk: usize, chunks: usize) {
     let n_q = 8;
-    // 36 chunks of 4 frames = 288 tokens: far past the tiny model's 10-token window, and the
-    // 256-entry KV ring wraps (a chunk straddles its end).
-    let frames = 36 * CHUNK;
+    let frames = chunks * chunk;
     let streams: Vec<Vec<Vec<u32>>> = (0..3).map(|s| codes(40 + s, frames, n_q)).collect();
     let mut single = chunked(4, &[1, 4], 1);
-    let mut chunky = chunked(4, &[1, 2, 4], CHUNK);
-    assert_eq!(chunky.chunk_frames(), CHUNK);
+    let mut chunky = chunked(4, &[1, 2, 4], chunk);
+    assert_eq!(chunky.chunk_frames(), chunk);
     let slots = [2usize, 0, 3];
     let mut want = vec![Vec::new(); 3];
     for t in 0..frames {
@@ -66,23 +66,96 @@ fn chunks_equal_single_steps_past_the_window() {
         }
     }
     let mut got = vec![Vec::new(); 3];
-    let mut pcm = vec![0f32; 3 * CHUNK * FRAME_SAMPLES];
-    for f in (0..frames).step_by(CHUNK) {
+    let len = chunk * FRAME_SAMPLES;
+    let mut pcm = vec![0f32; 3 * len];
+    for f in (0..frames).step_by(chunk) {
         chunky
-            .step_chunk(&slots, &chunk_codes(&streams, f), n_q, &mut pcm)
+            .step_chunk(&slots, &chunk_codes_of(&streams, f, chunk), n_q, &mut pcm)
             .unwrap();
         for (i, g) in got.iter_mut().enumerate() {
-            g.extend_from_slice(&pcm[i * CHUNK * FRAME_SAMPLES..(i + 1) * CHUNK * FRAME_SAMPLES]);
+            g.extend_from_slice(&pcm[i * len..(i + 1) * len]);
         }
     }
     for (g, w) in got.iter().zip(&want) {
         let d = max_diff(g, w);
-        assert!(d <= TOL, "chunked decode differs by {d}");
+        assert!(d <= TOL, "chunked decode ({chunk} frames) differs by {d}");
     }
     assert!(
         want[0].iter().any(|&x| x.abs() > 1e-3),
         "the decode is silent"
     );
+}
+
+#[test]
+fn chunks_equal_single_steps_past_the_window() {
+    // 36 chunks of 4 frames = 288 tokens: far past the tiny model's 10-token window, and the
+    // 256-entry KV ring wraps (a chunk straddles its end).
+    chunks_equal_single_steps(CHUNK, 36);
+}
+
+#[test]
+fn whole_file_chunks_equal_single_steps_past_the_ring() {
+    // Chunks of 96 tokens (a ring of 256 + 96 - 1, rounded up): the fourth wraps it.
+    chunks_equal_single_steps(WHOLE_FILE_DECODE_CHUNK, 4);
+}
+
+/// `[n_q, frames]` row-major per stream, as code files hold them.
+fn planes(streams: &[Vec<Vec<u32>>], n_q: usize) -> Vec<Vec<u32>> {
+    streams
+        .iter()
+        .map(|s| (0..n_q).flat_map(|q| s.iter().map(move |f| f[q])).collect())
+        .collect()
+}
+
+#[test]
+fn whole_file_decode_pads_the_last_chunk_and_equals_single_steps() {
+    // 2.5 chunks: two whole chunk steps and a last one padded past the end, against frame steps.
+    let (n_q, k) = (8, WHOLE_FILE_DECODE_CHUNK);
+    let frames = 2 * k + k / 2;
+    let streams: Vec<Vec<Vec<u32>>> = (0..2).map(|s| codes(60 + s, frames, n_q)).collect();
+    let planes = planes(&streams, n_q);
+    let views: Vec<StreamCodes<'_>> = planes
+        .iter()
+        .map(|c| StreamCodes {
+            n_q,
+            frames,
+            codes: c,
+        })
+        .collect();
+    let mut single = chunked(2, &[2], 1);
+    let want = decode_streams(&mut single, &views, || ()).unwrap();
+    let mut long = chunked(2, &[1, 2], k);
+    let mut counted = 0;
+    let got = decode_streams(&mut long, &views, || counted += 1).unwrap();
+    assert_eq!(counted, frames, "one call per real frame");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.len(), frames * FRAME_SAMPLES);
+        let d = max_diff(g, w);
+        assert!(d <= TOL, "padded whole-file decode differs by {d}");
+    }
+    // A range that does not end the streams steps its tail frame by frame, so the slots stand
+    // where streaming would: the next range continues the streams.
+    let mut cont = chunked(2, &[1, 2], k);
+    let first = DecodeRange {
+        slots: &[1, 0],
+        frames: 0..k + 3,
+        ends_streams: false,
+    };
+    let rest = DecodeRange {
+        frames: k + 3..frames,
+        ends_streams: true,
+        ..first.clone()
+    };
+    let a = decode_range(&mut cont, &views, &first, || ()).unwrap();
+    let b = decode_range(&mut cont, &views, &rest, || ()).unwrap();
+    for i in 0..2 {
+        let joined = [a[i].clone(), b[i].clone()].concat();
+        let d = max_diff(&joined, &want[i]);
+        assert!(
+            d <= TOL,
+            "stream {i}: a decode in two ranges differs by {d}"
+        );
+    }
 }
 
 #[test]
@@ -116,14 +189,14 @@ fn chunks_and_single_steps_mix_on_one_slot() {
     assert!(diff <= TOL, "mixed decode differs by {diff}");
 }
 
-#[test]
-fn bad_chunks_are_refused_and_change_nothing() {
+/// Refused chunks of `chunk` frames leave the slot where it was.
+fn bad_chunks_change_nothing(chunk: usize) {
     let n_q = 8;
-    let stream = codes(3, 2 * CHUNK, n_q);
-    let c0: Vec<u32> = stream[..CHUNK].iter().flatten().copied().collect();
-    let c1: Vec<u32> = stream[CHUNK..].iter().flatten().copied().collect();
-    let mut d = chunked(2, &[1, 2], CHUNK);
-    let mut pcm = vec![0f32; CHUNK * FRAME_SAMPLES];
+    let stream = codes(3, 2 * chunk, n_q);
+    let c0: Vec<u32> = stream[..chunk].iter().flatten().copied().collect();
+    let c1: Vec<u32> = stream[chunk..].iter().flatten().copied().collect();
+    let mut d = chunked(2, &[1, 2], chunk);
+    let mut pcm = vec![0f32; chunk * FRAME_SAMPLES];
     d.step_chunk(&[0], &c0, n_q, &mut pcm).unwrap();
     let mut bad = c1.clone();
     bad[2 * n_q + 5] = 2048;
@@ -136,7 +209,7 @@ fn bad_chunks_are_refused_and_change_nothing() {
         &[0, 0],
         &[c1.clone(), c1.clone()].concat(),
         n_q,
-        &mut vec![0f32; 2 * CHUNK * FRAME_SAMPLES],
+        &mut vec![0f32; 2 * chunk * FRAME_SAMPLES],
     );
     assert!(e.unwrap_err().to_string().contains("twice"));
     let e = d
@@ -151,12 +224,18 @@ fn bad_chunks_are_refused_and_change_nothing() {
     assert!(e.contains("frames"), "{e}");
     // The refusals left slot 0 where it was: the next chunk equals a clean run's.
     d.step_chunk(&[0], &c1, n_q, &mut pcm).unwrap();
-    let mut clean = chunked(1, &[1], CHUNK);
-    let mut first = vec![0f32; CHUNK * FRAME_SAMPLES];
+    let mut clean = chunked(1, &[1], chunk);
+    let mut first = vec![0f32; chunk * FRAME_SAMPLES];
     clean.step_chunk(&[0], &c0, n_q, &mut first).unwrap();
-    let mut second = vec![0f32; CHUNK * FRAME_SAMPLES];
+    let mut second = vec![0f32; chunk * FRAME_SAMPLES];
     clean.step_chunk(&[0], &c1, n_q, &mut second).unwrap();
     assert_eq!(pcm, second);
+}
+
+#[test]
+fn bad_chunks_are_refused_and_change_nothing() {
+    bad_chunks_change_nothing(CHUNK);
+    bad_chunks_change_nothing(WHOLE_FILE_DECODE_CHUNK);
 }
 
 #[test]

@@ -62,6 +62,14 @@ pub fn resolve(kind: DeviceKind) -> DeviceKind {
     }
 }
 
+/// Frames per whole-file decode step on `kind` (`auto` resolved).
+pub fn whole_file_decode_chunk(kind: DeviceKind) -> usize {
+    match resolve(kind) {
+        DeviceKind::Cpu => chorus_core::CPU_WHOLE_FILE_DECODE_CHUNK,
+        _ => chorus_core::WHOLE_FILE_DECODE_CHUNK,
+    }
+}
+
 /// Builds a decoder for `model` per `spec`, warmed up (CUDA graphs captured); CUDA uses device 0.
 pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn FrameDecoder>> {
     open_decoder_on(model, spec, DEFAULT_CUDA_DEVICE)

@@ -18,7 +18,10 @@ pub mod stt;
 pub mod tts;
 
 pub use chorus_core::{Error, Result};
-pub use device::{cuda_options, open_decoder, open_decoder_on, resolve, DecoderSpec, DeviceKind};
+pub use device::{
+    cuda_options, open_decoder, open_decoder_on, resolve, whole_file_decode_chunk, DecoderSpec,
+    DeviceKind,
+};
 pub use devices::{visible_cuda_devices, DeviceList};
 pub use encoder::{open_encoder, EncoderSpec};
 pub use music::{AnyStage, StageSpec};

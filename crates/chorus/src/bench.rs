@@ -57,6 +57,9 @@ pub struct BenchArgs {
     /// Frames per slot of a `--whole-file` encode step (default: `WHOLE_FILE_ENCODE_CHUNK`).
     #[arg(long)]
     pub chunk_frames: Option<usize>,
+    /// Frames per slot of a `--whole-file` decode step (default: the device's `whole_file_decode_chunk`).
+    #[arg(long)]
+    pub decode_chunk_frames: Option<usize>,
 }
 
 /// One batch size's figures.

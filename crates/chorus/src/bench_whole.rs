@@ -1,11 +1,11 @@
 //! `chorus bench --whole-file`: whole files through the long-chunk paths of the bulk data-set
 //! commands (`EncodeBatch` with `WHOLE_FILE_ENCODE_CHUNK`-frame encode steps, `DecodeBatch` with
-//! `WHOLE_SEQUENCE_CHUNK`-frame decode steps): B files of S seconds side by side, encoded and then
+//! `whole_file_decode_chunk`-frame decode steps): B files of S seconds side by side, encoded and then
 //! decoded from the zero state, best wall time of `--repeats` passes.
 
 use crate::bench::BenchArgs;
 use anyhow::{bail, Result};
-use chorus_core::{Buckets, FRAME_SAMPLES, WHOLE_FILE_ENCODE_CHUNK, WHOLE_SEQUENCE_CHUNK};
+use chorus_core::{Buckets, FRAME_SAMPLES, WHOLE_FILE_ENCODE_CHUNK};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_runtime::bulk::{AudioInput, DecodeBatch, DecodeInput, EncodeBatch, SlotBatch};
 use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
@@ -61,7 +61,9 @@ pub fn run(
             max_slots: b,
             buckets: Buckets::new(&[b])?,
             threads: args.threads,
-            chunk_frames: WHOLE_SEQUENCE_CHUNK,
+            chunk_frames: args
+                .decode_chunk_frames
+                .unwrap_or_else(|| chorus_runtime::whole_file_decode_chunk(device)),
         };
         let mut dec = open_decoder(model, &dec_spec)?;
         for &secs in &lengths {

@@ -6,7 +6,7 @@ use crate::codes_file::read_codes;
 use crate::dataset::BulkOptions;
 use anyhow::Result;
 use chorus_core::codes::decode_streams;
-use chorus_core::{Buckets, Precision, WHOLE_SEQUENCE_CHUNK};
+use chorus_core::{Buckets, Precision};
 use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
 use std::path::PathBuf;
 
@@ -64,7 +64,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         max_slots: batch.streams,
         buckets: Buckets::new(&[batch.streams])?,
         threads: None,
-        chunk_frames: WHOLE_SEQUENCE_CHUNK,
+        chunk_frames: chorus_runtime::whole_file_decode_chunk(args.device),
     };
     let mut dec = open_decoder(&model, &spec)?;
     eprintln!(

@@ -1,6 +1,6 @@
 //! Bulk decoding: many code files side by side on one slot decoder, each file its own slot, in
-//! the steps `chorus decode` takes for one file (chunks of `chunk_frames()` frames while they
-//! last, then single frames), so each file's PCM equals its single-file decode.
+//! the steps `chorus decode` takes for one file (chunks of `chunk_frames()` frames, the last one
+//! padded past the file's end), so each file's PCM equals its single-file decode.
 
 use chorus_core::codes::CodesBatch;
 use chorus_core::{Error, Frame, FrameDecoder, FrameInput, Result, FRAME_SAMPLES};
@@ -77,10 +77,12 @@ impl DecodeBatch {
         })
     }
 
-    /// Decodes the next frames of every held file: one chunk step for the files with a whole
-    /// chunk left (grouped by n_q), one frame step for the rest, each from the zero state for a
-    /// file new to its slot; returns the files that finished with their PCM. An error is the
-    /// device's (inputs were checked when read): the run should stop.
+    /// Decodes the next frames of every held file: with a chunked decoder one chunk step (grouped
+    /// by n_q), a file's last chunk padded with code 0 past its end (the decoder is causal: the
+    /// padding changes none of the file's PCM, and the slot is reset before its next file), else
+    /// one frame step; each from the zero state for a file new to its slot; returns the files
+    /// that finished with their PCM. An error is the device's (inputs were checked when read):
+    /// the run should stop.
     pub fn step(&mut self, dec: &mut dyn FrameDecoder) -> Result<Vec<(usize, Vec<f32>)>> {
         for slot in self.files.take_fresh() {
             dec.reset(slot)?;
@@ -91,17 +93,18 @@ impl DecodeBatch {
             .held_mut()
             .filter(|h| h.item.left() > 0)
             .collect();
-        let (mut chunked, mut single): (Vec<_>, Vec<_>) =
-            held.drain(..).partition(|h| k > 1 && h.item.left() >= k);
+        let (mut chunked, mut single): (Vec<_>, Vec<_>) = held.drain(..).partition(|_| k > 1);
         chunked.sort_by_key(|h| h.item.input.n_q);
         for same_nq in chunked.chunk_by_mut(|a, b| a.item.input.n_q == b.item.input.n_q) {
             for group in same_nq.chunks_mut(width) {
                 let n_q = group[0].item.input.n_q;
                 self.codes.clear();
                 for h in group.iter() {
-                    for f in 0..k {
+                    let real = k.min(h.item.left());
+                    for f in 0..real {
                         self.codes.extend(h.item.input.frame(h.item.next + f));
                     }
+                    self.codes.resize(self.codes.len() + (k - real) * n_q, 0);
                 }
                 let slots: Vec<usize> = group.iter().map(|h| h.slot).collect();
                 self.pcm.resize(group.len() * k * FRAME_SAMPLES, 0.0);
@@ -110,10 +113,11 @@ impl DecodeBatch {
                     .iter_mut()
                     .zip(self.pcm.chunks_exact(k * FRAME_SAMPLES))
                 {
-                    h.item.pcm.extend_from_slice(pcm);
-                    h.item.next += k;
+                    let real = k.min(h.item.left());
+                    h.item.pcm.extend_from_slice(&pcm[..real * FRAME_SAMPLES]);
+                    h.item.next += real;
+                    self.frames_done += real as u64;
                 }
-                self.frames_done += (group.len() * k) as u64;
             }
         }
         for group in single.chunks_mut(width) {

@@ -8,7 +8,7 @@ use super::BulkOptions;
 use crate::decode::DecodeArgs;
 use anyhow::{bail, Context, Result};
 use chorus_core::codes::CodesBatch;
-use chorus_core::{Buckets, DEFAULT_BUCKETS, WHOLE_SEQUENCE_CHUNK};
+use chorus_core::{Buckets, DEFAULT_BUCKETS};
 use chorus_runtime::bulk::{DecodeBatch, DecodeInput};
 use chorus_runtime::device::{open_decoder, DecoderSpec};
 use chorus_server::wav::{encode_wav, WavFormat};
@@ -30,7 +30,7 @@ pub fn run_decode(args: &DecodeArgs, bulk: &BulkOptions) -> Result<()> {
         buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(batch)?,
         threads: None,
         // What `chorus decode` uses for one file, so each file's steps are the same.
-        chunk_frames: WHOLE_SEQUENCE_CHUNK,
+        chunk_frames: chorus_runtime::whole_file_decode_chunk(args.device),
     };
     let mut dec = open_decoder(&model, &spec)?;
     drop(model);
