@@ -14,6 +14,7 @@ mod dataset;
 mod decode;
 mod encode;
 mod info;
+mod join_bench;
 mod kv_accuracy;
 mod loadgen;
 mod mimi_codes;
@@ -57,7 +58,7 @@ enum Command {
     /// Benchmark decoding (or with --encode, encoding) throughput per batch size.
     Bench(bench::BenchArgs),
     /// Serve streams over WebSocket, whole files over HTTP, and Prometheus metrics.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Play N streams against a server and report latency, deadlines and exactness.
     Loadgen(loadgen::LoadgenArgs),
     /// Generate a song's semantic stage (MiniMax Music 3): codes and frame hiddens.
@@ -176,7 +177,7 @@ fn run(command: Command) -> Result<()> {
         Command::Encode(a) => encode::run(a),
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
         Command::Loadgen(a) => loadgen::run(a),
         Command::Music(a) => music::run(a),
         Command::MusicBench(a) => music_bench::run(a),
