@@ -3,14 +3,16 @@
 # (random weights of csm-1b and Mimi, TTS_UTTERANCES seats), then `chorus loadgen --input text`
 # at each of TTS_STREAMS concurrent speakers (each asking for one utterance after another) for
 # TTS_SECONDS, printing the gaps between frames (p99 under 80 ms is real time), time to first
-# audio and frames/s. Expects .device-bin/chorus.
+# audio and frames/s. TTS_PREFILL_CHUNK sets the stage's prefill chunk (0: whole prompts).
+# Expects .device-bin/chorus.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
 BIN=.device-bin
 PORT=${TTS_PORT:-8093}
 "$BIN"/chorus serve --port "$PORT" --model random --device cuda --tts-model random --tts-mimi random \
-  --tts-device cuda --tts-utterances "${TTS_UTTERANCES:-256}" > /tmp/tts_serve.log 2>&1 &
+  --tts-device cuda --tts-utterances "${TTS_UTTERANCES:-256}" ${TTS_PREFILL_CHUNK:+--tts-prefill-chunk "$TTS_PREFILL_CHUNK"} \
+  > /tmp/tts_serve.log 2>&1 &
 server=$!
 for _ in $(seq 1 240); do
   grep -q "listening" /tmp/tts_serve.log 2>/dev/null && break

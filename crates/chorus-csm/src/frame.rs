@@ -9,21 +9,25 @@
 //! every frame (a fresh cache each frame, as both references); positions past `p` are never read.
 //! An utterance whose frame is all zeros still runs the rest of its frame; the host discards it.
 //! With a Mimi decoder, the frame ends in its audio (`mimi.rs`), decoded from the codes on the
-//! device.
+//! device. In its chunk variant the backbone step also prefills a joining utterance's prompt
+//! chunk after the frame's rows (`chorus_lm::chunk`); the depth decoder and Mimi run only for the
+//! frame's rows.
 
 use chorus_core::lm_ops::{
     CfgDrawArgs, CopyRowsArgs, DrawMode, EmbedSumArgs, Epilogue, GatherArgs, ScatterArgs,
 };
 use chorus_core::{BufRole, Error, LmOps, Result, FRAME_SAMPLES};
+use chorus_lm::chunk::{place_chunk, store_chunk};
 use chorus_lm::{
-    decoder_stack, layer_caches, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache,
-    LinearIo, PagedShape,
+    decoder_stack, layer_caches, linear, ActDims, Acts, ChunkBufs, ChunkInputs, DecoderCall,
+    DecoderStack, LayerCache, LinearIo, PagedShape,
 };
 
 use crate::config::{CsmConfig, LlamaConfig, CSM_AUDIO_VOCAB};
 use crate::device::{DeviceDecoder, DeviceWeights};
 use crate::io::{FrameInputs, FrameOutputs};
 use crate::mimi::MimiStep;
+use crate::prefill::embed_prompt;
 
 /// How an utterance's codes are drawn (`CSM.md` §4.2): data of each row of the frame, so one
 /// program serves utterances with different settings.
@@ -133,11 +137,14 @@ pub struct FrameBufs<B: LmOps> {
     pub depth_start: Vec<B::Ints>,
     /// `[n]`: `r` (row `r` owns depth cache block `r`).
     pub depth_table: B::Ints,
+    /// A prompt chunk's embedding and hand-over (`None`: the stage prefills whole prompts).
+    pub chunk: Option<ChunkBufs<B>>,
 }
 
 impl<B: LmOps> FrameBufs<B> {
-    /// Buffers for up to `n` utterances.
-    pub fn new(be: &B, c: &CsmConfig, n: usize) -> Result<Self> {
+    /// Buffers for up to `n` utterances and, if `chunk` > 0, a prompt chunk of `chunk` positions
+    /// in the backbone step (one row per utterance: CSM has no guidance row).
+    pub fn new(be: &B, c: &CsmConfig, n: usize, chunk: usize) -> Result<Self> {
         let (h, d, v, books) = (
             c.backbone.hidden_size,
             c.depth.hidden_size,
@@ -156,7 +163,7 @@ impl<B: LmOps> FrameBufs<B> {
             depth_out: (0..books).map(|_| z(n * d)).collect::<Result<_>>()?,
             head_logits: (1..books).map(|_| z(n * v)).collect::<Result<_>>()?,
             feedback: z(n * h)?,
-            backbone: decoder_acts(be, &c.backbone, n)?,
+            backbone: decoder_acts(be, &c.backbone, n + chunk)?,
             depth: decoder_acts(be, &c.depth, n)?,
             depth_caches: layer_caches(
                 be,
@@ -169,6 +176,9 @@ impl<B: LmOps> FrameBufs<B> {
                 .map(|p| be.ints(n, p as i32))
                 .collect::<Result<_>>()?,
             depth_table,
+            chunk: (chunk > 0)
+                .then(|| ChunkBufs::new(be, (chunk, 1), h))
+                .transpose()?,
         })
     }
 }
@@ -193,6 +203,9 @@ pub struct FrameCall<'a, B: LmOps> {
     pub n: usize,
     pub block_size: usize,
     pub max_blocks: usize,
+    /// A joining utterance's prompt chunk, prefilled in this frame's backbone step after the
+    /// frame's rows.
+    pub chunk: Option<&'a mut ChunkInputs<B>>,
 }
 
 /// One frame for `call.n` utterances (see the module doc).
@@ -211,10 +224,14 @@ pub fn frame_program<B: LmOps>(
         n,
         block_size,
         max_blocks,
+        mut chunk,
     } = call;
     let (c, w) = (m.c, m.w);
     let (h, v, books) = (c.backbone.hidden_size, c.audio_vocab_size, c.num_codebooks);
     inputs.stage(be)?;
+    if let Some(ch) = chunk.as_deref_mut() {
+        ch.stage(be)?;
+    }
     be.gather_rows(GatherArgs {
         table: hidden_state,
         ids: &inputs.slots.dev,
@@ -294,6 +311,12 @@ pub fn frame_program<B: LmOps>(
         dst_offset: 0,
         dst_stride: 0,
     })?;
+    // A joining utterance's prompt chunk rides along after the frame's rows.
+    let chunk = chunk.as_deref();
+    if let (Some(ch), Some(cb)) = (chunk, bufs.chunk.as_mut()) {
+        embed_prompt(be, m, &ch.ids.dev, &mut cb.embed, ch.chunk)?;
+        place_chunk(be, ch, cb, (&mut bufs.backbone.residual, n, h))?;
+    }
     decoder_stack(
         be,
         &stack(&c.backbone, &w.backbone),
@@ -309,7 +332,7 @@ pub fn frame_program<B: LmOps>(
                 max_blocks,
             },
             out: None,
-            chunk: None,
+            chunk: chunk.map(ChunkInputs::segment),
         },
     )?;
     be.scatter_rows(ScatterArgs {
@@ -319,6 +342,14 @@ pub fn frame_program<B: LmOps>(
         rows: n,
         dim: h,
     })?;
+    if let (Some(ch), Some(cb)) = (chunk, bufs.chunk.as_mut()) {
+        store_chunk(
+            be,
+            ch,
+            cb,
+            (&bufs.backbone.scratch.normed, &mut *hidden_state, h),
+        )?;
+    }
     // The frame's audio from its codes, still on the device.
     if let (Some(mimi), Some(pcm_out)) = (mimi, outputs.pcm.as_mut()) {
         let pcm = mimi.step(be, &inputs.slots.dev, &inputs.codes.dev, books, n)?;

@@ -64,6 +64,31 @@ pub fn prompt_rows(prompt: &[PromptFrame], codebooks: usize, ids: &mut [i32]) {
     }
 }
 
+/// Program op: the backbone inputs of `rows` prompt id rows ([`prompt_rows`]) into `out`: a text
+/// row's text embedding, an audio row's sum of its codes' embeddings.
+pub fn embed_prompt<B: LmOps>(
+    be: &B,
+    m: &Model<'_, B>,
+    ids: &B::Ints,
+    out: &mut B::Buf,
+    rows: usize,
+) -> Result<()> {
+    let (c, w) = (m.c, m.w);
+    be.embed_sum(EmbedSumArgs {
+        text: Some(&w.text_embeddings),
+        audio: &w.audio_embeddings,
+        ids,
+        out,
+        rows,
+        dim: c.backbone.hidden_size,
+        stride: 1 + c.num_codebooks,
+        text_col: TEXT_COL,
+        codes_col: TEXT_COL + 1,
+        levels: c.num_codebooks,
+        cardinality: c.audio_vocab_size,
+    })
+}
+
 /// Shape of one prefill.
 pub struct PrefillCall<'a, B: LmOps> {
     pub caches: &'a mut [LayerCache<B>],
@@ -93,19 +118,7 @@ pub fn prefill_program<B: LmOps>(
     bufs.ids.stage(be)?;
     bufs.tables.stage(be)?;
     bufs.slot.stage(be)?;
-    be.embed_sum(EmbedSumArgs {
-        text: Some(&w.text_embeddings),
-        audio: &w.audio_embeddings,
-        ids: &bufs.ids.dev,
-        out: &mut bufs.acts.residual,
-        rows: len,
-        dim: h,
-        stride: 1 + c.num_codebooks,
-        text_col: TEXT_COL,
-        codes_col: TEXT_COL + 1,
-        levels: c.num_codebooks,
-        cardinality: c.audio_vocab_size,
-    })?;
+    embed_prompt(be, m, &bufs.ids.dev, &mut bufs.acts.residual, len)?;
     decoder_stack(
         be,
         &stack(&c.backbone, &w.backbone),

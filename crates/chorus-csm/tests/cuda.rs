@@ -1,7 +1,8 @@
 //! The CSM stage on the CUDA backend (skipped without a GPU), every frame one graph replay:
 //! the oracle's teacher-forced traces in f32 (rel L2 <= 1e-4) and bf16 (<= 2e-2), and
 //! free-running codes in f32 identical to the oracle's (greedy, noise, the drawn end frame), and
-//! at full size (random weights of csm-1b) every bf16 trace within 2e-2 of f32 on the same codes.
+//! at full size (random weights of csm-1b) every bf16 trace within 2e-2 of f32 on the same codes;
+//! an utterance joining running ones, prefilled in chunks, draws the codes it draws prefilled whole.
 
 mod common;
 
@@ -10,6 +11,7 @@ use chorus_csm::prompt::PromptFrame;
 use chorus_csm::{load_csm_model, FrameTrace, TtsOptions, TtsStage, UtteranceRequest};
 use chorus_cuda::{CudaBackend, CudaOptions};
 use chorus_lm::Sampling;
+use common::join::{run_joins, Join};
 use common::oracle::{
     free_running, rel_l2, teacher_forced, BF16_REL_L2, REL_L2, SMALL_BF16_REL_L2,
 };
@@ -133,5 +135,43 @@ fn cuda_bf16_full_size_tracks_f32_on_the_same_codes() {
             e <= BF16_REL_L2,
             "full size: {what} bf16 rel L2 {e:e} against f32 (bound {BF16_REL_L2:e})"
         );
+    }
+}
+
+/// Chunked prefill on CUDA (f32): every utterance's codes equal those of the same run with whole
+/// prefills, and its audio is within the f32 bound (the frames' buckets differ between the runs).
+#[test]
+fn cuda_chunked_prefill_equals_whole_prefill() {
+    if cuda(Precision::F32).is_none() {
+        return;
+    }
+    let m = load_csm_model("random-small").unwrap();
+    let mimi = chorus_mimi::checkpoint::load_model("random").unwrap();
+    let joins = [
+        Join::new(10, 4, 11, 0),
+        Join::new(10, 4, 12, 1),
+        Join::new(3, 3, 13, 1),
+        Join::new(13, 3, 14, 3),
+    ];
+    let run = |chunk| {
+        let be = cuda(Precision::F32)?;
+        Some(run_joins(be, (&m, &mimi), chunk, &joins, &mut |_, _| {}))
+    };
+    let Some(whole) = run(0) else { return };
+    for chunk in [4, 64] {
+        let chunked = run(chunk).unwrap();
+        for (i, (c, w)) in chunked.iter().zip(&whole).enumerate() {
+            assert_eq!(c.codes, w.codes, "utterance {i}: codes, chunks of {chunk}");
+            assert_eq!(c.end, w.end, "utterance {i}");
+            let pcm = |o: &common::join::Output| -> Vec<f32> {
+                o.pcm.iter().map(|&b| f32::from_bits(b)).collect()
+            };
+            let e = rel_l2(&pcm(c), &pcm(w));
+            eprintln!("cuda f32 utterance {i}, chunks of {chunk} vs whole: audio rel L2 {e:.3e}");
+            assert!(
+                e <= REL_L2,
+                "utterance {i}: audio rel L2 {e:e} (bound {REL_L2:e})"
+            );
+        }
     }
 }

@@ -65,6 +65,16 @@ impl AnyTts {
         each!(self, s => s.add(req))
     }
 
+    /// See [`TtsStage::add_prefilled`].
+    pub fn add_prefilled(&mut self, req: UtteranceRequest) -> Result<UtteranceId> {
+        each!(self, s => s.add_prefilled(req))
+    }
+
+    /// Utterances whose prompt is still being prefilled in chunks.
+    pub fn joining(&self) -> usize {
+        each!(self, s => s.joining())
+    }
+
     pub fn step(&mut self, sink: &mut dyn FnMut(UtteranceEvent<'_>)) -> Result<usize> {
         each!(self, s => s.step(sink))
     }
@@ -101,5 +111,14 @@ impl AnyTts {
             return Ok(None);
         };
         replay_ms_of(s.backend(), &s.bucket_keys(), n, iters)
+    }
+
+    /// CUDA only: like [`AnyTts::device_ms`], of the frame graph that also prefills a prompt
+    /// chunk (the frame the running utterances see while one joins).
+    pub fn device_ms_joining(&self, n: usize, iters: usize) -> Result<Option<f64>> {
+        let AnyTts::Cuda(s) = self else {
+            return Ok(None);
+        };
+        replay_ms_of(s.backend(), &s.chunk_bucket_keys(), n, iters)
     }
 }

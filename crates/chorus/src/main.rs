@@ -14,6 +14,7 @@ mod dataset;
 mod decode;
 mod encode;
 mod info;
+mod join_bench;
 mod kv_accuracy;
 mod loadgen;
 mod mimi_codes;

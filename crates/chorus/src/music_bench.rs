@@ -17,6 +17,8 @@ use chorus_music::{MusicModel, Sampling, SongEvent, SongRequest};
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::music::{AnyStage, StageSpec};
 
+use crate::join_bench::{self, JoinRun, JoinStage, STEADY_STEPS, WARMUP_STEPS};
+
 /// Base-vocabulary ids drawn for synthetic prompts (below Qwen2's added tokens).
 const BASE_VOCAB: u64 = 151_643;
 /// Untimed frames after the prefill.
@@ -85,9 +87,6 @@ pub struct MusicBenchArgs {
 
 /// Prompt tokens of the `--kv-accuracy` song by default.
 const KV_ACCURACY_PROMPT: usize = 300;
-
-/// Steps timed before a song joins (`--join-songs`).
-const STEADY_STEPS: usize = 6;
 
 /// Timed prefills per `--prefill-tokens` measurement.
 const PREFILL_REPEATS: usize = 5;
@@ -224,86 +223,63 @@ pub fn run(args: MusicBenchArgs) -> Result<()> {
 /// frame graph that carries a chunk), against the gap of a whole prefill between two frames.
 fn bench_join(stage: &mut AnyStage, running: usize, context: usize, tokens: usize) -> Result<()> {
     // Enough frames for the steady steps, the join, its first frame and the whole prefill's step.
-    let frames = WARMUP_FRAMES + STEADY_STEPS + tokens.div_ceil(16) + 8;
+    let frames = WARMUP_STEPS + STEADY_STEPS + tokens.div_ceil(16) + 8;
     if context <= frames + 3 || tokens + frames + 1 > context {
         bail!("--join-songs: context {context} is too short for a {tokens}-token join over {frames} frames");
     }
     let mut rng = SplitMix64::new(running as u64 ^ 0x101);
-    let mut ids = Vec::with_capacity(running + 2);
-    for s in 0..running {
-        let req = synthetic_song(&mut rng, context - frames - 2, s as u64, frames);
-        ids.push(stage.add_song_prefilled(req)?);
+    let running_songs = (0..running)
+        .map(|s| synthetic_song(&mut rng, context - frames - 2, s as u64, frames))
+        .collect();
+    let run = JoinRun {
+        running: running_songs,
+        joiner: synthetic_song(&mut rng, tokens, 777, 4),
+        whole: synthetic_song(&mut rng, tokens, 778, 4),
+        max_steps: frames,
+    };
+    let line = join_bench::measure(stage, run, "song")?;
+    println!("join of a {tokens}-token song {line}");
+    Ok(())
+}
+
+impl JoinStage for AnyStage {
+    type Request = SongRequest;
+
+    fn admit(&mut self, req: SongRequest, whole: bool) -> Result<u64> {
+        Ok(if whole {
+            self.add_song_prefilled(req)?
+        } else {
+            self.add_song(req)?
+        })
     }
-    for _ in 0..WARMUP_FRAMES {
-        stage.step(&mut |_| {})?;
-    }
-    let mut steady = Vec::with_capacity(STEADY_STEPS);
-    for _ in 0..STEADY_STEPS {
-        let t = Instant::now();
-        stage.step(&mut |_| {})?;
-        steady.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let steady_device = stage.device_ms(running, DEVICE_REPLAYS)?;
-    let joining_device = stage.device_ms_joining(running, DEVICE_REPLAYS)?;
-    // Chunked: step until the joining song's first frame arrives.
-    let t0 = Instant::now();
-    let joiner = stage.add_song(synthetic_song(&mut rng, tokens, 777, 4))?;
-    ids.push(joiner);
-    let mut during = Vec::new();
-    let mut first = None;
-    while first.is_none() {
-        let t = Instant::now();
-        stage.step(&mut |ev| {
+
+    fn step_for(&mut self, id: u64) -> Result<bool> {
+        let mut seen = false;
+        self.step(&mut |ev| {
             if let SongEvent::Frame { song, .. } = ev {
-                if song == joiner && first.is_none() {
-                    first = Some(t0.elapsed().as_secs_f64() * 1e3);
-                }
+                seen |= song == id;
             }
         })?;
-        during.push(t.elapsed().as_secs_f64() * 1e3);
-        if during.len() > frames {
-            bail!("the joining song did not start within {frames} frames");
-        }
+        Ok(seen)
     }
-    // Whole: the running songs' next frame waits for the prefill.
-    let t1 = Instant::now();
-    ids.push(stage.add_song_prefilled(synthetic_song(&mut rng, tokens, 778, 4))?);
-    stage.step(&mut |_| {})?;
-    let whole_gap = t1.elapsed().as_secs_f64() * 1e3;
-    for id in ids {
+
+    fn cancel(&mut self, id: u64) {
         // A song that ended already is gone; the others are still running.
-        let _ = stage.cancel(id);
+        let _ = AnyStage::cancel(self, id);
     }
-    while stage.step(&mut |_| {})? > 0 {}
-    steady.sort_by(f64::total_cmp);
-    let base = steady[steady.len() / 2];
-    let max = during.iter().cloned().fold(0.0, f64::max);
-    let mean = during.iter().sum::<f64>() / during.len() as f64;
-    let pct = |x: f64| 100.0 * (x / base - 1.0);
-    let dev = match (steady_device, joining_device) {
-        (Some(s), Some(j)) => format!(
-            "; device {s:.3} ms/frame, {j:.3} ms with a chunk (+{:.1}%)",
-            100.0 * (j / s - 1.0)
-        ),
-        _ => String::new(),
-    };
-    println!(
-        "join of a {tokens}-token song beside {running} running: steady {base:.3} ms/frame{dev}; \
-         while it joins {} steps, mean {mean:.3} ms (+{:.1}%), max {max:.3} ms (+{:.1}%), its \
-         first frame {:.1} ms after admission; prefilled whole instead: a {whole_gap:.2} ms gap \
-         (+{:.1}%); steps while it joined (ms): {}",
-        during.len(),
-        pct(mean),
-        pct(max),
-        first.unwrap_or(f64::NAN),
-        pct(whole_gap),
-        during
-            .iter()
-            .map(|x| format!("{x:.2}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    Ok(())
+
+    fn drain(&mut self) -> Result<()> {
+        while self.step(&mut |_| {})? > 0 {}
+        Ok(())
+    }
+
+    fn device_ms(&self, n: usize, chunk: bool, iters: usize) -> Result<Option<f64>> {
+        Ok(if chunk {
+            self.device_ms_joining(n, iters)?
+        } else {
+            AnyStage::device_ms(self, n, iters)?
+        })
+    }
 }
 
 /// A synthetic song of `tokens` prompt tokens per row and one frame.

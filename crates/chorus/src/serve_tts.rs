@@ -54,6 +54,10 @@ pub struct TtsServeArgs {
     /// The length cap of a request without `max_frames` (12.5 frames per second).
     #[arg(long, default_value_t = chorus_server::tts::DEFAULT_MAX_FRAMES)]
     pub tts_max_frames: usize,
+    /// Prompt frames a step prefills for an utterance joining running ones (0: every prompt
+    /// whole at admission, stalling the running utterances; default 64).
+    #[arg(long)]
+    pub tts_prefill_chunk: Option<usize>,
 }
 
 /// The Mimi codec of a speech model: `kyutai/mimi`, or `random` beside random weights.
@@ -96,6 +100,9 @@ pub fn start_tts(
     let mut opts = TtsOptions::for_utterances(args.tts_utterances, context)?;
     opts.draws.temperature = args.tts_temperature;
     opts.draws.top_k = args.tts_top_k;
+    if let Some(chunk) = args.tts_prefill_chunk {
+        opts.prefill_chunk = chunk;
+    }
     let config = TtsConfig {
         default_max_frames: args.tts_max_frames,
         speakers: args.tts_speakers,

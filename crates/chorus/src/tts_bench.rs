@@ -1,7 +1,7 @@
 //! `chorus tts-bench`: milliseconds per frame and frames per second of the CSM speech stage for a
 //! number of utterances generating together, each with a synthetic text prompt that fills the
 //! context. One stage serves every point; each point's utterances are prefilled, stepped, timed
-//! and cancelled.
+//! and cancelled. `--join` then times the running utterances' frames while one joins them.
 
 use std::time::Instant;
 
@@ -9,12 +9,14 @@ use anyhow::{bail, Result};
 use chorus_core::rng::SplitMix64;
 use chorus_core::Buckets;
 use chorus_csm::prompt::PromptFrame;
-use chorus_csm::{CsmModel, TtsOptions, UtteranceRequest};
+use chorus_csm::{CsmModel, TtsOptions, UtteranceEvent, UtteranceRequest};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
 use chorus_lm::Sampling;
 
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::tts::{AnyTts, TtsSpec};
+
+use crate::join_bench::{self, JoinRun, JoinStage, STEADY_STEPS, WARMUP_STEPS};
 
 /// Mimi frames per second of audio.
 const FRAME_RATE: f64 = 12.5;
@@ -57,6 +59,18 @@ pub struct TtsBenchArgs {
     /// point's count less one running utterances.
     #[arg(long)]
     pub ttfa_prompt: Option<usize>,
+    /// After the points: for each of these counts of running utterances (at `--context`), time
+    /// their frames while one utterance of a `--join-prompt`-frame text prompt joins, prefilled
+    /// in chunks inside their frames, and the gap a whole prefill makes instead.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Prompt frames of the `--join` utterance.
+    #[arg(long, default_value_t = 128)]
+    pub join_prompt: usize,
+    /// Prompt frames a frame prefills for a joining utterance (0: whole prompts; default
+    /// `TtsOptions::for_utterances`'s).
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
 }
 
 /// Timed admissions per time-to-first-audio figure (the median is printed).
@@ -93,6 +107,23 @@ pub fn run(args: TtsBenchArgs) -> Result<()> {
     let largest = counts.largest();
     let mut opts = TtsOptions::for_utterances(largest, args.context)?;
     opts.kv_blocks = 1 + largest * blocks_for(args.context, DEFAULT_BLOCK_SIZE);
+    if let Some(chunk) = args.prefill_chunk {
+        opts.prefill_chunk = chunk;
+    }
+    let chunk = opts.prefill_chunk;
+    let join_counts = match &args.join {
+        Some(j) => Buckets::parse(j)?.sizes().to_vec(),
+        None => Vec::new(),
+    };
+    if let Some(&most) = join_counts.iter().max() {
+        // The chunked joiner still runs when the whole-prefilled one joins.
+        if most + 2 > largest {
+            bail!(
+                "--join {most} needs room for two more utterances: add {} to --utterances",
+                most + 2
+            );
+        }
+    }
     let spec = TtsSpec {
         device: args.device,
         precision: args.precision,
@@ -153,7 +184,89 @@ pub fn run(args: TtsBenchArgs) -> Result<()> {
             println!("time to first audio ({p}-token prompt, {running} utterances running): median {ms:.1} ms over {TTFA_REPEATS}");
         }
     }
+    for &running in &join_counts {
+        bench_join(
+            &mut stage,
+            &model,
+            running,
+            (args.context, args.join_prompt, chunk),
+        )?;
+    }
     Ok(())
+}
+
+/// The running utterances' frames while one of a `prompt`-frame text prompt joins `running`
+/// utterances at `context`, prefilled `chunk` frames per frame (the shared [`join_bench`]).
+fn bench_join(
+    stage: &mut AnyTts,
+    model: &CsmModel,
+    running: usize,
+    (context, prompt, chunk): (usize, usize, usize),
+) -> Result<()> {
+    // Enough frames for the steady steps, the join, its first frame and the whole prefill's step.
+    let steps = prompt.div_ceil(chunk.max(1));
+    let frames = WARMUP_STEPS + STEADY_STEPS + steps + 8;
+    if prompt == 0 || context <= frames + 1 || prompt + JOIN_FRAMES > context {
+        bail!(
+            "--join: context {context} is too short for a {prompt}-frame join over {frames} frames"
+        );
+    }
+    let c = &model.config;
+    let mut rng = SplitMix64::new(running as u64 ^ 0x202);
+    let run = JoinRun {
+        running: (0..running)
+            .map(|u| text_request(c, &mut rng, context - frames, frames, u as u64))
+            .collect(),
+        joiner: text_request(c, &mut rng, prompt, JOIN_FRAMES, 777),
+        whole: text_request(c, &mut rng, prompt, JOIN_FRAMES, 778),
+        max_steps: frames,
+    };
+    let line = join_bench::measure(stage, run, "utterance")?;
+    println!("join of a {prompt}-frame utterance (chunks of {chunk}) {line}");
+    Ok(())
+}
+
+/// Frames of each `--join` utterance.
+const JOIN_FRAMES: usize = 4;
+
+impl JoinStage for AnyTts {
+    type Request = UtteranceRequest;
+
+    fn admit(&mut self, req: UtteranceRequest, whole: bool) -> Result<u64> {
+        Ok(if whole {
+            self.add_prefilled(req)?
+        } else {
+            self.add(req)?
+        })
+    }
+
+    fn step_for(&mut self, id: u64) -> Result<bool> {
+        let mut seen = false;
+        self.step(&mut |e| {
+            if let UtteranceEvent::Frame { utterance, .. } = e {
+                seen |= utterance == id;
+            }
+        })?;
+        Ok(seen)
+    }
+
+    fn cancel(&mut self, id: u64) {
+        // An utterance that ended already is gone; the others are still running.
+        let _ = AnyTts::cancel(self, id);
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        while self.active() > 0 || self.step(&mut |_| {})? > 0 {}
+        Ok(())
+    }
+
+    fn device_ms(&self, n: usize, chunk: bool, iters: usize) -> Result<Option<f64>> {
+        Ok(if chunk {
+            self.device_ms_joining(n, iters)?
+        } else {
+            AnyTts::device_ms(self, n, iters)?
+        })
+    }
 }
 
 fn text_request(
@@ -190,7 +303,7 @@ fn time_to_first_audio(
     // Long enough to outlive every measurement.
     let frames = context - prompt.max(8);
     for u in 0..running {
-        ids.push(stage.add(text_request(c, &mut rng, 8, frames, u as u64))?);
+        ids.push(stage.add_prefilled(text_request(c, &mut rng, 8, frames, u as u64))?);
     }
     for _ in 0..3 {
         stage.step(&mut |_| {})?;
@@ -202,7 +315,7 @@ fn time_to_first_audio(
         let mut first = None;
         while first.is_none() {
             stage.step(&mut |e| {
-                if let chorus_csm::UtteranceEvent::Frame { utterance, .. } = e {
+                if let UtteranceEvent::Frame { utterance, .. } = e {
                     if utterance == id && first.is_none() {
                         first = Some(t.elapsed().as_secs_f64() * 1e3);
                     }
@@ -234,7 +347,8 @@ fn bench_point(
     let t0 = Instant::now();
     let mut ids = Vec::with_capacity(n);
     for u in 0..n {
-        ids.push(stage.add(text_request(c, &mut rng, prompt_len, max_frames, u as u64))?);
+        // Whole: the point times the frames of utterances whose prompts are in.
+        ids.push(stage.add_prefilled(text_request(c, &mut rng, prompt_len, max_frames, u as u64))?);
     }
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3 / n as f64;
     for _ in 0..WARMUP_FRAMES {

@@ -7,11 +7,14 @@
 //! and returned when it ends. Every active utterance runs in every step, padded up to a bucket
 //! with the dummy slot and the null block (chorus-lm's `Pipeline`). An utterance's rows never mix
 //! with another's in any reduction on the CPU backend, so its codes do not depend on its company.
+//! One that joins while others run is prefilled in chunks inside their frames
+//! (`chorus_lm::chunk`), so they do not stall for its whole prompt; one that joins an idle stage
+//! is prefilled whole at once.
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
 use chorus_lm::kv::{blocks_for, DEFAULT_BLOCK_SIZE};
-use chorus_lm::{layer_caches, LayerCache, Pipeline, Seat, Seats};
+use chorus_lm::{layer_caches, ChunkInputs, LayerCache, Pipeline, Seat, Seats, PREFILL_CHUNK};
 
 use crate::config::CsmConfig;
 use crate::device::DeviceWeights;
@@ -20,6 +23,7 @@ use crate::io::{FrameInputs, FrameOutputs};
 use crate::load::CsmModel;
 use crate::mimi::MimiStep;
 use crate::prefill::{prefill_program, prompt_rows, PrefillBufs, PrefillCall};
+use crate::prompt::PromptFrame;
 use crate::utterance::{UtteranceId, UtteranceRequest};
 use chorus_mimi::checkpoint::LoadedModel;
 
@@ -42,6 +46,9 @@ pub struct TtsOptions {
     /// Most backbone positions an utterance may use (prompt + frames).
     pub max_context: usize,
     pub draws: DrawSettings,
+    /// Prompt frames a frame prefills for an utterance joining running ones (at most
+    /// `max_context`); 0: every prompt is prefilled whole when its utterance is admitted.
+    pub prefill_chunk: usize,
 }
 
 impl TtsOptions {
@@ -64,6 +71,7 @@ impl TtsOptions {
             max_prompt: max_context,
             max_context,
             draws: UPSTREAM_DRAWS,
+            prefill_chunk: PREFILL_CHUNK.min(max_context),
         })
     }
 }
@@ -81,12 +89,22 @@ struct Utterance {
     /// The draw op's `row_sampling` words (temperature bits, top-k).
     sampling: [i32; 2],
     forced: Option<Vec<Vec<u32>>>,
+    /// The prompt while it is prefilled in chunks; `None` once the utterance runs frames.
+    joining: Option<Joining>,
+}
+
+/// A joining utterance's prompt and how many of its frames are prefilled.
+struct Joining {
+    prompt: Vec<PromptFrame>,
+    done: usize,
 }
 
 /// One half of a bucket's step I/O (the pipeline keeps two per bucket).
 struct Half<B: LmOps> {
     inputs: FrameInputs<B>,
     outputs: FrameOutputs<B>,
+    /// A prompt chunk's inputs (when the stage prefills in chunks).
+    chunk: Option<ChunkInputs<B>>,
 }
 
 /// The utterances of a launched frame in row order, with the frame each ran.
@@ -141,8 +159,9 @@ impl<B: LmOps> TtsStage<B> {
         if opts.max_context > positions
             || opts.max_prompt == 0
             || opts.max_prompt > opts.max_context
+            || opts.prefill_chunk > opts.max_context
         {
-            return Err(Error::config(OP, format!("max_context {} must be <= the backbone's {positions} positions and max_prompt {} in 1..=max_context", opts.max_context, opts.max_prompt)));
+            return Err(Error::config(OP, format!("max_context {} must be <= the backbone's {positions} positions, max_prompt {} in 1..=max_context and prefill_chunk {} <= max_context", opts.max_context, opts.max_prompt, opts.prefill_chunk)));
         }
         // The default draws, as any request's.
         opts.draws.validate(OP)?;
@@ -163,7 +182,8 @@ impl<B: LmOps> TtsStage<B> {
             opts.block_size,
             b.kv_width(),
         )?;
-        let bufs = FrameBufs::new(&be, &c, opts.buckets.largest())?;
+        let chunk = opts.prefill_chunk;
+        let bufs = FrameBufs::new(&be, &c, opts.buckets.largest(), chunk)?;
         let books = c.num_codebooks;
         let largest = opts.buckets.largest();
         let mimi = mimi
@@ -174,6 +194,10 @@ impl<B: LmOps> TtsStage<B> {
             Ok(Half {
                 inputs: FrameInputs::new(&be, n, max_blocks, books)?,
                 outputs: FrameOutputs::new(&be, n, books, decodes)?,
+                // One row per utterance, each position a text id and the codes.
+                chunk: (chunk > 0)
+                    .then(|| ChunkInputs::new(&be, (chunk, 1, 1 + books), max_blocks))
+                    .transpose()?,
             })
         })?;
         let prefill = PrefillBufs::new(&be, &c, opts.max_prompt, max_blocks)?;
@@ -209,9 +233,14 @@ impl<B: LmOps> TtsStage<B> {
         self.mimi.is_some()
     }
 
-    /// Utterances admitted and not yet ended.
+    /// Utterances admitted and not yet ended (one whose prompt is still prefilled counts).
     pub fn active(&self) -> usize {
         self.utts.len()
+    }
+
+    /// Utterances whose prompt is still being prefilled in chunks.
+    pub fn joining(&self) -> usize {
+        self.utts.iter().filter(|u| u.joining.is_some()).count()
     }
 
     /// KV blocks `(in use, available to new utterances, usable in all)`.
@@ -224,8 +253,21 @@ impl<B: LmOps> TtsStage<B> {
         self.pipe.keys()
     }
 
-    /// Admits an utterance and prefills its prompt; on any error nothing changes.
+    /// Admits an utterance; on any error nothing changes. An idle stage prefills its prompt at
+    /// once; beside running utterances it is prefilled in chunks within their next frames, and
+    /// its first frame follows its last chunk.
     pub fn add(&mut self, req: UtteranceRequest) -> Result<UtteranceId> {
+        let chunked = self.opts.prefill_chunk > 0 && !self.utts.is_empty();
+        self.admit(req, chunked)
+    }
+
+    /// Admits an utterance and prefills its whole prompt at once, whatever runs (the running
+    /// utterances' next frame waits for it); on any error nothing changes.
+    pub fn add_prefilled(&mut self, req: UtteranceRequest) -> Result<UtteranceId> {
+        self.admit(req, false)
+    }
+
+    fn admit(&mut self, req: UtteranceRequest, chunked: bool) -> Result<UtteranceId> {
         const OP: &str = "TtsStage::add";
         req.validate(&self.c)?;
         let p = req.prompt.len();
@@ -243,11 +285,12 @@ impl<B: LmOps> TtsStage<B> {
             return Err(Error::input(OP, format!("prompt {p} + {} frames = {positions} positions exceed the stage's max context {}", req.max_frames, self.opts.max_context)));
         }
         let mut seat = self.seats.admit(positions, "utterance")?;
-        // The prompt's blocks and the first frame's feedback position P.
+        // The prompt's blocks and the first frame's feedback position P (a short prompt's chunk
+        // padding past them lands in the null block, which nothing real reads).
         self.seats.grow(&mut seat, p + 1);
         let (mode, seed) = req.sampling.device();
         let (mode, sampling) = req.draws.unwrap_or(self.opts.draws).row(mode);
-        let utt = Utterance {
+        let mut utt = Utterance {
             id: self.next_id,
             seat,
             prompt_len: p,
@@ -258,12 +301,19 @@ impl<B: LmOps> TtsStage<B> {
             seed,
             sampling,
             forced: req.forced,
+            joining: None,
         };
-        if let Err(e) = self.run_prefill(&utt, &req.prompt) {
+        if chunked {
+            utt.joining = Some(Joining {
+                prompt: req.prompt,
+                done: 0,
+            });
+        } else if let Err(e) = self.run_prefill(&utt, &req.prompt) {
             self.seats.release(utt.seat);
             return Err(e);
         }
-        // The slot's codec state starts from silence (queued after any frame still using it).
+        // The slot's codec state starts from silence (queued after any frame still using it; a
+        // joining utterance's chunks never touch it, as Mimi runs the frame's rows only).
         if let Some(m) = &mut self.mimi {
             if let Err(e) = m.reset(&self.be, utt.seat.slot) {
                 self.seats.release(utt.seat);

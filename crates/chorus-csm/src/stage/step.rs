@@ -1,15 +1,19 @@
 //! One step: launch the next frame of every utterance that has one left, then read the previous
 //! frame's outputs (a frame late, after waiting for that frame only), emit its frames and ends,
 //! and retire ended utterances. An utterance that drew its end frame in frame `f - 1` has
-//! already run frame `f`, whose output is discarded.
+//! already run frame `f`, whose output is discarded. A joining utterance has no frame until its
+//! prompt is in: each frame prefills one chunk of the first joining utterance's prompt, and a
+//! frame of padding alone carries it when nothing else runs.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{LmOps, Result, FRAME_SAMPLES};
+use chorus_core::{Error, LmOps, Result, FRAME_SAMPLES};
+use chorus_lm::chunk::{plan, ChunkPlan, ChunkTarget, PAD_TOKEN};
 use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
 use super::{Half, Launched, TtsStage};
 use crate::frame::{frame_program, FrameCall, Model, PADDING_ROW};
+use crate::prefill::{prompt_rows, TEXT_COL};
 use crate::utterance::{EndReason, UtteranceEvent};
 
 impl<B: LmOps> TtsStage<B> {
@@ -27,22 +31,36 @@ impl<B: LmOps> TtsStage<B> {
         pipeline::warm_up(self, "TtsStage::warmup")
     }
 
-    /// Picks the utterances with a frame left, stages their inputs and launches the frame;
-    /// returns the utterances launched.
+    /// Bucket sizes and the program key of each (half 0) of the frames that also prefill a
+    /// prompt chunk, for device timing (none when the stage prefills whole prompts).
+    pub fn chunk_bucket_keys(&self) -> Vec<(usize, usize)> {
+        if self.opts.prefill_chunk == 0 {
+            return Vec::new();
+        }
+        (0..self.pipe.buckets.len())
+            .map(|b| (self.pipe.buckets[b].size, self.pipe.key(b, 0, 1)))
+            .collect()
+    }
+
+    /// Picks the utterances with a frame left and the first joining utterance's next prompt
+    /// chunk, stages their inputs and launches the frame; returns the utterances launched, the
+    /// joining one included.
     fn launch_utterances(&mut self) -> Result<usize> {
         self.launch.clear();
         for (i, u) in self.utts.iter().enumerate() {
             let forced_left = u.forced.as_ref().is_none_or(|f| u.frame < f.len());
             // Frames 0..max_frames; none runs past the reservation.
-            if u.frame < u.max_frames && forced_left {
+            if u.joining.is_none() && u.frame < u.max_frames && forced_left {
                 self.launch.push(i);
             }
         }
+        let joining = self.utts.iter().position(|u| u.joining.is_some());
         self.last.0.clear();
-        if self.launch.is_empty() {
+        if self.launch.is_empty() && joining.is_none() {
             return Ok(0);
         }
-        let bucket = self.pipe.pick(self.launch.len())?;
+        // A frame of padding alone carries the chunk when no utterance runs yet.
+        let bucket = self.pipe.pick(self.launch.len().max(1))?;
         let half = self.pipe.half();
         for &i in &self.launch {
             let u = &mut self.utts[i];
@@ -50,7 +68,20 @@ impl<B: LmOps> TtsStage<B> {
             self.seats.grow(&mut u.seat, u.prompt_len + u.frame + 1);
         }
         self.stage_inputs(bucket, half)?;
-        self.run_frame(bucket, half)?;
+        let plan = match joining {
+            Some(j) => Some((j, self.stage_chunk(bucket, half, Some(j))?)),
+            None => None,
+        };
+        self.run_frame(bucket, half, plan.is_some())?;
+        if let Some((j, plan)) = plan {
+            let u = &mut self.utts[j];
+            if plan.last.is_some() {
+                // Its hidden is in its state row once this frame has run: frames follow.
+                u.joining = None;
+            } else if let Some(jn) = u.joining.as_mut() {
+                jn.done = plan.done;
+            }
+        }
         let mut rows = Vec::with_capacity(self.launch.len());
         for &i in &self.launch {
             let u = &mut self.utts[i];
@@ -61,11 +92,57 @@ impl<B: LmOps> TtsStage<B> {
         self.last.1 = bucket;
         self.last.2 = half;
         self.pipe.launched(bucket, rows);
-        Ok(self.last.0.len())
+        Ok(self.last.0.len() + usize::from(plan.is_some()))
     }
 
-    /// Queues bucket `bucket`'s frame program on half `half`.
-    fn run_frame(&mut self, bucket: usize, half: usize) -> Result<()> {
+    /// Stages the next prompt chunk of utterance `utt` (`None`: a chunk of padding alone, for
+    /// warm-up) into `bucket`'s `half`; returns where the chunk lies.
+    fn stage_chunk(&mut self, bucket: usize, half: usize, utt: Option<usize>) -> Result<ChunkPlan> {
+        let be = &self.be;
+        let books = self.c.num_codebooks;
+        let frame_rows = self.pipe.buckets[bucket].size;
+        let Some(c) = self.pipe.buckets[bucket].halves[half].chunk.as_mut() else {
+            return Err(Error::config(
+                "TtsStage::stage_chunk",
+                "the stage was built without chunked prefill (prefill_chunk 0)",
+            ));
+        };
+        let n = c.chunk;
+        let u = utt.map(|i| &self.utts[i]);
+        let jn = u.and_then(|u| u.joining.as_ref());
+        let plan = match jn {
+            Some(j) => plan(j.done, j.prompt.len(), n),
+            None => ChunkPlan {
+                start: 0,
+                done: 0,
+                last: None,
+            },
+        };
+        let stride = 1 + books;
+        let ids = be.pinned_ints_nowait(&mut c.ids.host);
+        let frames = jn.map_or(&[][..], |j| {
+            &j.prompt[plan.start..(plan.start + n).min(j.prompt.len())]
+        });
+        let (real, pad) = ids.split_at_mut(frames.len() * stride);
+        prompt_rows(frames, books, real);
+        // Padding positions: a text row of the padding token (nothing reads what they write).
+        for row in pad.chunks_exact_mut(stride) {
+            row.fill(-1);
+            row[TEXT_COL] = PAD_TOKEN as i32;
+        }
+        let target = ChunkTarget {
+            plan,
+            seat: u.map(|u| &u.seat),
+            frame_rows,
+            dummy_slot: self.seats.dummy_slot(),
+        };
+        c.fill(be, &self.seats, &target);
+        Ok(plan)
+    }
+
+    /// Queues bucket `bucket`'s frame program on half `half` (with the staged prompt chunk if
+    /// `with_chunk`).
+    fn run_frame(&mut self, bucket: usize, half: usize, with_chunk: bool) -> Result<()> {
         let n = self.pipe.buckets[bucket].size;
         let model = Model {
             c: &self.c,
@@ -86,10 +163,13 @@ impl<B: LmOps> TtsStage<B> {
                 n,
                 block_size,
                 max_blocks,
+                chunk: io.chunk.as_mut().filter(|_| with_chunk),
             };
             frame_program(be, &model, bufs, call)
         };
-        self.pipe.run(&self.be, (bucket, half, 0), &mut program)
+        let variant = usize::from(with_chunk);
+        self.pipe
+            .run(&self.be, (bucket, half, variant), &mut program)
     }
 
     /// Writes the inputs of the utterances in `self.launch`; padding rows get the dummy slot and
@@ -227,10 +307,19 @@ impl<'s, B: LmOps> FrameLoop<'s> for TtsStage<B> {
         self.launch_utterances()
     }
 
-    fn run_padding(&mut self, bucket: usize, half: usize, _variant: usize) -> Result<()> {
+    fn run_padding(&mut self, bucket: usize, half: usize, variant: usize) -> Result<()> {
         self.launch.clear();
         self.stage_inputs(bucket, half)?;
-        self.run_frame(bucket, half)
+        let with_chunk = variant == 1;
+        if with_chunk {
+            self.stage_chunk(bucket, half, None)?;
+        }
+        self.run_frame(bucket, half, with_chunk)
+    }
+
+    fn variants(&self) -> usize {
+        // Frames without a chunk, and with one when the stage prefills in chunks.
+        1 + usize::from(self.opts.prefill_chunk > 0)
     }
 
     fn collect(&mut self, prev: &Pending<Launched>, sink: &mut Self::Sink) -> Result<()> {

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod join;
 pub mod oracle;
 
 use std::path::PathBuf;

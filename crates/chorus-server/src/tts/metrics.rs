@@ -221,7 +221,7 @@ impl TtsMetrics {
         self.steps.render(
             out,
             "chorus_tts_step_seconds",
-            "Speech step time (admissions and prefills excluded).",
+            "Speech step time (admissions and whole prefills excluded; a joining utterance's prompt chunks ride in steps).",
         );
     }
 }
