@@ -31,6 +31,30 @@ pub struct DrawSettings {
     pub top_k: usize,
 }
 
+impl DrawSettings {
+    /// moshi-server's sampled text token at `temperature` (Unmute runs the 1B at 0.25):
+    /// Gumbel-max over the whole vocabulary (`candle_nn::sampling::gumbel_softmax`), which is
+    /// the noise race with every piece a candidate (`-ln E` of an exponential E is Gumbel).
+    pub fn gumbel(temperature: f32, vocab: usize) -> Self {
+        Self {
+            temperature,
+            top_k: vocab,
+        }
+    }
+
+    /// The text draw of a server or CLI temperature: `None` (greedy, Kyutai's configs) at 0,
+    /// [`DrawSettings::gumbel`] above; a negative or non-finite temperature is refused.
+    pub fn for_temperature(temperature: f32, vocab: usize) -> Result<Option<Self>> {
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(chorus_core::Error::input(
+                "DrawSettings::for_temperature",
+                format!("temperature {temperature} must be finite and at least 0 (0 is greedy)"),
+            ));
+        }
+        Ok((temperature > 0.0).then(|| Self::gumbel(temperature, vocab)))
+    }
+}
+
 /// Kyutai's configs: greedy (a sampled stream uses these if it asks for noise).
 pub const KYUTAI_DRAWS: DrawSettings = DrawSettings {
     temperature: 1.0,
@@ -80,6 +104,8 @@ pub struct Model<'a, B: LmOps> {
     pub c: &'a SttConfig,
     pub w: &'a DeviceWeights<B>,
     pub draws: DrawSettings,
+    /// Audio codebooks summed into the input, the first N (the rest are skipped).
+    pub codebooks: usize,
 }
 
 /// Everything a step touches besides the shared buffers.
@@ -144,7 +170,7 @@ pub fn step_program<B: LmOps>(
         audio,
     } = call;
     let (c, w) = (m.c, m.w);
-    let (h, books) = (c.hidden_size, c.num_codebooks);
+    let (h, books) = (c.hidden_size, m.codebooks);
     inputs.stage(be)?;
     // 1. The 32 audio rows (of the staged codes, or of the codes the encoder finds in the
     // staged PCM), then the previous text token's row added to them.
@@ -348,16 +374,16 @@ pub fn reset_program<B: LmOps>(
     })
 }
 
-/// Eager program: writes the embedding of the initial codes (every codebook's initial id) into
-/// row `row` of `table` (the last row of the in-frame encoder's table, written once).
+/// Eager program: writes the embedding of the initial codes (the initial id of each of the first
+/// `books` codebooks) into row `row` of `table` (the last row of the in-frame encoder's table,
+/// written once).
 pub fn initial_audio_row<B: LmOps>(
     be: &B,
     w: &DeviceWeights<B>,
     c: &SttConfig,
-    table: &mut B::Buf,
-    row: usize,
+    books: usize,
+    (table, row): (&mut B::Buf, usize),
 ) -> Result<()> {
-    let books = c.num_codebooks;
     let mut ids = chorus_lm::IntInput::new(be, books)?;
     ids.host(be)?.fill(c.ids.initial_audio as i32);
     let mut one = be.zeros(c.hidden_size, BufRole::Activation)?;

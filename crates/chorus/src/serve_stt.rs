@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::{AnyStt, SttSpec};
 use chorus_server::stt::{SttEngine, SttServeConfig, SttStageFactory};
+use chorus_stt::frame::DrawSettings;
 use chorus_stt::{SttOptions, SttTokenizer};
 
 /// Default streams the STT stage transcribes at once.
@@ -37,6 +38,18 @@ pub struct SttServeArgs {
     /// one hour).
     #[arg(long, default_value_t = chorus_stt::stage::DEFAULT_MAX_FRAMES)]
     pub stt_max_frames: usize,
+    /// Mimi codebooks the STT model reads, the first N (1..=32; default all): moshi's
+    /// `audio_codebooks`, 20 in Unmute's production config. Mimi stops its RVQ after N.
+    #[arg(long, requires = "stt_model")]
+    pub stt_codebooks: Option<usize>,
+    /// Temperature of the text token: 0 is greedy (Kyutai's configs); above 0 every stream draws
+    /// Gumbel-max over the vocabulary with a seed of its own (Unmute's production: 0.25).
+    #[arg(long, default_value_t = 0.0, requires = "stt_model")]
+    pub stt_temperature: f32,
+    /// Base of the per-stream seeds when `--stt-temperature` is above 0 (the n-th stream the
+    /// server admits uses seed base + n).
+    #[arg(long, default_value_t = 0, requires = "stt_model")]
+    pub stt_seed: u64,
 }
 
 /// Starts the transcription engine when `--stt-model` is given.
@@ -74,6 +87,12 @@ pub fn start_stt(
     };
     let mut opts = SttOptions::for_streams(args.stt_streams)?;
     opts.max_frames = args.stt_max_frames;
+    opts.audio_codebooks = args.stt_codebooks;
+    let draws = DrawSettings::for_temperature(args.stt_temperature, model.config.text_vocab)
+        .context("--stt-temperature")?;
+    if let Some(d) = draws {
+        opts.draws = d;
+    }
     let source = model.source.clone();
     let spec = SttSpec {
         device: args.stt_device,
@@ -81,7 +100,10 @@ pub fn start_stt(
         threads,
     };
     let open = move || AnyStt::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts));
-    let config = SttServeConfig::default();
+    let config = SttServeConfig {
+        text_seed: draws.map(|_| args.stt_seed),
+        ..SttServeConfig::default()
+    };
     let engine = if chorus_runtime::device::resolve(args.stt_device) == DeviceKind::Cuda {
         let factory: SttStageFactory<chorus_cuda::CudaBackend> = Box::new(move || match open()? {
             (AnyStt::Cuda(s), opts) => Ok((*s, opts)),
@@ -97,10 +119,16 @@ pub fn start_stt(
     }
     .context("starting the STT stage")?;
     let info = engine.info();
+    let draw = draws.map_or_else(
+        || "greedy".to_string(),
+        |d| format!("temperature {}", d.temperature),
+    );
     eprintln!(
-        "stt: {source} with Mimi {mimi_spec} on {} ({} streams, text delay {} frames{})",
+        "stt: {source} with Mimi {mimi_spec} on {} ({} streams, {} codebooks, {draw}, text \
+         delay {} frames{})",
         info.device,
         info.max_streams,
+        args.stt_codebooks.unwrap_or(info.config.num_codebooks),
         info.config.text_delay_frames,
         if info.config.extra_heads > 0 {
             ", VAD heads"

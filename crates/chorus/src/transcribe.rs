@@ -13,6 +13,7 @@ use chorus_runtime::bulk::read_audio_input;
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::{AnyStt, SttSpec};
 use chorus_stt::config::FRAME_RATE;
+use chorus_stt::frame::DrawSettings;
 use chorus_stt::{StreamEvent, StreamRequest, SttOptions, SttTokenizer, WordEvent};
 
 #[derive(clap::Args, Debug)]
@@ -44,9 +45,16 @@ pub struct TranscribeArgs {
     pub sampling: String,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Of sampled draws.
+    /// Of sampled draws (Gumbel-max over the whole vocabulary, as moshi-server draws).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
+    /// Mimi codebooks the model reads, the first N (1..=32; default all; Unmute runs the 1B
+    /// with 20).
+    #[arg(long)]
+    pub codebooks: Option<usize>,
+    /// Also print the text token of every step (one line of ids).
+    #[arg(long)]
+    pub tokens: bool,
     #[arg(long)]
     pub threads: Option<usize>,
     /// f32 or bf16 (default: f32 on the CPU, bf16 on CUDA).
@@ -97,7 +105,12 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         );
     }
     let mut opts = SttOptions::for_streams(1)?;
-    opts.draws.temperature = args.temperature;
+    let sampling = Sampling::parse(&args.sampling, args.seed)?;
+    if sampling != Sampling::Greedy {
+        opts.draws = DrawSettings::for_temperature(args.temperature, c.text_vocab)?
+            .context("a sampled draw needs --temperature above 0 (0 is --sampling greedy)")?;
+    }
+    opts.audio_codebooks = args.codebooks;
     let mut input = read_audio_input(&args.audio, false, None)?;
     let seconds = input.seconds;
     // The silence the model was trained to see first, then the audio, then the flush.
@@ -123,7 +136,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         stage.describe()
     );
     let id = stage.add(StreamRequest {
-        sampling: Sampling::parse(&args.sampling, args.seed)?,
+        sampling,
         forced: None,
     })?;
     stage
@@ -133,10 +146,12 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let t1 = Instant::now();
     let offset = c.silence_prefix_seconds;
     let (mut words, mut vad, mut steps) = (Vec::<Word>::new(), Vec::new(), 0usize);
+    let mut tokens = Vec::new();
     let mut failed = None;
     stage.drain(&mut |e| match e {
-        StreamEvent::Token { vad: v, .. } => {
+        StreamEvent::Token { vad: v, token, .. } => {
             steps += 1;
+            tokens.push(token.to_string());
             if let Some(v) = v {
                 vad.push(v.to_vec());
             }
@@ -169,6 +184,9 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     );
     let text: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
     println!("{}", text.join(" "));
+    if args.tokens {
+        println!("tokens\t{}", tokens.join(" "));
+    }
     if args.timestamps {
         for w in &words {
             let end = w.end.map_or_else(|| "-".to_string(), |e| format!("{e:.2}"));

@@ -145,3 +145,28 @@ fn stt_bench_prints_one_row_per_point() {
         }
     }
 }
+
+/// The committed espeak-ng fixture (crates/chorus-stt/tests/fixtures, written by
+/// tools/fixtures/stt_speech_oracle.py): `chorus transcribe`'s own decode, padding and stage give
+/// transformers' greedy tokens at every step.
+#[test]
+fn espeak_speech_gives_the_oracles_tokens() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../chorus-stt/tests/fixtures");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("stt_speech.json")).unwrap()).unwrap();
+    let want: Vec<u64> = meta["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let o = transcribe(&fixtures.join("speech.wav"), &["--tokens"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("tokens\t"))
+        .unwrap();
+    let got: Vec<u64> = line.split(' ').map(|t| t.parse().unwrap()).collect();
+    assert_eq!(got, want);
+}

@@ -38,6 +38,10 @@ pub struct SttServeConfig {
     pub max_undelivered_events: usize,
     pub max_queued_input: usize,
     pub max_frames_per_message: usize,
+    /// Sampled text tokens (the stage's `draws` hold the temperature): the n-th stream the
+    /// engine admits draws with `Sampling::Seeded(base + n)`, a seed of its own that replays;
+    /// `None`: greedy.
+    pub text_seed: Option<u64>,
 }
 
 impl Default for SttServeConfig {
@@ -47,6 +51,7 @@ impl Default for SttServeConfig {
             max_undelivered_events: DEFAULT_MAX_UNDELIVERED_EVENTS,
             max_queued_input: DEFAULT_MAX_QUEUED_INPUT,
             max_frames_per_message: DEFAULT_MAX_FRAMES_PER_MESSAGE,
+            text_seed: None,
         }
     }
 }
@@ -95,6 +100,7 @@ impl SttEngine {
         }
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
+        let text_seed = config.text_seed;
         let (owner, info) = OwnerThread::spawn(
             "chorus-stt",
             config.max_queued_starts,
@@ -113,7 +119,10 @@ impl SttEngine {
                     flush_frames: stage.flush_frames(),
                     device: stage.backend().device_description(),
                 };
-                Ok((Worker::new(stage, info.clone(), thread_metrics), info))
+                Ok((
+                    Worker::new(stage, info.clone(), thread_metrics, text_seed),
+                    info,
+                ))
             },
         )?;
         metrics.set_slots(info.max_streams);

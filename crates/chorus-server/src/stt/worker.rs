@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chorus_core::{LmOps, FRAME_SAMPLES};
+use chorus_lm::Sampling;
 use chorus_stt::{StreamEvent, StreamId, StreamRequest, SttStage, WordEvent};
 use tokio::sync::mpsc::error::TrySendError;
 
@@ -92,6 +93,10 @@ pub(crate) struct Worker<B: LmOps> {
     /// The flush: `flush_frames` frames of silence.
     silence: Vec<f32>,
     step_streams: usize,
+    /// `SttServeConfig::text_seed`.
+    text_seed: Option<u64>,
+    /// Streams admitted so far (the per-stream seed's counter).
+    admitted: u64,
 }
 
 fn slow_consumer() -> StageError {
@@ -102,7 +107,12 @@ fn slow_consumer() -> StageError {
 }
 
 impl<B: LmOps> Worker<B> {
-    pub(crate) fn new(stage: SttStage<B>, info: SttInfo, metrics: Arc<SttMetrics>) -> Self {
+    pub(crate) fn new(
+        stage: SttStage<B>,
+        info: SttInfo,
+        metrics: Arc<SttMetrics>,
+        text_seed: Option<u64>,
+    ) -> Self {
         let silence = vec![0.0; stage.flush_frames() * FRAME_SAMPLES];
         Self {
             stage,
@@ -111,6 +121,8 @@ impl<B: LmOps> Worker<B> {
             metrics,
             silence,
             step_streams: 0,
+            text_seed,
+            admitted: 0,
         }
     }
 
@@ -139,8 +151,16 @@ impl<B: LmOps> Worker<B> {
             side.shared.set_outcome(SttOutcome::Failed(e));
             return;
         }
-        match self.stage.add(StreamRequest::default()) {
+        let sampling = match self.text_seed {
+            Some(base) => Sampling::Seeded(base.wrapping_add(self.admitted)),
+            None => Sampling::Greedy,
+        };
+        match self.stage.add(StreamRequest {
+            sampling,
+            forced: None,
+        }) {
             Ok(id) => {
+                self.admitted += 1;
                 // A fresh channel has room: this fails only when the client is gone (then the
                 // next sweep cancels the stream).
                 let _ = side

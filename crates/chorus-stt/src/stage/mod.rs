@@ -46,6 +46,11 @@ pub struct SttOptions {
     pub draws: DrawSettings,
     /// Copy each step's text logits out (for traces and tests; 4000 floats per stream-step).
     pub keep_logits: bool,
+    /// Mimi codebooks the LM reads, the first N (moshi's `audio_codebooks`; Unmute runs the 1B
+    /// with 20): the others are skipped, as moshi-server builds its LM with N audio embeddings
+    /// and its Mimi with N codebooks, so the encoder stops its RVQ after N levels. `None`: all of
+    /// the model's.
+    pub audio_codebooks: Option<usize>,
 }
 
 impl SttOptions {
@@ -65,6 +70,7 @@ impl SttOptions {
             max_frames: DEFAULT_MAX_FRAMES,
             draws: KYUTAI_DRAWS,
             keep_logits: false,
+            audio_codebooks: None,
         })
     }
 }
@@ -169,6 +175,8 @@ pub struct SttStage<B: LmOps> {
     launch: Vec<usize>,
     /// PCM in: Mimi's encoder inside the step.
     encoder: Option<Encoder<B>>,
+    /// Codebooks the LM reads (`SttOptions::audio_codebooks`).
+    books: usize,
 }
 
 impl<B: LmOps> SttStage<B> {
@@ -207,6 +215,16 @@ impl<B: LmOps> SttStage<B> {
                 ),
             ));
         }
+        let books = opts.audio_codebooks.unwrap_or(c.num_codebooks);
+        if !(1..=c.num_codebooks).contains(&books) {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "audio_codebooks {books} must be 1..={} (the model's codebooks)",
+                    c.num_codebooks
+                ),
+            ));
+        }
         if opts.max_frames == 0 {
             return Err(Error::config(OP, "max_frames must be positive"));
         }
@@ -241,14 +259,14 @@ impl<B: LmOps> SttStage<B> {
         )?;
         let largest = opts.buckets.largest();
         let bufs = StepBufs::new(&be, &c, largest)?;
-        let (books, vad_width) = (c.num_codebooks, c.extra_heads * c.extra_head_dim);
+        let vad_width = c.extra_heads * c.extra_head_dim;
         let logits = opts.keep_logits.then_some(c.text_vocab);
         let encoder = match mimi {
             Some(m) => {
                 let card = c.ids.initial_audio as usize;
                 let mimi = MimiEncode::new(&be, m, (books, card), opts.max_streams, largest)?;
                 let mut table = be.zeros((largest + 1) * c.hidden_size, BufRole::State)?;
-                initial_audio_row(&be, &w, &c, &mut table, largest)?;
+                initial_audio_row(&be, &w, &c, books, (&mut table, largest))?;
                 Some(Encoder { mimi, table })
             }
             None => None,
@@ -283,6 +301,7 @@ impl<B: LmOps> SttStage<B> {
             next_id: 0,
             opts,
             launch: Vec::new(),
+            books,
         })
     }
 
@@ -292,6 +311,11 @@ impl<B: LmOps> SttStage<B> {
 
     pub fn config(&self) -> &SttConfig {
         &self.c
+    }
+
+    /// Mimi codebooks the LM reads (the first N).
+    pub fn audio_codebooks(&self) -> usize {
+        self.books
     }
 
     /// Bucket sizes and the program key of each (half 0), for device timing.
@@ -342,7 +366,7 @@ impl<B: LmOps> SttStage<B> {
             return Err(e);
         }
         let (mode, seed) = req.sampling.device();
-        let initial = vec![self.c.ids.initial_audio; self.c.num_codebooks];
+        let initial = vec![self.c.ids.initial_audio; self.books];
         let id = self.next_id;
         self.next_id += 1;
         self.streams.push(Stream {
@@ -382,11 +406,12 @@ impl<B: LmOps> SttStage<B> {
             .ok_or_else(|| Error::input(op, format!("no running stream {id}")))
     }
 
-    /// Queues one frame of Mimi codes (`num_codebooks` codes, each below 2048) for stream `id`.
+    /// Queues one frame of Mimi codes (the stage's `audio_codebooks` codes, each below 2048) for
+    /// stream `id`.
     /// A bad frame is refused with nothing queued.
     pub fn push_frame(&mut self, id: StreamId, codes: &[u32]) -> Result<()> {
         const OP: &str = "SttStage::push_frame";
-        let (books, card) = (self.c.num_codebooks, self.c.ids.initial_audio);
+        let (books, card) = (self.books, self.c.ids.initial_audio);
         let max_frames = self.opts.max_frames;
         if codes.len() != books {
             return Err(Error::input(
@@ -434,7 +459,7 @@ impl<B: LmOps> SttStage<B> {
         const OP: &str = "SttStage::reset";
         let slot = self.find(id, OP)?.seat.slot;
         self.reset_slot(slot)?;
-        let initial = vec![self.c.ids.initial_audio; self.c.num_codebooks];
+        let initial = vec![self.c.ids.initial_audio; self.books];
         let words = WordAssembler::new(&self.c);
         let s = self.find(id, OP)?;
         s.epoch += 1;

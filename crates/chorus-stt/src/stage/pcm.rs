@@ -90,7 +90,7 @@ impl<B: LmOps> SttStage<B> {
             return Ok(());
         };
         let nq = enc.mimi.cfg.num_quantizers;
-        let books = self.c.num_codebooks;
+        let books = self.books;
         let initial_row = self.opts.buckets.largest() as i32;
         let dummy = self.seats.dummy_slot() as i32;
         let be = &self.be;

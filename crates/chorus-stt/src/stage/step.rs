@@ -72,6 +72,7 @@ impl<B: LmOps> SttStage<B> {
             c: &self.c,
             w: &self.w,
             draws: self.opts.draws,
+            codebooks: self.books,
         };
         let bufs = &mut self.bufs;
         let (caches, text_state) = (&mut self.caches, &mut self.text_state);
@@ -107,7 +108,7 @@ impl<B: LmOps> SttStage<B> {
     /// null block and the initial codes.
     fn stage_inputs(&mut self, bucket: usize, half: usize) -> Result<()> {
         let be = &self.be;
-        let books = self.c.num_codebooks;
+        let books = self.books;
         let initial = self.c.ids.initial_audio as i32;
         let inputs = &mut self.pipe.buckets[bucket].halves[half].inputs;
         let dummy = self.seats.dummy_slot() as i32;

@@ -9,17 +9,21 @@ use chorus_stt::{random_model, StreamEvent, StreamRequest, SttConfig, SttOptions
 /// f32 bound of every compared tensor.
 pub const REL_L2: f64 = 1e-4;
 
-/// `tests/fixtures/stt_small.safetensors`. (Test binaries copied to the GPU machine run from
-/// the repository root: the working directory.)
+/// `tests/fixtures/stt_small.safetensors`.
 pub fn fixture() -> SafetensorsFile {
-    const NAME: &str = "tests/fixtures/stt_small.safetensors";
-    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(NAME);
-    let p = if built.is_file() {
+    SafetensorsFile::open(&fixture_path("stt_small.safetensors")).unwrap()
+}
+
+/// `tests/fixtures/NAME`. (Test binaries copied to the GPU machine run from the repository
+/// root: the working directory.)
+pub fn fixture_path(name: &str) -> std::path::PathBuf {
+    let rel = std::path::Path::new("tests/fixtures").join(name);
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel);
+    if built.is_file() {
         built
     } else {
-        std::path::Path::new("crates/chorus-stt").join(NAME)
-    };
-    SafetensorsFile::open(&p).unwrap()
+        std::path::Path::new("crates/chorus-stt").join(rel)
+    }
 }
 
 pub fn ints(f: &SafetensorsFile, name: &str) -> Vec<u32> {
