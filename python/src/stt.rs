@@ -136,6 +136,7 @@ impl PySttStage {
             device: DeviceKind::parse(device).py_err()?,
             precision: precision.map(Precision::parse).transpose().py_err()?,
             threads,
+            cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
         };
         let name = model.to_owned();
         let (actor, info) = py

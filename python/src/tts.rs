@@ -102,6 +102,7 @@ impl PyTtsStage {
             device: DeviceKind::parse(device).py_err()?,
             precision: precision.map(Precision::parse).transpose().py_err()?,
             threads,
+            cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
         };
         let name = model.to_owned();
         let (actor, info, tok) = py

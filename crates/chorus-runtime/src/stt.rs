@@ -21,6 +21,8 @@ pub struct SttSpec {
     /// `None`: f32 on the CPU, bf16 on CUDA.
     pub precision: Option<Precision>,
     pub threads: Option<usize>,
+    /// The CUDA device ordinal (on CUDA only).
+    pub cuda_device: usize,
 }
 
 macro_rules! each {
@@ -55,6 +57,7 @@ impl AnyStt {
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let be = CudaBackend::new(CudaOptions {
+                    device: spec.cuda_device,
                     precision: spec.precision.unwrap_or(Precision::Bf16),
                     ..CudaOptions::default()
                 })?;

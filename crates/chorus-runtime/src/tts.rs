@@ -21,6 +21,8 @@ pub struct TtsSpec {
     /// `None`: f32 on the CPU, bf16 on CUDA.
     pub precision: Option<Precision>,
     pub threads: Option<usize>,
+    /// The CUDA device ordinal (on CUDA only).
+    pub cuda_device: usize,
 }
 
 macro_rules! each {
@@ -44,6 +46,7 @@ impl AnyTts {
         match resolve(spec.device) {
             DeviceKind::Cuda => {
                 let be = CudaBackend::new(CudaOptions {
+                    device: spec.cuda_device,
                     precision: spec.precision.unwrap_or(Precision::Bf16),
                     ..CudaOptions::default()
                 })?;

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::npy::read_codes;
 use crate::protocol::{ErrorCode, PROTOCOL_VERSION};
 use crate::server::AppState;
+use crate::stage::MemberStatus;
 use crate::wav::{encode_wav, WavFormat};
 
 /// Output of `POST /v1/decode`.
@@ -238,33 +239,46 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             "encoder": e.info().description,
             "max_streams": e.info().max_streams,
             "live_streams": e.live_streams(),
+            "devices": devices_json(&e.devices()),
+        })),
+        "music": state.music.as_ref().map(|m| serde_json::json!({
+            "max_songs": m.info().max_songs,
+            "devices": devices_json(&m.devices()),
+        })),
+        "tts": state.tts.as_ref().map(|t| serde_json::json!({
+            "max_utterances": t.info().max_utterances,
+            "device": t.info().device,
+            "devices": devices_json(&t.devices()),
         })),
         "stt": state.stt.as_ref().map(|e| serde_json::json!({
             "max_streams": e.info().max_streams,
-            "live_streams": e.metrics().active(),
+            "live_streams": e.active(),
             "device": e.info().device,
+            "devices": devices_json(&e.devices()),
         })),
     });
     (status, Json(body)).into_response()
+}
+
+/// One stage's devices for `/healthz`.
+fn devices_json(devices: &[MemberStatus]) -> Vec<serde_json::Value> {
+    devices.iter().map(MemberStatus::to_json).collect()
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.engine.render_metrics();
     state.gate.metrics.render(&mut text);
     if let Some(music) = &state.music {
-        music.metrics().render(&mut text);
+        music.render_metrics(&mut text);
     }
     if let Some(tts) = &state.tts {
-        tts.metrics().render(&mut text);
+        tts.render_metrics(&mut text);
     }
     if let Some(stt) = &state.stt {
-        stt.metrics().render(&mut text);
+        stt.render_metrics(&mut text);
     }
     if let Some(enc) = &state.encode {
-        text.push_str(
-            &enc.metrics()
-                .render(enc.live_streams(), enc.info().max_streams),
-        );
+        enc.render_metrics(&mut text);
     }
     (
         [(

@@ -13,7 +13,7 @@ use chorus_engine::EnginePool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::encode::EncodeEngine;
+use crate::encode::EncodePool;
 use crate::gate::{ApiKeys, Gate, Limits};
 use crate::music::MusicEngine;
 use crate::stt::SttEngine;
@@ -90,7 +90,7 @@ pub(crate) struct AppState {
     /// The music semantic stage, when the server runs one.
     pub music: Option<Arc<MusicEngine>>,
     /// The encoder, when the server encodes audio.
-    pub encode: Option<Arc<EncodeEngine>>,
+    pub encode: Option<Arc<EncodePool>>,
     /// The speech stage, when the server runs one.
     pub tts: Option<Arc<TtsEngine>>,
     /// The speech-to-text stage, when the server runs one.
@@ -103,7 +103,7 @@ pub(crate) struct AppState {
 #[derive(Clone, Default)]
 pub struct Services {
     pub music: Option<Arc<MusicEngine>>,
-    pub encode: Option<Arc<EncodeEngine>>,
+    pub encode: Option<Arc<EncodePool>>,
     pub tts: Option<Arc<TtsEngine>>,
     pub stt: Option<Arc<SttEngine>>,
 }
@@ -116,7 +116,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     connections: Arc<Connections>,
     task: JoinHandle<std::io::Result<()>>,
-    encode: Option<Arc<EncodeEngine>>,
+    encode: Option<Arc<EncodePool>>,
 }
 
 impl Server {

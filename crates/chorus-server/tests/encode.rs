@@ -13,9 +13,10 @@ use chorus_cpu::CpuBackend;
 use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::{DecoderOptions, EncoderOptions, SlotDecoder, SlotEncoder};
-use chorus_server::encode::{EncodeConfig, EncodeEngine};
+use chorus_server::encode::{EncodeConfig, EncodeEngine, EncodePool, EncoderFactory};
 use chorus_server::loadgen::http_request;
 use chorus_server::protocol::{decode_pcm, PcmFormat, ServerMessage};
+use chorus_server::stage::{DeviceStage, FaultSwitch};
 use chorus_server::{Server, ServerConfig, Services};
 use common::*;
 use futures_util::SinkExt;
@@ -47,6 +48,43 @@ fn encoder(max_slots: usize) -> SlotEncoder<CpuBackend> {
 }
 
 async fn start(encode_slots: usize) -> Server {
+    let encode = (encode_slots > 0).then(|| {
+        EncodeEngine::start(
+            Box::new(move || Ok(Box::new(encoder(encode_slots)) as _)),
+            encode_config(),
+        )
+        .map(|e| Arc::new(EncodePool::from(e)))
+        .unwrap()
+    });
+    bind(encode).await
+}
+
+fn encode_config() -> EncodeConfig {
+    EncodeConfig {
+        max_pending_frames: 32,
+        max_undelivered: 64,
+    }
+}
+
+/// A server encoding on one CPU encoder per `(device, slots, fault switch)`.
+async fn start_devices(devices: &[(usize, usize, FaultSwitch)]) -> Server {
+    let stages = devices
+        .iter()
+        .map(|(device, slots, fault)| {
+            let slots = *slots;
+            let factory: EncoderFactory = Box::new(move || Ok(Box::new(encoder(slots)) as _));
+            DeviceStage {
+                device: *device,
+                factory,
+                fault: Some(fault.clone()),
+            }
+        })
+        .collect();
+    let pool = EncodePool::start_on(stages, encode_config()).unwrap();
+    bind(Some(Arc::new(pool))).await
+}
+
+async fn bind(encode: Option<Arc<EncodePool>>) -> Server {
     let m = model();
     let engine = Engine::start(
         Box::new(move || {
@@ -62,16 +100,6 @@ async fn start(encode_slots: usize) -> Server {
         EngineConfig::default(),
     )
     .unwrap();
-    let encode = (encode_slots > 0).then(|| {
-        EncodeEngine::start(
-            Box::new(move || Ok(Box::new(encoder(encode_slots)) as _)),
-            EncodeConfig {
-                max_pending_frames: 32,
-                max_undelivered: 64,
-            },
-        )
-        .unwrap()
-    });
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let services = Services {
         encode,
@@ -575,4 +603,136 @@ async fn loadgen_measures_wire_bytes_of_every_format() {
         received[3]
     );
     assert!((received[4] - 12.5 * 3844.0).abs() < 1e-6);
+}
+
+async fn get_json(server: &Server, path: &str) -> serde_json::Value {
+    let addr = server.local_addr().to_string();
+    let (status, body) = http_request(&addr, "GET", path, vec![]).await.unwrap();
+    assert_eq!(status, 200, "{path}");
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Sends `frames` frames of stream `salt`'s signal and reads their codes (the stream stays open).
+async fn encode_frames(ws: &mut Ws, audio: &[f32]) -> Vec<Vec<u32>> {
+    let bytes: Vec<u8> = audio.iter().flat_map(|s| s.to_le_bytes()).collect();
+    ws.send(Message::Binary(bytes.into())).await.unwrap();
+    let mut out = Vec::new();
+    while out.len() < audio.len() / FRAME_SAMPLES {
+        match next(ws).await {
+            Message::Binary(b) => out.push(
+                b[4..4 + 2 * N_Q]
+                    .chunks_exact(2)
+                    .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                    .collect(),
+            ),
+            other => panic!("expected codes, got {other:?}"),
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encode_streams_spread_over_devices_and_a_failed_device_ends_only_its_own() {
+    let faults = [FaultSwitch::default(), FaultSwitch::default()];
+    let server = start_devices(&[(0, 1, faults[0].clone()), (3, 2, faults[1].clone())]).await;
+    // Free slots (1, 2): the first stream goes to device 3, the second ties and goes to device 0,
+    // the third to device 3; a fourth finds every device full.
+    let mut ws: Vec<Ws> = Vec::new();
+    for _ in 0..3 {
+        ws.push(open_encode(&server, r#","pcm":"f32""#).await);
+    }
+    let h = get_json(&server, "/healthz").await;
+    let devices = h["encoder"]["devices"].as_array().unwrap().clone();
+    let live: Vec<(u64, u64)> = devices
+        .iter()
+        .map(|d| (d["device"].as_u64().unwrap(), d["live"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(live, [(0, 1), (3, 2)], "{h}");
+    assert_eq!(h["encoder"]["max_streams"], 3);
+    let mut busy = connect(&server).await;
+    let open = format!(r#"{{"type":"open","version":1,"input":"pcm","n_q":{N_Q}}}"#);
+    send_text(&mut busy, &open).await;
+    match next_json(&mut busy).await {
+        ServerMessage::Error { code, .. } => assert_eq!(code.as_str(), "busy"),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    // Every stream's codes equal the one-device encode of its audio.
+    let audio: Vec<Vec<f32>> = (0..3).map(|i| signal(i, 6)).collect();
+    let half = 3 * FRAME_SAMPLES;
+    for (i, w) in ws.iter_mut().enumerate() {
+        let got = encode_frames(w, &audio[i][..half]).await;
+        assert_eq!(got, offline(&audio[i][..half], N_Q), "stream {i}");
+    }
+    let text = String::from_utf8(
+        http_request(&server.local_addr().to_string(), "GET", "/metrics", vec![])
+            .await
+            .unwrap()
+            .1,
+    )
+    .unwrap();
+    for line in [
+        "chorus_encode_live_streams{device=\"0\"} 1",
+        "chorus_encode_live_streams{device=\"3\"} 2",
+        "chorus_encode_frames_total{device=\"0\"} 3",
+        "chorus_encode_frames_total{device=\"3\"} 6",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from\n{text}"
+        );
+    }
+    assert_eq!(text.matches("# TYPE chorus_encode_frames_total").count(), 1);
+
+    // Device 0 fails: its stream (the second) ends with an error naming it; the others go on.
+    faults[0].trip();
+    let bytes: Vec<u8> = audio[1][half..]
+        .iter()
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    ws[1].send(Message::Binary(bytes.into())).await.unwrap();
+    let failed = loop {
+        match next(&mut ws[1]).await {
+            Message::Text(t) => break serde_json::from_str::<ServerMessage>(&t).unwrap(),
+            Message::Binary(_) => {}
+            other => panic!("expected an error, got {other:?}"),
+        }
+    };
+    match failed {
+        ServerMessage::Error { message, .. } => {
+            assert!(message.contains("device 0 failed"), "{message}")
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    for i in [0, 2] {
+        let got = encode_frames(&mut ws[i], &audio[i][half..]).await;
+        assert_eq!(
+            got,
+            offline(&audio[i], N_Q)[3..],
+            "stream {i} after device 0 failed"
+        );
+        send_text(&mut ws[i], r#"{"type":"close"}"#).await;
+        match next_json(&mut ws[i]).await {
+            ServerMessage::Closed { frames } => assert_eq!(frames, 6),
+            other => panic!("expected closed, got {other:?}"),
+        }
+        expect_close(&mut ws[i], 1000).await;
+    }
+    let h = get_json(&server, "/healthz").await;
+    let d0 = &h["encoder"]["devices"][0];
+    assert_eq!(d0["state"], "failed", "{h}");
+    assert!(d0["error"].as_str().unwrap().contains("device 0"), "{h}");
+    // New streams go to the device still running, once its slots are free.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while get_json(&server, "/healthz").await["encoder"]["devices"][1]["live"] != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "device 3 kept its streams"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut again = open_encode(&server, r#","pcm":"f32""#).await;
+    assert_eq!(
+        encode_frames(&mut again, &audio[0][..half]).await,
+        offline(&audio[0][..half], N_Q)
+    );
 }

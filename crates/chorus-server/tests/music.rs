@@ -20,8 +20,9 @@ use chorus_music::{
 use chorus_server::loadgen::http_request;
 use chorus_server::music::{
     JobUpdate, MusicConfig, MusicEndReason, MusicEngine, MusicEvent, MusicServerMessage, Outcome,
-    PromptSource, StartRequest,
+    PromptSource, StageFactory, StartRequest,
 };
+use chorus_server::stage::{DeviceStage, FaultSwitch};
 use chorus_server::{Server, ServerConfig};
 use common::{expect_close, fake, next, send_text, Ws, WAIT};
 use tokio_tungstenite::tungstenite::Message;
@@ -57,12 +58,32 @@ fn prompt(salt: u32) -> Vec<u32> {
 }
 
 async fn start_server(config: MusicConfig, tokenizer: Option<PromptTokenizer>) -> Server {
+    let music = MusicEngine::start(Box::new(|| Ok(stage())), config, tokenizer).unwrap();
+    bind(music).await
+}
+
+/// A server with one CPU music stage per `(device, fault switch)`, standing in for devices.
+async fn start_devices(devices: &[(usize, FaultSwitch)], config: MusicConfig) -> Server {
+    let stages = devices
+        .iter()
+        .map(|(device, fault)| {
+            let factory: StageFactory<CpuBackend> = Box::new(|| Ok(stage()));
+            DeviceStage {
+                device: *device,
+                factory,
+                fault: Some(fault.clone()),
+            }
+        })
+        .collect();
+    bind(MusicEngine::start_on(stages, config, None).unwrap()).await
+}
+
+async fn bind(music: MusicEngine) -> Server {
     let engine = Engine::start(
         Box::new(|| Ok(Box::new(FakeDecoder::new(fake(1, 1))) as _)),
         EngineConfig::default(),
     )
     .unwrap();
-    let music = MusicEngine::start(Box::new(|| Ok(stage())), config, tokenizer).unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     Server::bind_with_music(
         Arc::new(EnginePool::from(engine)),
@@ -775,4 +796,147 @@ async fn a_message_over_the_limit_closes_with_1009() {
     );
     let got = read_song(&mut song, false, MusicEndReason::MaxFrames).await;
     assert_eq!(got.codes, alone.codes);
+}
+
+/// Songs that do not fit in a client's channel are never cut off in these tests: they are read
+/// only after the checks made while they run.
+fn patient() -> MusicConfig {
+    MusicConfig {
+        max_undelivered_frames: 1000,
+        ..MusicConfig::default()
+    }
+}
+
+async fn healthz(server: &Server) -> serde_json::Value {
+    let addr = server.local_addr().to_string();
+    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Each music device's (device, live songs, reserved KV blocks, state).
+fn music_devices(h: &serde_json::Value) -> Vec<(u64, u64, u64, String)> {
+    h["music"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_u64().unwrap(),
+                d["live"].as_u64().unwrap(),
+                d["kv_reserved"].as_u64().unwrap(),
+                d["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn songs_spread_over_devices_equal_their_solo_runs_and_busy_waits_for_every_device() {
+    let server = start_devices(
+        &[(0, FaultSwitch::default()), (1, FaultSwitch::default())],
+        patient(),
+    )
+    .await;
+    let frames = 100;
+    let text = |salt: u32| {
+        start_msg(
+            &ids_json(&prompt(salt)),
+            frames,
+            salt as u64,
+            "seeded",
+            false,
+        )
+    };
+    // Free KV blocks (4, 4): the songs alternate, ties going to device 0.
+    let mut songs = Vec::new();
+    for salt in 0..4 {
+        songs.push(start_song(&server, &text(salt), frames).await);
+    }
+    let h = healthz(&server).await;
+    let ok = |d, kv| (d, 2, kv, "ok".to_string());
+    assert_eq!(music_devices(&h), [ok(0, 4), ok(1, 4)], "{h}");
+    assert_eq!(h["music"]["max_songs"], 2 * SONGS);
+    let mut busy = connect(&server).await;
+    send_text(&mut busy, &text(9)).await;
+    expect_error(&mut busy, "busy", "every device is full", 1013).await;
+    for (salt, ws) in songs.iter_mut().enumerate() {
+        let got = read_song(ws, false, MusicEndReason::MaxFrames).await;
+        let want = direct(
+            PromptIds::from_cond(prompt(salt as u32), vocab()).unwrap(),
+            frames,
+            Sampling::Seeded(salt as u64),
+        );
+        assert_eq!(got.codes, want.codes, "song {salt}");
+    }
+    let text = wait_metrics(&server, |t| {
+        metric(t, "chorus_music_active_songs{device=\"0\"}") == 0.0
+            && metric(t, "chorus_music_active_songs{device=\"1\"}") == 0.0
+    })
+    .await;
+    for d in ["0", "1"] {
+        let started = format!("chorus_music_songs_started_total{{device=\"{d}\"}}");
+        assert_eq!(metric(&text, &started), 2.0, "{text}");
+    }
+    assert_eq!(
+        metric(&text, "chorus_music_songs_refused_total{code=\"busy\"}"),
+        1.0
+    );
+    assert_eq!(text.matches("# TYPE chorus_music_frames_total").count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_device_ends_only_its_own_songs_and_the_others_keep_admitting() {
+    let faults = [FaultSwitch::default(), FaultSwitch::default()];
+    let server = start_devices(&[(0, faults[0].clone()), (1, faults[1].clone())], patient()).await;
+    let frames = 100;
+    let text = |salt: u32| start_msg(&ids_json(&prompt(salt)), frames, 7, "seeded", false);
+    let mut on_0 = start_song(&server, &text(1), frames).await;
+    let mut on_1 = start_song(&server, &text(2), frames).await;
+    faults[0].trip();
+    // Device 0's song gets an error naming its device, after whatever frames it had.
+    let message = loop {
+        match next_music(&mut on_0).await {
+            MusicServerMessage::Frame { .. } => {}
+            MusicServerMessage::Error { code, message } => {
+                assert_eq!(code.as_str(), "internal", "{message}");
+                break message;
+            }
+            other => panic!("expected frames then an error, got {other:?}"),
+        }
+    };
+    assert!(message.contains("device 0 failed"), "{message}");
+    expect_close(&mut on_0, 1011).await;
+    // Device 1's song is whole and equal to its solo run.
+    let got = read_song(&mut on_1, false, MusicEndReason::MaxFrames).await;
+    let want = direct(
+        PromptIds::from_cond(prompt(2), vocab()).unwrap(),
+        frames,
+        Sampling::Seeded(7),
+    );
+    assert_eq!(got.codes, want.codes);
+    let h = healthz(&server).await;
+    let devices = music_devices(&h);
+    assert_eq!(devices[0].3, "failed", "{h}");
+    assert!(
+        h["music"]["devices"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("device 0 failed"),
+        "{h}"
+    );
+    // Device 1 still admits: two more songs both go there.
+    for salt in [3, 4] {
+        let msg = start_msg(&ids_json(&prompt(salt)), 10, 7, "seeded", false);
+        let mut ws = start_song(&server, &msg, 10).await;
+        let song = read_song(&mut ws, false, MusicEndReason::MaxFrames).await;
+        assert_eq!(song.codes.len(), 10);
+    }
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(&text, "chorus_music_songs_started_total{device=\"1\"}"),
+        3.0
+    );
 }

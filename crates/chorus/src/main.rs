@@ -21,6 +21,7 @@ mod mimi_codes;
 mod music;
 mod music_bench;
 mod serve;
+mod serve_devices;
 mod serve_gate;
 mod serve_stt;
 mod serve_tts;

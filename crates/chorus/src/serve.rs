@@ -16,12 +16,14 @@ use chorus_engine::{
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_music::prompt::PromptTokenizer;
 use chorus_music::StageOptions;
-use chorus_server::encode::{EncodeConfig, EncodeEngine, EncoderFactory};
+use chorus_server::encode::{EncodeConfig, EncodePool, EncoderFactory};
 use chorus_server::gate::ApiKeys;
 use chorus_server::music::{MusicConfig, MusicEngine, StageFactory};
+use chorus_server::stage::DeviceStage;
 use chorus_server::{Server, ServerConfig, Services};
 
 use crate::decode::parse_precision;
+use crate::serve_devices::{describe, on_cuda, stage_devices, StageDevice};
 use crate::serve_gate::{describe_keys, describe_limits, reload_on_sighup, GateArgs};
 use crate::serve_stt::{start_stt, SttServeArgs};
 use crate::serve_tts::{start_tts, TtsServeArgs};
@@ -54,7 +56,10 @@ pub struct ServeArgs {
     pub device: DeviceKind,
     /// CUDA devices to serve on, one engine each (own decoder, thread and `--max-streams`
     /// slots): `all` (every visible one) or ordinals such as `0,1`. Implies CUDA. A new stream
-    /// goes to the device with the most free slots.
+    /// goes to the device with the most free slots. Every other stage runs one copy per device
+    /// too (the encoder, music, TTS, STT), each job placed on the device with the most free
+    /// slots or KV blocks; `--music-device`, `--tts-device` and `--stt-device` are then refused.
+    /// With `--model fake` the devices are stand-ins, and each stage runs one CPU copy per device.
     #[arg(long, value_parser = parse_devices)]
     pub devices: Option<DeviceList>,
     /// `f32` or `bf16` (default: f32 on the CPU, bf16 on CUDA).
@@ -88,9 +93,9 @@ pub struct ServeArgs {
     /// Seconds SIGTERM waits for open streams to finish.
     #[arg(long, default_value_t = DEFAULT_DRAIN_SECS)]
     pub drain_timeout: u64,
-    /// Encode streams served at once (`"input": "pcm"` on `/v1/stream`, `POST /v1/encode`), on
-    /// the first device; 0 turns encoding off (default: 64 on CUDA, 4 on the CPU). A checkpoint
-    /// without an encoder serves none.
+    /// Encode streams served at once (`"input": "pcm"` on `/v1/stream`, `POST /v1/encode`), per
+    /// device (every `--devices` entry has this many); 0 turns encoding off (default: 64 on CUDA,
+    /// 4 on the CPU). A checkpoint without an encoder serves none.
     #[arg(long)]
     pub encode_streams: Option<usize>,
     /// Also serve the music semantic stage (MiniMax Music 3) on `/v1/music`: `random-small`,
@@ -102,16 +107,17 @@ pub struct ServeArgs {
     /// without one only `prompt_ids` requests are served).
     #[arg(long, requires = "music_model")]
     pub music_tokenizer: Option<PathBuf>,
-    /// Songs generated at once; more are refused as busy.
+    /// Songs generated at once per device; more are refused as busy.
     #[arg(long, default_value_t = DEFAULT_MUSIC_SONGS)]
     pub music_songs: usize,
     /// Positions per song (prompt tokens + frames + 1, 25 frames per second of music); longer
     /// requests are refused. The KV cache holds 2 rows of this many positions per song.
     #[arg(long, default_value_t = DEFAULT_MUSIC_CONTEXT)]
     pub music_context: usize,
-    /// Device of the music stage (CUDA: bf16 unless `--precision f32`, one graph per frame).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub music_device: DeviceKind,
+    /// Device of the music stage (CUDA: bf16 unless `--precision f32`, one graph per frame;
+    /// default: cpu). Refused beside `--devices`, which runs one stage per listed device.
+    #[arg(long, value_enum)]
+    pub music_device: Option<DeviceKind>,
     /// CUDA music stage: a song's codes do not depend on the songs sharing its steps (slower
     /// from 2 songs, docs/PERFORMANCE.md).
     #[arg(long)]
@@ -144,20 +150,7 @@ const FAKE_DEVICES: usize = 8;
 pub fn run(args: ServeArgs) -> Result<()> {
     // Before any model loads: a bad key file fails at once.
     let keys = args.gate.keys()?;
-    let ordinals = if args.model == FAKE_MODEL {
-        // The stand-in needs no GPU: `--devices` then names stand-in devices.
-        args.devices
-            .as_ref()
-            .map(|l| l.resolve(FAKE_DEVICES))
-            .transpose()?
-    } else {
-        cuda_devices(&args)?
-    };
-    // The encoder runs on the first device the server decodes on.
-    let first_device = ordinals
-        .as_ref()
-        .and_then(|o| o.first().copied())
-        .unwrap_or(DEFAULT_CUDA_DEVICE);
+    let ordinals = stage_ordinals(&args)?;
     let buckets = match &args.buckets {
         Some(b) => Buckets::parse(b)?,
         None => Buckets::new(DEFAULT_BUCKETS)?,
@@ -178,6 +171,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         threads: args.threads,
         chunk_frames: 1,
     };
+    let encode = start_encoder(&args, &model, ordinals.as_deref())?;
     let factories = match ordinals {
         None => vec![(
             DEFAULT_DEVICE,
@@ -194,7 +188,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .collect()
         }
     };
-    let encode = start_encoder(&args, &model, first_device)?;
     run_server(&args, factories, encode, keys)
 }
 
@@ -216,7 +209,7 @@ fn serve_fake(
         pipelined: true,
         ..FakeOptions::default()
     };
-    let devices = ordinals.unwrap_or_else(|| vec![DEFAULT_DEVICE]);
+    let devices = ordinals.clone().unwrap_or_else(|| vec![DEFAULT_DEVICE]);
     let factories = devices
         .into_iter()
         .map(|d| {
@@ -228,11 +221,25 @@ fn serve_fake(
     run_server(args, factories, None, keys)
 }
 
+/// The ordinals of `--devices`: CUDA devices, or stand-ins with `--model fake` (which needs no
+/// GPU).
+fn stage_ordinals(args: &ServeArgs) -> Result<Option<Vec<usize>>> {
+    if args.model == FAKE_MODEL {
+        return args
+            .devices
+            .as_ref()
+            .map(|l| l.resolve(FAKE_DEVICES))
+            .transpose()
+            .map_err(Into::into);
+    }
+    cuda_devices(args)
+}
+
 /// Starts the engines and the music, speech and speech-to-text stages, then serves until SIGTERM or Ctrl-C and drains.
 fn run_server(
     args: &ServeArgs,
     factories: Vec<(usize, DecoderFactory)>,
-    encode: Option<Arc<EncodeEngine>>,
+    encode: Option<Arc<EncodePool>>,
     api_keys: Option<ApiKeys>,
 ) -> Result<()> {
     let engine_config = EngineConfig {
@@ -250,9 +257,15 @@ fn run_server(
             e.info().largest_batch
         );
     }
-    let music = start_music(args)?.map(Arc::new);
-    let tts = start_tts(&args.tts, args.precision, args.threads)?.map(Arc::new);
-    let stt = start_stt(&args.stt, args.precision, args.threads)?.map(Arc::new);
+    let ordinals = stage_ordinals(args)?;
+    let fake = args.model == FAKE_MODEL;
+    let on = |flag, name| stage_devices(ordinals.as_deref(), fake, flag, name);
+    let music_devices = on(args.music_device, "--music-device")?;
+    let tts_devices = on(args.tts.tts_device, "--tts-device")?;
+    let stt_devices = on(args.stt.stt_device, "--stt-device")?;
+    let music = start_music(args, &music_devices)?.map(Arc::new);
+    let tts = start_tts(&args.tts, &tts_devices, args.precision, args.threads)?.map(Arc::new);
+    let stt = start_stt(&args.stt, &stt_devices, args.precision, args.threads)?.map(Arc::new);
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
@@ -262,7 +275,7 @@ fn run_server(
         .map(|e| e.info().max_slots)
         .sum::<usize>()
         + encode.as_ref().map_or(0, |e| e.info().max_streams)
-        + music.as_ref().map_or(0, |_| args.music_songs)
+        + music.as_ref().map_or(0, |m| m.info().max_songs)
         + tts.as_ref().map_or(0, |t| t.info().max_utterances)
         + stt.as_ref().map_or(0, |t| t.info().max_streams);
     let limits = args.gate.limits(slots, args.max_pending_frames)?;
@@ -370,13 +383,14 @@ fn factory(model: Arc<LoadedModel>, spec: DecoderSpec, cuda_device: usize) -> De
     })
 }
 
-/// Starts the encode engine unless `--encode-streams 0` or the checkpoint has no encoder.
+/// Starts one encode engine per device (`--devices`, else `--device`) unless
+/// `--encode-streams 0` or the checkpoint has no encoder.
 fn start_encoder(
     args: &ServeArgs,
     model: &Arc<LoadedModel>,
-    cuda_device: usize,
-) -> Result<Option<Arc<EncodeEngine>>> {
-    let device = if args.devices.is_some() {
+    ordinals: Option<&[usize]>,
+) -> Result<Option<Arc<EncodePool>>> {
+    let device = if ordinals.is_some() {
         DeviceKind::Cuda
     } else {
         chorus_runtime::device::resolve(args.device)
@@ -394,40 +408,53 @@ fn start_encoder(
         );
         return Ok(None);
     }
-    let spec = EncoderSpec {
-        device,
-        precision: args.precision,
-        max_slots: streams,
-        buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(streams)?,
-        threads: args.threads,
-        cuda_device,
-        chunk_frames: 1,
+    let buckets = Buckets::new(DEFAULT_BUCKETS)?.capped(streams)?;
+    let devices = match ordinals {
+        Some(list) => list.to_vec(),
+        None => vec![DEFAULT_CUDA_DEVICE],
     };
-    let model = model.clone();
-    let factory: EncoderFactory = Box::new(move || {
-        let enc = open_encoder(&model, &spec)
-            .map_err(|e| chorus_core::Error::config("serve::open_encoder", format!("{e:#}")))?;
-        Ok(enc as Box<dyn chorus_core::FrameEncoder>)
-    });
+    let stages = devices
+        .into_iter()
+        .map(|cuda_device| {
+            let spec = EncoderSpec {
+                device,
+                precision: args.precision,
+                max_slots: streams,
+                buckets: buckets.clone(),
+                threads: args.threads,
+                cuda_device,
+                chunk_frames: 1,
+            };
+            let model = model.clone();
+            let factory: EncoderFactory = Box::new(move || {
+                let enc = open_encoder(&model, &spec).map_err(|e| {
+                    chorus_core::Error::config("serve::open_encoder", format!("{e:#}"))
+                })?;
+                Ok(enc as Box<dyn chorus_core::FrameEncoder>)
+            });
+            DeviceStage::new(cuda_device, factory)
+        })
+        .collect();
     let config = EncodeConfig {
         max_pending_frames: args.max_pending_frames,
         max_undelivered: args.max_undelivered_frames,
     };
-    let engine = EncodeEngine::start(factory, config).context("starting the encoder")?;
+    let pool = EncodePool::start_on(stages, config).context("starting the encoder")?;
     eprintln!(
         "encoder: {} ({} slots)",
-        engine.info().description,
-        engine.info().max_streams
+        pool.info().description,
+        pool.info().max_streams
     );
-    Ok(Some(engine))
+    Ok(Some(Arc::new(pool)))
 }
 
-/// Starts the music engine when `--music-model` is given; the stage is built on its thread.
-fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
+/// Starts the music engine when `--music-model` is given, one stage per device (each built on
+/// its thread).
+fn start_music(args: &ServeArgs, devices: &[StageDevice]) -> Result<Option<MusicEngine>> {
     let Some(spec) = &args.music_model else {
         return Ok(None);
     };
-    let model = crate::load_music(spec)?;
+    let model = Arc::new(crate::load_music(spec)?);
     let tokenizer = match args
         .music_tokenizer
         .clone()
@@ -445,44 +472,60 @@ fn start_music(args: &ServeArgs) -> Result<Option<MusicEngine>> {
         }
     };
     let source = model.source.clone();
-    let (device, songs, context, threads) = (
-        args.music_device,
+    let (songs, context, threads, kv_cache) = (
         args.music_songs,
         args.music_context,
         args.threads,
+        args.music_kv_cache,
     );
-    let music = if chorus_runtime::device::resolve(device) == DeviceKind::Cuda {
-        let precision = args.precision;
-        let invariant = args.music_batch_invariant;
-        let kv_cache = args.music_kv_cache;
-        let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
-            let mut opts = StageOptions::for_songs(songs, context)?;
-            opts.kv_cache = kv_cache;
-            let defaults = chorus_cuda::CudaOptions::default();
-            let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
-                precision: precision.unwrap_or(chorus_core::Precision::Bf16),
-                batch_invariant: invariant || defaults.batch_invariant,
-                ..defaults
-            })?;
-            let mut stage = chorus_music::SemanticStage::new(be, &model, opts.clone())?;
-            stage.warmup()?;
-            Ok((stage, opts))
-        });
-        MusicEngine::start(factory, MusicConfig::default(), tokenizer)
+    let options = move || -> chorus_core::Result<StageOptions> {
+        let mut opts = StageOptions::for_songs(songs, context)?;
+        opts.kv_cache = kv_cache;
+        Ok(opts)
+    };
+    let music = if on_cuda(devices) {
+        let (precision, invariant) = (args.precision, args.music_batch_invariant);
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let (model, cuda) = (model.clone(), d.cuda);
+                let factory: StageFactory<chorus_cuda::CudaBackend> = Box::new(move || {
+                    let opts = options()?;
+                    let defaults = chorus_cuda::CudaOptions::default();
+                    let be = chorus_cuda::CudaBackend::new(chorus_cuda::CudaOptions {
+                        device: cuda,
+                        precision: precision.unwrap_or(chorus_core::Precision::Bf16),
+                        batch_invariant: invariant || defaults.batch_invariant,
+                        ..defaults
+                    })?;
+                    let mut stage = chorus_music::SemanticStage::new(be, &model, opts.clone())?;
+                    stage.warmup()?;
+                    Ok((stage, opts))
+                });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        MusicEngine::start_on(stages, MusicConfig::default(), tokenizer)
     } else {
-        let kv_cache = args.music_kv_cache;
-        let factory: StageFactory<chorus_cpu::CpuBackend> = Box::new(move || {
-            let mut opts = StageOptions::for_songs(songs, context)?;
-            opts.kv_cache = kv_cache;
-            let stage = open_stage(&model, device, opts.clone(), threads)?;
-            Ok((stage, opts))
-        });
-        MusicEngine::start(factory, MusicConfig::default(), tokenizer)
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let (model, kind) = (model.clone(), d.kind);
+                let factory: StageFactory<chorus_cpu::CpuBackend> = Box::new(move || {
+                    let opts = options()?;
+                    let stage = open_stage(&model, kind, opts.clone(), threads)?;
+                    Ok((stage, opts))
+                });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        MusicEngine::start_on(stages, MusicConfig::default(), tokenizer)
     }
     .context("starting the music stage")?;
     eprintln!(
-        "music: {source} ({songs} songs, context {context} positions, {} KV blocks)",
-        music.info().kv_usable
+        "music: {source} on {} ({songs} songs and {} KV blocks per device, context {context} positions)",
+        describe(devices),
+        music.info().kv_usable / devices.len().max(1)
     );
     Ok(Some(music))
 }

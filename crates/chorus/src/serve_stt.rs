@@ -3,13 +3,17 @@
 //! same build as `chorus transcribe`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::{AnyStt, SttSpec};
+use chorus_server::stage::DeviceStage;
 use chorus_server::stt::{SttEngine, SttServeConfig, SttStageFactory};
 use chorus_stt::frame::DrawSettings;
 use chorus_stt::{SttOptions, SttTokenizer};
+
+use crate::serve_devices::{describe, on_cuda, StageDevice};
 
 /// Default streams the STT stage transcribes at once.
 const DEFAULT_STT_STREAMS: usize = 64;
@@ -28,12 +32,13 @@ pub struct SttServeArgs {
     /// The SentencePiece `.model` that spells the words (default: the one beside the model).
     #[arg(long, requires = "stt_model")]
     pub stt_tokenizer: Option<PathBuf>,
-    /// Streams transcribed at once (slots); more are refused as busy.
+    /// Streams transcribed at once (slots) per device; more are refused as busy.
     #[arg(long, default_value_t = DEFAULT_STT_STREAMS)]
     pub stt_streams: usize,
-    /// Device of the STT stage (CUDA: bf16 unless `--precision f32`, one graph per bucket).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub stt_device: DeviceKind,
+    /// Device of the STT stage (CUDA: bf16 unless `--precision f32`, one graph per bucket;
+    /// default: cpu). Refused beside `--devices`, which runs one stage per listed device.
+    #[arg(long, value_enum)]
+    pub stt_device: Option<DeviceKind>,
     /// Most frames one stream may send in its life, flushes included (12.5 per second; default
     /// one hour).
     #[arg(long, default_value_t = chorus_stt::stage::DEFAULT_MAX_FRAMES)]
@@ -55,6 +60,7 @@ pub struct SttServeArgs {
 /// Starts the transcription engine when `--stt-model` is given.
 pub fn start_stt(
     args: &SttServeArgs,
+    devices: &[StageDevice],
     precision: Option<chorus_core::Precision>,
     threads: Option<usize>,
 ) -> Result<Option<SttEngine>> {
@@ -94,28 +100,49 @@ pub fn start_stt(
         opts.draws = d;
     }
     let source = model.source.clone();
-    let spec = SttSpec {
-        device: args.stt_device,
-        precision,
-        threads,
+    let (model, mimi) = (Arc::new(model), Arc::new(mimi));
+    let open = move |d: &StageDevice| {
+        let (model, mimi, opts) = (model.clone(), mimi.clone(), opts.clone());
+        let spec = SttSpec {
+            device: d.kind,
+            precision,
+            threads,
+            cuda_device: d.cuda,
+        };
+        move || AnyStt::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts))
     };
-    let open = move || AnyStt::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts));
     let config = SttServeConfig {
         text_seed: draws.map(|_| args.stt_seed),
         ..SttServeConfig::default()
     };
-    let engine = if chorus_runtime::device::resolve(args.stt_device) == DeviceKind::Cuda {
-        let factory: SttStageFactory<chorus_cuda::CudaBackend> = Box::new(move || match open()? {
-            (AnyStt::Cuda(s), opts) => Ok((*s, opts)),
-            (AnyStt::Cpu(_), _) => Err(not_built("CUDA")),
-        });
-        SttEngine::start(factory, config, tokenizer)
+    let engine = if on_cuda(devices) {
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let open = open(d);
+                let factory: SttStageFactory<chorus_cuda::CudaBackend> =
+                    Box::new(move || match open()? {
+                        (AnyStt::Cuda(s), opts) => Ok((*s, opts)),
+                        (AnyStt::Cpu(_), _) => Err(not_built("CUDA")),
+                    });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        SttEngine::start_on(stages, config, tokenizer)
     } else {
-        let factory: SttStageFactory<chorus_cpu::CpuBackend> = Box::new(move || match open()? {
-            (AnyStt::Cpu(s), opts) => Ok((*s, opts)),
-            (AnyStt::Cuda(_), _) => Err(not_built("CPU")),
-        });
-        SttEngine::start(factory, config, tokenizer)
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let open = open(d);
+                let factory: SttStageFactory<chorus_cpu::CpuBackend> =
+                    Box::new(move || match open()? {
+                        (AnyStt::Cpu(s), opts) => Ok((*s, opts)),
+                        (AnyStt::Cuda(_), _) => Err(not_built("CPU")),
+                    });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        SttEngine::start_on(stages, config, tokenizer)
     }
     .context("starting the STT stage")?;
     let info = engine.info();
@@ -124,8 +151,9 @@ pub fn start_stt(
         |d| format!("temperature {}", d.temperature),
     );
     eprintln!(
-        "stt: {source} with Mimi {mimi_spec} on {} ({} streams, {} codebooks, {draw}, text \
+        "stt: {source} with Mimi {mimi_spec} on {} ({}, {} streams, {} codebooks, {draw}, text \
          delay {} frames{})",
+        describe(devices),
         info.device,
         info.max_streams,
         args.stt_codebooks.unwrap_or(info.config.num_codebooks),

@@ -2,12 +2,16 @@
 //! thread through the runtime's `AnyTts::open` (the same build as `chorus tts`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use chorus_csm::{CsmTokenizer, TtsOptions};
 use chorus_runtime::device::DeviceKind;
 use chorus_runtime::tts::{AnyTts, TtsSpec};
+use chorus_server::stage::DeviceStage;
 use chorus_server::tts::{TtsConfig, TtsEngine, TtsStageFactory};
+
+use crate::serve_devices::{describe, on_cuda, StageDevice};
 
 /// Default utterances the speech stage generates at once.
 const DEFAULT_TTS_UTTERANCES: usize = 8;
@@ -29,16 +33,17 @@ pub struct TtsServeArgs {
     /// `prompt_ids` requests are served).
     #[arg(long, requires = "tts_model")]
     pub tts_tokenizer: Option<PathBuf>,
-    /// Utterances generated at once (seats); more are refused as busy.
+    /// Utterances generated at once (seats) per device; more are refused as busy.
     #[arg(long, default_value_t = DEFAULT_TTS_UTTERANCES)]
     pub tts_utterances: usize,
     /// Positions per utterance: prompt frames (context turns included) + generated frames
     /// (12.5 per second); capped at the model's positions.
     #[arg(long, default_value_t = DEFAULT_TTS_CONTEXT)]
     pub tts_context: usize,
-    /// Device of the speech stage (CUDA: bf16 unless `--precision f32`, one graph per bucket).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub tts_device: DeviceKind,
+    /// Device of the speech stage (CUDA: bf16 unless `--precision f32`, one graph per bucket;
+    /// default: cpu). Refused beside `--devices`, which runs one stage per listed device.
+    #[arg(long, value_enum)]
+    pub tts_device: Option<DeviceKind>,
     /// Temperature of a request that sets none (upstream: 0.9; 0 draws greedily).
     #[arg(long, default_value_t = chorus_csm::UPSTREAM_DRAWS.temperature)]
     pub tts_temperature: f32,
@@ -72,6 +77,7 @@ pub(crate) fn default_mimi(model: &chorus_csm::CsmModel) -> &'static str {
 /// Starts the speech engine when `--tts-model` is given.
 pub fn start_tts(
     args: &TtsServeArgs,
+    devices: &[StageDevice],
     precision: Option<chorus_core::Precision>,
     threads: Option<usize>,
 ) -> Result<Option<TtsEngine>> {
@@ -110,30 +116,51 @@ pub fn start_tts(
         ..TtsConfig::default()
     };
     let source = model.source.clone();
-    let spec = TtsSpec {
-        device: args.tts_device,
-        precision,
-        threads,
+    let (model, mimi) = (Arc::new(model), Arc::new(mimi));
+    let open = move |d: &StageDevice| {
+        let (model, mimi, opts) = (model.clone(), mimi.clone(), opts.clone());
+        let spec = TtsSpec {
+            device: d.kind,
+            precision,
+            threads,
+            cuda_device: d.cuda,
+        };
+        move || AnyTts::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts))
     };
-    let open = move || AnyTts::open(&model, Some(&mimi), &spec, opts.clone()).map(|s| (s, opts));
-    let engine = if chorus_runtime::device::resolve(args.tts_device) == DeviceKind::Cuda {
-        let factory: TtsStageFactory<chorus_cuda::CudaBackend> = Box::new(move || match open()? {
-            (AnyTts::Cuda(s), opts) => Ok((*s, opts)),
-            (AnyTts::Cpu(_), _) => Err(not_built("CUDA")),
-        });
-        TtsEngine::start(factory, config, tokenizer)
+    let engine = if on_cuda(devices) {
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let open = open(d);
+                let factory: TtsStageFactory<chorus_cuda::CudaBackend> =
+                    Box::new(move || match open()? {
+                        (AnyTts::Cuda(s), opts) => Ok((*s, opts)),
+                        (AnyTts::Cpu(_), _) => Err(not_built("CUDA")),
+                    });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        TtsEngine::start_on(stages, config, tokenizer)
     } else {
-        let factory: TtsStageFactory<chorus_cpu::CpuBackend> = Box::new(move || match open()? {
-            (AnyTts::Cpu(s), opts) => Ok((*s, opts)),
-            (AnyTts::Cuda(_), _) => Err(not_built("CPU")),
-        });
-        TtsEngine::start(factory, config, tokenizer)
+        let stages = devices
+            .iter()
+            .map(|d| {
+                let open = open(d);
+                let factory: TtsStageFactory<chorus_cpu::CpuBackend> =
+                    Box::new(move || match open()? {
+                        (AnyTts::Cpu(s), opts) => Ok((*s, opts)),
+                        (AnyTts::Cuda(_), _) => Err(not_built("CPU")),
+                    });
+                DeviceStage::new(d.label, factory)
+            })
+            .collect();
+        TtsEngine::start_on(stages, config, tokenizer)
     }
     .context("starting the speech stage")?;
     let info = engine.info();
     eprintln!(
-        "tts: {source} with Mimi {mimi_spec} on {} ({} utterances, context {} positions, {} KV blocks)",
-        info.device, info.max_utterances, info.max_context, info.kv_usable
+        "tts: {source} with Mimi {mimi_spec} on {} ({}, {} utterances, context {} positions, {} KV blocks in all)",
+        describe(devices), info.device, info.max_utterances, info.max_context, info.kv_usable
     );
     Ok(Some(engine))
 }

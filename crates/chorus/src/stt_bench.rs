@@ -83,6 +83,7 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
         device: args.device,
         precision: args.precision,
         threads: args.threads,
+        cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
     };
     let mimi = args.mimi.as_deref().map(crate::load).transpose()?;
     let mut stage = AnyStt::open(&model, mimi.as_ref(), &spec, opts)?;

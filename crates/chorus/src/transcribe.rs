@@ -126,6 +126,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         device: args.device,
         precision: args.precision,
         threads: args.threads,
+        cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
     };
     let mut stage = AnyStt::open(&model, Some(&mimi), &spec, opts)
         .with_context(|| format!("opening the STT stage with the Mimi codec `{mimi_spec}`"))?;

@@ -101,6 +101,7 @@ pub fn run(args: TtsArgs) -> Result<()> {
         device: args.device,
         precision: args.precision,
         threads: args.threads,
+        cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
     };
     let mut stage = AnyTts::open(&model, Some(&mimi), &spec, opts)?;
     eprintln!(

@@ -128,6 +128,7 @@ pub fn run(args: TtsBenchArgs) -> Result<()> {
         device: args.device,
         precision: args.precision,
         threads: args.threads,
+        cuda_device: chorus_runtime::device::DEFAULT_CUDA_DEVICE,
     };
     let mimi = if args.no_audio {
         None

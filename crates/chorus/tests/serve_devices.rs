@@ -196,3 +196,69 @@ fn a_fake_model_server_serves_loadgen_streams_exactly() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn a_stage_device_flag_beside_devices_is_refused() {
+    for flag in ["--music-device", "--tts-device", "--stt-device"] {
+        let o = chorus(&[
+            "serve",
+            "--model",
+            "fake",
+            "--devices",
+            "0,1",
+            flag,
+            "cpu",
+            "--port",
+            "0",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{flag} beside --devices started a server"
+        );
+        assert!(err.contains(&format!("{flag} and --devices")), "{err}");
+    }
+}
+
+#[test]
+fn with_devices_the_music_stage_runs_once_per_device() {
+    let served = serve(&[
+        "--model",
+        "fake",
+        "--devices",
+        "0,1",
+        "--music-model",
+        "random-small",
+        "--music-songs",
+        "1",
+        "--music-context",
+        "128",
+        "--threads",
+        "1",
+    ]);
+    let addr = served.addr.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (health, song) = rt.block_on(async {
+        let (_, health) = http_request(&addr, "GET", "/healthz", vec![])
+            .await
+            .unwrap();
+        let body = br#"{"prompt_ids":[151644,100,107,114,151645,151669],"seconds":1,"max_frames":3,"seed":1,"allow_end":false}"#;
+        let song = http_request(&addr, "POST", "/v1/music?format=json", body.to_vec())
+            .await
+            .unwrap();
+        (health, song)
+    });
+    drop(served);
+    let health: serde_json::Value = serde_json::from_slice(&health).unwrap();
+    let devices = health["music"]["devices"].as_array().unwrap();
+    let got: Vec<(u64, &str)> = devices
+        .iter()
+        .map(|d| (d["device"].as_u64().unwrap(), d["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got, [(0, "ok"), (1, "ok")], "{health}");
+    assert_eq!(health["music"]["max_songs"], 2, "{health}");
+    let (status, body) = song;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let song: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(song["frames"], 3, "{song}");
+}

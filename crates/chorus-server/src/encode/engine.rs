@@ -18,6 +18,7 @@ use chorus_core::{AudioFrame, FrameEncoder, FRAME_SAMPLES};
 use tokio::sync::mpsc as tmpsc;
 
 use super::metrics::EncodeMetrics;
+use crate::stage::pool::{FaultSwitch, Health, DEFAULT_DEVICE};
 
 /// How long an idle worker sleeps between checks that the engine is still wanted.
 const IDLE_POLL: Duration = Duration::from_millis(200);
@@ -117,11 +118,36 @@ pub struct EncodeEngine {
     next_id: AtomicU64,
     stop: Arc<AtomicBool>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    device: usize,
+    /// Marked when the worker panics: streams then end with an error naming the device.
+    health: Arc<Health>,
 }
 
 impl EncodeEngine {
     /// Starts the worker, which builds the encoder with `factory` and owns it from then on.
     pub fn start(factory: EncoderFactory, config: EncodeConfig) -> chorus_core::Result<Arc<Self>> {
+        Self::start_on(DEFAULT_DEVICE, factory, config, None)
+    }
+
+    /// Like [`Self::start`], for device `device` (as its errors and metrics name it); `fault`
+    /// makes the worker panic before its next step.
+    pub fn start_on(
+        device: usize,
+        factory: EncoderFactory,
+        config: EncodeConfig,
+        fault: Option<FaultSwitch>,
+    ) -> chorus_core::Result<Arc<Self>> {
+        Self::start_watched(device, factory, config, fault, Arc::new(Health::default()))
+    }
+
+    /// Like [`Self::start_on`], marking `health` when the worker panics.
+    pub(crate) fn start_watched(
+        device: usize,
+        factory: EncoderFactory,
+        config: EncodeConfig,
+        fault: Option<FaultSwitch>,
+        health: Arc<Health>,
+    ) -> chorus_core::Result<Arc<Self>> {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let metrics = Arc::new(EncodeMetrics::default());
@@ -130,8 +156,12 @@ impl EncodeEngine {
         let handle = {
             let (metrics, stop, free, config) =
                 (metrics.clone(), stop.clone(), free.clone(), config.clone());
+            let mark = PanicMark {
+                device,
+                health: health.clone(),
+            };
             std::thread::Builder::new()
-                .name("chorus-encode".into())
+                .name(format!("chorus-encode-{device}"))
                 .spawn(move || {
                     let encoder = match factory() {
                         Ok(e) => e,
@@ -151,8 +181,8 @@ impl EncodeEngine {
                     if ready_tx.send(Ok(info)).is_err() {
                         return;
                     }
-                    let mut w = Worker::new(encoder, rx, metrics, config);
-                    w.run(&stop, |slot| lock(&free).push(slot));
+                    let mut w = Worker::new(encoder, rx, metrics, config, mark);
+                    w.run(&stop, fault, |slot| lock(&free).push(slot));
                 })
                 .map_err(|e| chorus_core::Error::io("EncodeEngine::start", "encode thread", e))?
         };
@@ -172,7 +202,23 @@ impl EncodeEngine {
             next_id: AtomicU64::new(1),
             stop,
             worker: Mutex::new(Some(handle)),
+            device,
+            health,
         }))
+    }
+
+    /// The device, as errors and metrics name it.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Why the engine takes no new streams, once its worker has failed.
+    pub fn failure(&self) -> Option<String> {
+        self.health.failure()
+    }
+
+    pub(crate) fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     pub fn info(&self) -> &EncodeInfo {
@@ -332,12 +378,16 @@ impl EncodeStream {
         Ok(())
     }
 
-    /// The next event; `Failed(Finished)` once the worker is gone.
+    /// The next event; once the worker is gone, `Failed` naming the device when it failed, else
+    /// `Failed(Finished)`.
     pub async fn recv(&mut self) -> EncodeEvent {
-        self.events
-            .recv()
-            .await
-            .unwrap_or(EncodeEvent::Failed(EncodeError::Finished))
+        match self.events.recv().await {
+            Some(ev) => ev,
+            None => EncodeEvent::Failed(match self.engine.failure() {
+                Some(why) => EncodeError::Failed(why),
+                None => EncodeError::Finished,
+            }),
+        }
     }
 }
 
@@ -376,7 +426,26 @@ struct Live {
     over: bool,
 }
 
+/// Marks the device failed when the worker unwinds from a panic; the first field of [`Worker`],
+/// so it is dropped (and the failure recorded) before any stream's channel closes.
+struct PanicMark {
+    device: usize,
+    health: Arc<Health>,
+}
+
+impl Drop for PanicMark {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.health.fail(format!(
+                "device {} failed: the encode worker panicked",
+                self.device
+            ));
+        }
+    }
+}
+
 struct Worker {
+    _mark: PanicMark,
     encoder: Box<dyn FrameEncoder>,
     rx: Receiver<Cmd>,
     metrics: Arc<EncodeMetrics>,
@@ -396,11 +465,13 @@ impl Worker {
         rx: Receiver<Cmd>,
         metrics: Arc<EncodeMetrics>,
         config: EncodeConfig,
+        mark: PanicMark,
     ) -> Self {
         let n = encoder.max_slots();
         let batch = encoder.largest_batch();
         let (nq, dim) = (encoder.max_codebooks(), encoder.latent_dim());
         Self {
+            _mark: mark,
             encoder,
             rx,
             metrics,
@@ -413,7 +484,7 @@ impl Worker {
         }
     }
 
-    fn run(&mut self, stop: &AtomicBool, mut free: impl FnMut(usize)) {
+    fn run(&mut self, stop: &AtomicBool, fault: Option<FaultSwitch>, mut free: impl FnMut(usize)) {
         while !stop.load(Ordering::SeqCst) {
             let busy = self.live.iter().flatten().any(|l| !l.queue.is_empty());
             if !busy {
@@ -425,6 +496,9 @@ impl Worker {
             }
             while let Ok(cmd) = self.rx.try_recv() {
                 self.apply(cmd, &mut free);
+            }
+            if fault.as_ref().is_some_and(FaultSwitch::tripped) {
+                panic!("its fault switch was tripped");
             }
             self.step();
         }

@@ -93,18 +93,7 @@ impl EncodeMetrics {
             "Encode streams opened.",
             self.streams_opened.load(r),
         );
-        counter(
-            &mut o,
-            "chorus_encode_wire_bytes_in_total",
-            "Audio bytes received by encode streams.",
-            self.wire_bytes_in.load(r),
-        );
-        counter(
-            &mut o,
-            "chorus_encode_wire_bytes_out_total",
-            "Code bytes sent by encode streams.",
-            self.wire_bytes_out.load(r),
-        );
+        self.render_wire(&mut o);
         let s = self.steps.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(
             o,
@@ -127,6 +116,39 @@ impl EncodeMetrics {
             s.frames,
         );
         drop(s);
+        self.render_errors(&mut o);
+        o
+    }
+
+    /// The wire-byte counters and the error counter alone: what a pool counts at its front, on
+    /// connections, before or beside any device.
+    pub fn render_front(&self) -> String {
+        let mut o = String::new();
+        self.render_wire(&mut o);
+        self.render_errors(&mut o);
+        o
+    }
+
+    fn render_wire(&self, o: &mut String) {
+        let r = Ordering::Relaxed;
+        let counter = |o: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        counter(
+            o,
+            "chorus_encode_wire_bytes_in_total",
+            "Audio bytes received by encode streams.",
+            self.wire_bytes_in.load(r),
+        );
+        counter(
+            o,
+            "chorus_encode_wire_bytes_out_total",
+            "Code bytes sent by encode streams.",
+            self.wire_bytes_out.load(r),
+        );
+    }
+
+    fn render_errors(&self, o: &mut String) {
         let _ = writeln!(
             o,
             "# HELP chorus_encode_errors_total Encode streams ended or refused, by error code.\n# TYPE chorus_encode_errors_total counter"
@@ -134,7 +156,6 @@ impl EncodeMetrics {
         for (kind, n) in self.errors.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = writeln!(o, "chorus_encode_errors_total{{kind=\"{kind}\"}} {n}");
         }
-        o
     }
 }
 

@@ -5,8 +5,9 @@ use std::sync::atomic::Ordering;
 use axum::extract::ws::Message;
 use chorus_core::{FRAME_SAMPLES, SAMPLE_RATE};
 
-use super::engine::{EncodeError, EncodeEvent, EncodeStream};
+use super::engine::{EncodeError, EncodeEvent};
 use super::metrics::error_code;
+use super::pool::PooledStream;
 use super::wire::{codes_message, AudioIn, Framer};
 use crate::protocol::{
     parse_client_message, ClientMessage, ErrorCode, InputKind, PcmFormat, ProtocolError,
@@ -16,7 +17,7 @@ use crate::ws::{protocol_error, stopping, Conn, Counted, End};
 
 /// An open encode stream as the connection sees it.
 pub(crate) struct EncodeSession {
-    stream: EncodeStream,
+    stream: PooledStream,
     framer: Framer,
     /// Whole frames cut from the last message, handed to the engine.
     frames: Vec<f32>,

@@ -2,13 +2,12 @@
 //! slot or KV blocks are free); nothing waits in line for a slot.
 
 use chorus_core::LmOps;
-use chorus_lm::kv::blocks_for;
 use chorus_music::EndReason;
 
 use super::error::{MusicError, MusicErrorCode};
 use super::job::{MusicEvent, Outcome, Started};
 use super::request::SongSpec;
-use super::worker::{Running, StartJob, Worker};
+use super::worker::{song_blocks, Running, StartJob, Worker};
 use crate::stage::error::admission_error;
 use crate::stage::job::CancelRequest;
 
@@ -19,6 +18,7 @@ impl<B: LmOps> Worker<B> {
             spec,
             events,
             shared,
+            seat,
         } = job;
         if events.is_closed() || shared.cancel_request() != CancelRequest::None {
             shared.set_outcome(Outcome::Ended {
@@ -47,6 +47,7 @@ impl<B: LmOps> Worker<B> {
                     shared,
                     hiddens,
                     sent: 0,
+                    _seat: seat,
                 };
                 self.jobs.insert(id, running);
                 // Gauges first, so that a started song is never seen as not active.
@@ -65,8 +66,7 @@ impl<B: LmOps> Worker<B> {
                 format!("busy: all {} song slots are in use", self.info.max_songs),
             ));
         }
-        let positions = spec.prompt_tokens() + spec.request.max_frames + 1;
-        let need = 2 * blocks_for(positions, self.info.block_size);
+        let need = song_blocks(spec, self.info.block_size);
         let (_, available, usable) = self.stage.kv_blocks();
         if need > available {
             return Err(MusicError::new(

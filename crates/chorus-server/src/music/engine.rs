@@ -1,4 +1,5 @@
-//! The music engine's front: starts the engine thread, validates and submits songs.
+//! The music engine's front: starts one engine thread per device, validates songs and places
+//! each on the device with the most free KV blocks ([`crate::stage::pool`]).
 
 use std::sync::Arc;
 
@@ -11,9 +12,13 @@ use super::job::{MusicJob, Outcome};
 use super::metrics::MusicMetrics;
 use super::request::{build_song, SongSpec};
 use super::start::StartRequest;
-use super::worker::{StartJob, Worker};
+use super::worker::{song_blocks, StartJob, Worker};
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed};
+use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::pool::{
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
+    Tried, DEFAULT_DEVICE,
+};
 
 /// Default bound on start requests waiting for the engine thread (it takes them all between two
 /// steps, so this only fills when many arrive within one step).
@@ -54,20 +59,83 @@ pub struct MusicInfo {
     pub kv_usable: usize,
 }
 
-/// The music engine. Dropping it stops the engine thread; running songs end with `draining`.
-pub struct MusicEngine {
+/// One device's engine thread.
+struct MusicDevice {
     owner: OwnerThread<StartJob>,
     info: MusicInfo,
+    metrics: Arc<MusicMetrics>,
+}
+
+impl MusicDevice {
+    fn start<B: LmOps + 'static>(
+        stage: DeviceStage<StageFactory<B>>,
+        config: &MusicConfig,
+        health: Arc<Health>,
+    ) -> Result<Self> {
+        let metrics = Arc::new(MusicMetrics::default());
+        let thread_metrics = metrics.clone();
+        let DeviceStage {
+            device,
+            factory,
+            fault,
+        } = stage;
+        let watch = Watch {
+            device,
+            health,
+            fault,
+        };
+        let (owner, info) = OwnerThread::spawn(
+            &format!("chorus-music-{device}"),
+            config.max_queued_starts,
+            watch,
+            move || {
+                let (stage, opts) = factory()?;
+                let worker = Worker::new(stage, &opts, thread_metrics, device);
+                let info = worker.info().clone();
+                Ok((worker, info))
+            },
+        )?;
+        metrics.set_song_slots(info.max_songs);
+        Ok(Self {
+            owner,
+            info,
+            metrics,
+        })
+    }
+}
+
+/// The music engine: one engine thread per device. Dropping it stops them; running songs end
+/// with `draining`.
+pub struct MusicEngine {
+    pool: StagePool<MusicDevice>,
+    /// The model's dimensions; `max_songs` and `kv_usable` count every device.
+    info: MusicInfo,
     config: MusicConfig,
+    /// Requests refused before they reached a device (the device's own with one device).
     metrics: Arc<MusicMetrics>,
     tokenizer: Option<PromptTokenizer>,
 }
 
 impl MusicEngine {
-    /// Starts the engine thread, which builds the stage with `factory`; returns once the stage is
-    /// ready, or with the factory's error. `tokenizer` serves `caption`/`lyrics` requests.
+    /// Starts the engine thread of one device, which builds the stage with `factory`; returns
+    /// once the stage is ready, or with the factory's error. `tokenizer` serves
+    /// `caption`/`lyrics` requests.
     pub fn start<B: LmOps + 'static>(
         factory: StageFactory<B>,
+        config: MusicConfig,
+        tokenizer: Option<PromptTokenizer>,
+    ) -> Result<Self> {
+        Self::start_on(
+            vec![DeviceStage::new(DEFAULT_DEVICE, factory)],
+            config,
+            tokenizer,
+        )
+    }
+
+    /// Starts one engine thread per device (each building its own stage); a new song goes to the
+    /// device with the most free KV blocks. Fails, naming the device, when any fails to start.
+    pub fn start_on<B: LmOps + 'static>(
+        devices: Vec<DeviceStage<StageFactory<B>>>,
         config: MusicConfig,
         tokenizer: Option<PromptTokenizer>,
     ) -> Result<Self> {
@@ -78,18 +146,27 @@ impl MusicEngine {
                 format!("queue bounds must be positive, got {config:?}"),
             ));
         }
-        let metrics = Arc::new(MusicMetrics::default());
-        let thread_metrics = metrics.clone();
-        let (owner, info) =
-            OwnerThread::spawn("chorus-music", config.max_queued_starts, move || {
-                let (stage, opts) = factory()?;
-                let worker = Worker::new(stage, &opts, thread_metrics);
-                let info = worker.info().clone();
-                Ok((worker, info))
-            })?;
-        metrics.set_song_slots(info.max_songs);
+        let pool = start_pool(devices, |d, health| {
+            let m = MusicDevice::start(d, &config, health)?;
+            let capacity = Capacity {
+                seats: m.info.max_songs,
+                blocks: m.info.kv_usable,
+            };
+            Ok((m, capacity))
+        })?;
+        let first = pool.first();
+        let metrics = match pool.len() {
+            1 => first.metrics.clone(),
+            _ => Arc::new(MusicMetrics::default()),
+        };
+        let all = pool.members();
+        let info = MusicInfo {
+            max_songs: all.iter().map(|m| m.engine.info.max_songs).sum(),
+            kv_usable: all.iter().map(|m| m.engine.info.kv_usable).sum(),
+            ..first.info.clone()
+        };
         Ok(Self {
-            owner,
+            pool,
             info,
             config,
             metrics,
@@ -97,14 +174,29 @@ impl MusicEngine {
         })
     }
 
-    /// The stage's dimensions.
+    /// The stage's dimensions; `max_songs` and `kv_usable` count every device.
     pub fn info(&self) -> &MusicInfo {
         &self.info
     }
 
-    /// Counters and gauges.
+    /// Counters and gauges of a one-device engine; with several devices, the refusals counted
+    /// before a song reached any of them (each device's own are in [`Self::render_metrics`]).
     pub fn metrics(&self) -> &Arc<MusicMetrics> {
         &self.metrics
+    }
+
+    /// Every device's slots, reserved KV blocks and health.
+    pub fn devices(&self) -> Vec<MemberStatus> {
+        self.pool.status()
+    }
+
+    /// Appends the music metrics: one device's as they are, several labelled by device.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.pool.render_metrics(
+            out,
+            |m, out| m.metrics.render(out),
+            |out| self.metrics.render_refused(out),
+        );
     }
 
     /// Whether `caption`/`lyrics` requests can be served.
@@ -122,9 +214,36 @@ impl MusicEngine {
         build_song(req, hiddens, &self.info, self.tokenizer.as_ref())
     }
 
-    /// Hands a song to the engine thread. The job's first event is `Started`, or its outcome is
-    /// a refusal (`busy` when no slot or KV blocks are free): nothing is queued behind a full stage.
+    /// Hands a song to the device with the most free KV blocks. The job's first event is
+    /// `Started`, or its outcome is a refusal (`busy` when no device has a slot and the blocks
+    /// free): nothing is queued behind a full stage.
     pub fn submit(&self, spec: SongSpec) -> std::result::Result<MusicJob, MusicError> {
+        let blocks = song_blocks(&spec, self.info.block_size);
+        let mut spec = Some(spec);
+        self.pool
+            .place(blocks, |device, seat| {
+                let Some(s) = spec.take() else {
+                    return Tried::Final(MusicError::internal("the song was already handed over"));
+                };
+                match self.submit_to(device, s, seat) {
+                    Ok(job) => Tried::Placed(job),
+                    Err(back) => {
+                        let (e, back) = *back;
+                        spec = Some(back);
+                        Tried::Next(e)
+                    }
+                }
+            })
+            .map_err(|u| unplaced_error(u, "songs"))
+    }
+
+    /// Hands a song to one device's thread; a song it cannot take comes back.
+    fn submit_to(
+        &self,
+        device: &MusicDevice,
+        spec: SongSpec,
+        seat: Seat,
+    ) -> std::result::Result<MusicJob, Box<(MusicError, SongSpec)>> {
         // One more than the frame bound: `Started` takes a place too.
         let (job, side) = Job::channel(
             self.config.max_undelivered_frames + 1,
@@ -135,17 +254,24 @@ impl MusicEngine {
             spec,
             events: side.events,
             shared: side.shared,
+            seat,
         };
-        match self.owner.try_submit(start) {
+        match device.owner.try_submit(start) {
             Ok(()) => Ok(MusicJob { job, hiddens }),
-            Err(SubmitFailed::Full) => Err(MusicError::new(
-                MusicErrorCode::Busy,
-                format!(
-                    "busy: {} song requests are already waiting for the music engine",
-                    self.config.max_queued_starts
+            Err((SubmitFailed::Full, back)) => Err(Box::new((
+                MusicError::new(
+                    MusicErrorCode::Busy,
+                    format!(
+                        "busy: {} song requests are already waiting for the music engine",
+                        self.config.max_queued_starts
+                    ),
                 ),
-            )),
-            Err(SubmitFailed::Stopped) => Err(MusicError::internal("the music engine has stopped")),
+                back.spec,
+            ))),
+            Err((SubmitFailed::Stopped, back)) => Err(Box::new((
+                MusicError::internal("the music engine has stopped"),
+                back.spec,
+            ))),
         }
     }
 }

@@ -15,6 +15,9 @@ static STEP_BOUNDS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+const REFUSED: &str = "chorus_music_songs_refused_total";
+const REFUSED_HELP: &str = "Music requests that never started, by error code.";
+
 /// Live values the engine thread publishes after every step and admission.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MusicGauges {
@@ -133,6 +136,11 @@ impl MusicMetrics {
         }
     }
 
+    /// Appends the refusal counter alone (a pool's refusals before any device).
+    pub(crate) fn render_refused(&self, out: &mut String) {
+        self.refused.render(out, REFUSED, REFUSED_HELP);
+    }
+
     /// Appends every music metric to `out` in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let mut one = |name: &str, kind: &str, help: &str, v: u64| {
@@ -206,11 +214,7 @@ impl MusicMetrics {
             "chorus_music_songs_cancelled_total",
             "Running songs cancelled, by reason.",
         );
-        self.refused.render(
-            out,
-            "chorus_music_songs_refused_total",
-            "Music requests that never started, by error code.",
-        );
+        self.refused.render(out, REFUSED, REFUSED_HELP);
         self.steps.render(
             out,
             "chorus_music_step_seconds",

@@ -17,12 +17,22 @@ use super::metrics::{MusicGauges, MusicMetrics};
 use super::request::SongSpec;
 use crate::stage::job::{CancelKind, JobShared};
 use crate::stage::owner::Owner;
+use crate::stage::pool::Seat;
+
+/// KV blocks a song reserves at admission: its worst case (prompt, every frame and the END
+/// position) in both rows (conditional and unconditional).
+pub(crate) fn song_blocks(spec: &SongSpec, block_size: usize) -> usize {
+    let positions = spec.prompt_tokens() + spec.request.max_frames + 1;
+    2 * chorus_lm::kv::blocks_for(positions, block_size)
+}
 
 /// A song to admit, with where its events go.
 pub(crate) struct StartJob {
     pub spec: SongSpec,
     pub events: Sender<MusicEvent>,
     pub shared: Arc<JobShared<Outcome>>,
+    /// Its share of the device, held while the song is in the stage.
+    pub seat: Seat,
 }
 
 /// An admitted song's client side.
@@ -32,6 +42,7 @@ pub(super) struct Running {
     pub(super) hiddens: bool,
     /// Frames handed to the channel.
     pub(super) sent: usize,
+    pub(super) _seat: Seat,
 }
 
 pub(crate) struct Worker<B: LmOps> {
@@ -41,6 +52,8 @@ pub(crate) struct Worker<B: LmOps> {
     pub(super) jobs: HashMap<SongId, Running>,
     pub(super) metrics: Arc<MusicMetrics>,
     pub(super) step_songs: usize,
+    /// The device, as errors name it.
+    pub(super) device: usize,
 }
 
 fn slow_consumer(frames: usize) -> MusicError {
@@ -55,6 +68,7 @@ impl<B: LmOps> Worker<B> {
         stage: SemanticStage<B>,
         opts: &StageOptions,
         metrics: Arc<MusicMetrics>,
+        device: usize,
     ) -> Self {
         let info = MusicInfo {
             max_songs: opts.max_songs,
@@ -71,6 +85,7 @@ impl<B: LmOps> Worker<B> {
             jobs: HashMap::new(),
             metrics,
             step_songs: 0,
+            device,
         }
     }
 
@@ -145,7 +160,10 @@ impl<B: LmOps> Worker<B> {
         match result {
             Ok(n) => self.step_songs = n,
             Err(e) => {
-                self.fail_all(MusicError::internal(format!("the music step failed: {e}")));
+                self.fail_all(MusicError::internal(format!(
+                    "the music step failed on device {}: {e}",
+                    self.device
+                )));
                 return;
             }
         }
@@ -221,5 +239,9 @@ impl<B: LmOps> Owner for Worker<B> {
             MusicErrorCode::Draining,
             "the music engine stopped: the server is shutting down",
         ));
+    }
+
+    fn abort(&mut self, why: &str) {
+        self.fail_all(MusicError::internal(why));
     }
 }

@@ -2,11 +2,25 @@
 //! the thread that made it), then loops: admit what arrived, drop what was cancelled, take the
 //! jobs' input, step every job with work. With no work it sleeps until a command comes (a start,
 //! or a wake-up sent with a job's input, see [`super::input`]); nothing waits in line for a slot.
+//! A panic on the thread ends every job of its device with an error naming the device, and marks
+//! the device failed so that its pool places nothing more on it.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use chorus_core::{Error, Result};
+
+use super::pool::{FaultSwitch, Health};
+
+/// The device an owner thread runs on, as its failures name it.
+pub(crate) struct Watch {
+    pub device: usize,
+    /// Marked when the thread panics.
+    pub health: Arc<Health>,
+    pub fault: Option<FaultSwitch>,
+}
 
 /// What the front sends the owner thread.
 pub(crate) enum Command<S> {
@@ -39,6 +53,8 @@ pub(crate) trait Owner {
     fn publish(&self);
     /// Ends every job: the server is shutting down.
     fn stop(&mut self);
+    /// Ends every job with an internal error saying `why`: the thread panicked.
+    fn abort(&mut self, why: &str);
 }
 
 /// Why a job did not reach the owner thread.
@@ -60,7 +76,12 @@ impl<S: Send + 'static> OwnerThread<S> {
     /// Starts thread `name`, where `build` makes the owner; returns once it is built (with what
     /// `build` reported beside it) or with its error. At most `queue` starts wait for the
     /// thread between two steps.
-    pub(crate) fn spawn<O, I, F>(name: &str, queue: usize, build: F) -> Result<(Self, I)>
+    pub(crate) fn spawn<O, I, F>(
+        name: &str,
+        queue: usize,
+        watch: Watch,
+        build: F,
+    ) -> Result<(Self, I)>
     where
         O: Owner<Start = S>,
         I: Send + 'static,
@@ -74,7 +95,7 @@ impl<S: Send + 'static> OwnerThread<S> {
             .spawn(move || match build() {
                 Ok((owner, info)) => {
                     if ready_tx.send(Ok(info)).is_ok() {
-                        run(owner, rx);
+                        run(owner, rx, watch);
                     }
                 }
                 Err(e) => {
@@ -116,12 +137,17 @@ impl<S: Send + 'static> OwnerThread<S> {
         })
     }
 
-    /// Hands a job to the thread without waiting.
-    pub(crate) fn try_submit(&self, job: S) -> std::result::Result<(), SubmitFailed> {
+    /// Hands a job to the thread without waiting; a job it cannot take comes back.
+    pub(crate) fn try_submit(&self, job: S) -> std::result::Result<(), (SubmitFailed, S)> {
+        let back = |c: Command<S>| match c {
+            Command::Start(job) => *job,
+            // Only a start was sent.
+            Command::Wake | Command::Stop => unreachable!("a start was sent"),
+        };
         match self.tx.try_send(Command::Start(Box::new(job))) {
             Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => Err(SubmitFailed::Full),
-            Err(TrySendError::Disconnected(_)) => Err(SubmitFailed::Stopped),
+            Err(TrySendError::Full(c)) => Err((SubmitFailed::Full, back(c))),
+            Err(TrySendError::Disconnected(c)) => Err((SubmitFailed::Stopped, back(c))),
         }
     }
 }
@@ -136,8 +162,26 @@ impl<S> Drop for OwnerThread<S> {
     }
 }
 
+/// The owner's loop until it ends; a panic in it ends every job with an error naming the device
+/// and marks the device failed.
+fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>, watch: Watch) {
+    let Err(panic) = catch_unwind(AssertUnwindSafe(|| serve(&mut owner, &rx, &watch))) else {
+        return;
+    };
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    let why = format!("device {} failed: {what}", watch.device);
+    watch.health.fail(why.clone());
+    // The stage may be half-stepped: if ending the jobs panics too, they end as `stopped` when
+    // the owner is dropped.
+    let _ = catch_unwind(AssertUnwindSafe(|| owner.abort(&why)));
+}
+
 /// The owner's loop, until `Stop` or until every sender is gone.
-fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
+fn serve<O: Owner>(owner: &mut O, rx: &Receiver<Command<O::Start>>, watch: &Watch) {
     owner.publish();
     loop {
         let mut commands = Vec::new();
@@ -173,6 +217,9 @@ fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>) {
         owner.sweep();
         owner.take_input();
         if owner.has_work() {
+            if watch.fault.as_ref().is_some_and(FaultSwitch::tripped) {
+                panic!("its fault switch was tripped");
+            }
             owner.step();
         }
         owner.publish();

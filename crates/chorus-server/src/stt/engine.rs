@@ -1,4 +1,5 @@
-//! The transcription engine's front: starts the owner thread, submits streams.
+//! The transcription engine's front: starts one owner thread per device and places each new
+//! stream on the device with the most free slots ([`crate::stage::pool`]).
 
 use std::sync::Arc;
 
@@ -11,7 +12,11 @@ use super::worker::{StartJob, Worker};
 use crate::stage::error::{StageError, StageErrorCode};
 use crate::stage::input::input_channel;
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed};
+use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::pool::{
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
+    Tried, DEFAULT_DEVICE,
+};
 
 /// Default bound on start requests waiting for the owner thread (it takes them all between two
 /// steps, so this only fills when many arrive within one step).
@@ -69,41 +74,36 @@ pub struct SttInfo {
     pub device: String,
 }
 
-/// The transcription engine. Dropping it stops the owner thread; running streams end with
-/// `draining`.
-pub struct SttEngine {
+/// One device's owner thread.
+struct SttDevice {
     owner: OwnerThread<StartJob>,
     info: SttInfo,
-    config: SttServeConfig,
     metrics: Arc<SttMetrics>,
-    tokenizer: Arc<SttTokenizer>,
 }
 
-impl SttEngine {
-    /// Starts the owner thread, which builds the stage with `factory`; returns once the stage is
-    /// ready, or with the factory's error. `tokenizer` spells the words.
-    pub fn start<B: LmOps + 'static>(
-        factory: SttStageFactory<B>,
-        config: SttServeConfig,
-        tokenizer: SttTokenizer,
+impl SttDevice {
+    fn start<B: LmOps + 'static>(
+        stage: DeviceStage<SttStageFactory<B>>,
+        config: &SttServeConfig,
+        health: Arc<Health>,
     ) -> Result<Self> {
-        const OP: &str = "SttEngine::start";
-        if config.max_queued_starts == 0
-            || config.max_undelivered_events == 0
-            || config.max_queued_input == 0
-            || config.max_frames_per_message == 0
-        {
-            return Err(Error::config(
-                OP,
-                format!("bounds must be positive, got {config:?}"),
-            ));
-        }
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
         let text_seed = config.text_seed;
+        let DeviceStage {
+            device,
+            factory,
+            fault,
+        } = stage;
+        let watch = Watch {
+            device,
+            health,
+            fault,
+        };
         let (owner, info) = OwnerThread::spawn(
-            "chorus-stt",
+            &format!("chorus-stt-{device}"),
             config.max_queued_starts,
+            watch,
             move || {
                 let (stage, opts) = factory()?;
                 if !stage.encodes_pcm() {
@@ -119,15 +119,87 @@ impl SttEngine {
                     flush_frames: stage.flush_frames(),
                     device: stage.backend().device_description(),
                 };
-                Ok((
-                    Worker::new(stage, info.clone(), thread_metrics, text_seed),
-                    info,
-                ))
+                let worker = Worker::new(stage, info.clone(), thread_metrics, text_seed, device);
+                Ok((worker, info))
             },
         )?;
         metrics.set_slots(info.max_streams);
         Ok(Self {
             owner,
+            info,
+            metrics,
+        })
+    }
+}
+
+/// The transcription engine: one owner thread per device. Dropping it stops them; running
+/// streams end with `draining`.
+pub struct SttEngine {
+    pool: StagePool<SttDevice>,
+    /// The model's dimensions; `max_streams` counts every device.
+    info: SttInfo,
+    config: SttServeConfig,
+    /// Requests refused before they reached a device (the device's own with one device).
+    metrics: Arc<SttMetrics>,
+    tokenizer: Arc<SttTokenizer>,
+}
+
+impl SttEngine {
+    /// Starts the owner thread of one device, which builds the stage with `factory`; returns
+    /// once the stage is ready, or with the factory's error. `tokenizer` spells the words.
+    pub fn start<B: LmOps + 'static>(
+        factory: SttStageFactory<B>,
+        config: SttServeConfig,
+        tokenizer: SttTokenizer,
+    ) -> Result<Self> {
+        Self::start_on(
+            vec![DeviceStage::new(DEFAULT_DEVICE, factory)],
+            config,
+            tokenizer,
+        )
+    }
+
+    /// Starts one owner thread per device (each building its own stage); a new stream goes to
+    /// the device with the most free slots. Fails, naming the device, when any fails to start.
+    pub fn start_on<B: LmOps + 'static>(
+        devices: Vec<DeviceStage<SttStageFactory<B>>>,
+        config: SttServeConfig,
+        tokenizer: SttTokenizer,
+    ) -> Result<Self> {
+        const OP: &str = "SttEngine::start";
+        if config.max_queued_starts == 0
+            || config.max_undelivered_events == 0
+            || config.max_queued_input == 0
+            || config.max_frames_per_message == 0
+        {
+            return Err(Error::config(
+                OP,
+                format!("bounds must be positive, got {config:?}"),
+            ));
+        }
+        let pool = start_pool(devices, |d, health| {
+            let m = SttDevice::start(d, &config, health)?;
+            let capacity = Capacity {
+                seats: m.info.max_streams,
+                blocks: 0,
+            };
+            Ok((m, capacity))
+        })?;
+        let first = pool.first();
+        let metrics = match pool.len() {
+            1 => first.metrics.clone(),
+            _ => Arc::new(SttMetrics::default()),
+        };
+        let info = SttInfo {
+            max_streams: pool
+                .members()
+                .iter()
+                .map(|m| m.engine.info.max_streams)
+                .sum(),
+            ..first.info.clone()
+        };
+        Ok(Self {
+            pool,
             info,
             config,
             metrics,
@@ -135,6 +207,7 @@ impl SttEngine {
         })
     }
 
+    /// The model's dimensions; `max_streams` counts every device.
     pub fn info(&self) -> &SttInfo {
         &self.info
     }
@@ -143,33 +216,72 @@ impl SttEngine {
         &self.config
     }
 
+    /// Counters and gauges of a one-device engine; with several devices, the refusals counted
+    /// before a stream reached any of them (each device's own are in [`Self::render_metrics`]).
     pub fn metrics(&self) -> &Arc<SttMetrics> {
         &self.metrics
+    }
+
+    /// Streams running now, over every device.
+    pub fn active(&self) -> usize {
+        self.pool
+            .members()
+            .iter()
+            .map(|m| m.engine.metrics.active())
+            .sum()
+    }
+
+    /// Every device's slots and health.
+    pub fn devices(&self) -> Vec<MemberStatus> {
+        self.pool.status()
+    }
+
+    /// Appends the transcription metrics: one device's as they are, several labelled by device.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.pool.render_metrics(
+            out,
+            |m, out| m.metrics.render(out),
+            |out| self.metrics.render_refused(out),
+        );
     }
 
     pub fn tokenizer(&self) -> &SttTokenizer {
         &self.tokenizer
     }
 
-    /// Hands a new stream to the owner thread. The job's first event is `Started`, or its
-    /// outcome is a refusal (`busy` when every slot is taken): nothing is queued behind a full
-    /// stage.
+    /// Hands a new stream to the device with the most free slots. The job's first event is
+    /// `Started`, or its outcome is a refusal (`busy` when every device is full): nothing is
+    /// queued behind a full stage.
     pub fn submit(&self) -> std::result::Result<SttJob, StageError> {
+        self.pool
+            .place(0, |device, seat| match self.submit_to(device, seat) {
+                Ok(job) => Tried::Placed(job),
+                Err(e) => Tried::Next(e),
+            })
+            .map_err(|u| unplaced_error(u, "streams"))
+    }
+
+    fn submit_to(&self, device: &SttDevice, seat: Seat) -> std::result::Result<SttJob, StageError> {
         let (job, side) = Job::channel(
             self.config.max_undelivered_events,
             SttOutcome::engine_stopped,
         );
-        let (tx, rx) = input_channel(self.config.max_queued_input, self.owner.waker());
-        match self.owner.try_submit(StartJob { side, input: rx }) {
+        let (tx, rx) = input_channel(self.config.max_queued_input, device.owner.waker());
+        let start = StartJob {
+            side,
+            input: rx,
+            seat,
+        };
+        match device.owner.try_submit(start) {
             Ok(()) => Ok(SttJob { job, input: tx }),
-            Err(SubmitFailed::Full) => Err(StageError::new(
+            Err((SubmitFailed::Full, _)) => Err(StageError::new(
                 StageErrorCode::Busy,
                 format!(
                     "busy: {} streams are already waiting for the transcription engine",
                     self.config.max_queued_starts
                 ),
             )),
-            Err(SubmitFailed::Stopped) => {
+            Err((SubmitFailed::Stopped, _)) => {
                 Err(StageError::internal("the transcription engine has stopped"))
             }
         }

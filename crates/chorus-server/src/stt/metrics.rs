@@ -19,6 +19,9 @@ static WORD_LATENCY_BOUNDS: [f64; 12] = [
     0.005, 0.01, 0.02, 0.04, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+const REFUSED: &str = "chorus_stt_streams_refused_total";
+const REFUSED_HELP: &str = "Transcription requests that never started, by error code.";
+
 /// Everything `/metrics` reports about transcription.
 pub struct SttMetrics {
     slots: AtomicU64,
@@ -120,6 +123,11 @@ impl SttMetrics {
         self.steps.observe(seconds);
     }
 
+    /// Appends the refusal counter alone (a pool's refusals before any device).
+    pub(crate) fn render_refused(&self, out: &mut String) {
+        self.refused.render(out, REFUSED, REFUSED_HELP);
+    }
+
     /// Appends every transcription metric to `out` in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let rows: [(&str, &str, &str, &AtomicU64); 8] = [
@@ -184,11 +192,7 @@ impl SttMetrics {
             "chorus_stt_streams_cancelled_total",
             "Running transcription streams cancelled, by reason.",
         );
-        self.refused.render(
-            out,
-            "chorus_stt_streams_refused_total",
-            "Transcription requests that never started, by error code.",
-        );
+        self.refused.render(out, REFUSED, REFUSED_HELP);
         self.steps.render(
             out,
             "chorus_stt_step_seconds",

@@ -20,6 +20,7 @@ use crate::stage::error::{admission_error, StageError, StageErrorCode};
 use crate::stage::input::InputRx;
 use crate::stage::job::{CancelKind, CancelRequest, JobSide};
 use crate::stage::owner::Owner;
+use crate::stage::pool::Seat;
 
 /// Frames of a stream the stage may hold queued before the owner thread stops taking its input:
 /// enough to step it every step, few enough that a client sending faster than real time is held
@@ -34,12 +35,15 @@ pub const END_OF_TURN_THRESHOLD: f32 = 0.5;
 pub(crate) struct StartJob {
     pub side: JobSide<SttEvent, SttOutcome>,
     pub input: InputRx<SttInput>,
+    /// Its share of the device, held while the stream is in the stage.
+    pub seat: Seat,
 }
 
 /// An admitted stream's books.
 struct Running {
     side: JobSide<SttEvent, SttOutcome>,
     input: InputRx<SttInput>,
+    _seat: Seat,
     /// When each frame pushed and not yet stepped arrived, oldest first.
     arrivals: VecDeque<Instant>,
     /// Frames pushed since the stream (re)started.
@@ -59,10 +63,11 @@ struct Running {
 }
 
 impl Running {
-    fn new(side: JobSide<SttEvent, SttOutcome>, input: InputRx<SttInput>) -> Self {
+    fn new(side: JobSide<SttEvent, SttOutcome>, input: InputRx<SttInput>, seat: Seat) -> Self {
         Self {
             side,
             input,
+            _seat: seat,
             arrivals: VecDeque::new(),
             pushed: 0,
             last: None,
@@ -97,6 +102,8 @@ pub(crate) struct Worker<B: LmOps> {
     text_seed: Option<u64>,
     /// Streams admitted so far (the per-stream seed's counter).
     admitted: u64,
+    /// The device, as errors name it.
+    device: usize,
 }
 
 fn slow_consumer() -> StageError {
@@ -112,9 +119,11 @@ impl<B: LmOps> Worker<B> {
         info: SttInfo,
         metrics: Arc<SttMetrics>,
         text_seed: Option<u64>,
+        device: usize,
     ) -> Self {
         let silence = vec![0.0; stage.flush_frames() * FRAME_SAMPLES];
         Self {
+            device,
             stage,
             info,
             jobs: HashMap::new(),
@@ -127,7 +136,7 @@ impl<B: LmOps> Worker<B> {
     }
 
     fn admit_stream(&mut self, job: StartJob) {
-        let StartJob { side, input } = job;
+        let StartJob { side, input, seat } = job;
         if side.events.is_closed() || side.shared.cancel_request() != CancelRequest::None {
             side.shared.set_outcome(SttOutcome::Ended {
                 positions: 0,
@@ -166,7 +175,7 @@ impl<B: LmOps> Worker<B> {
                 let _ = side
                     .events
                     .try_send(SttEvent::Started(SttStarted { stream: id }));
-                self.jobs.insert(id, Running::new(side, input));
+                self.jobs.insert(id, Running::new(side, input, seat));
                 self.publish_gauges();
                 self.metrics.started();
             }
@@ -330,7 +339,8 @@ impl<B: LmOps> Worker<B> {
             Ok(n) => self.step_streams = n,
             Err(e) => {
                 self.fail_all(StageError::internal(format!(
-                    "the transcription step failed: {e}"
+                    "the transcription step failed on device {}: {e}",
+                    self.device
                 )));
                 return;
             }
@@ -451,5 +461,9 @@ impl<B: LmOps> Owner for Worker<B> {
             StageErrorCode::Draining,
             "the transcription engine stopped: the server is shutting down",
         ));
+    }
+
+    fn abort(&mut self, why: &str) {
+        self.fail_all(StageError::internal(why));
     }
 }

@@ -1,4 +1,5 @@
-//! The speech engine's front: starts the owner thread, validates and submits utterances.
+//! The speech engine's front: starts one owner thread per device, validates utterances and
+//! places each on the device with the most free KV blocks ([`crate::stage::pool`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,10 +11,14 @@ use super::job::{TtsJob, TtsOutcome};
 use super::metrics::TtsMetrics;
 use super::request::{build_utterance, UtteranceSpec};
 use super::start::TtsStart;
-use super::worker::{StartJob, Worker};
+use super::worker::{utterance_blocks, StartJob, Worker};
 use super::{TtsError, TtsErrorCode};
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed};
+use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::pool::{
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
+    Tried, DEFAULT_DEVICE,
+};
 
 /// Default bound on start requests waiting for the owner thread (it takes them all between two
 /// steps, so this only fills when many arrive within one step).
@@ -71,21 +76,83 @@ pub struct TtsInfo {
     pub device: String,
 }
 
-/// The speech engine. Dropping it stops the owner thread; running utterances end with
-/// `draining`.
-pub struct TtsEngine {
+/// One device's owner thread.
+struct TtsDevice {
     owner: OwnerThread<StartJob>,
     info: TtsInfo,
+    metrics: Arc<TtsMetrics>,
+}
+
+impl TtsDevice {
+    fn start<B: LmOps + 'static>(
+        stage: DeviceStage<TtsStageFactory<B>>,
+        config: &TtsConfig,
+        health: Arc<Health>,
+    ) -> Result<Self> {
+        let metrics = Arc::new(TtsMetrics::default());
+        let thread_metrics = metrics.clone();
+        let DeviceStage {
+            device,
+            factory,
+            fault,
+        } = stage;
+        let watch = Watch {
+            device,
+            health,
+            fault,
+        };
+        let (owner, info) = OwnerThread::spawn(
+            &format!("chorus-tts-{device}"),
+            config.max_queued_starts,
+            watch,
+            move || {
+                let (stage, opts) = factory()?;
+                let worker = Worker::new(stage, &opts, thread_metrics, device)?;
+                let info = worker.info().clone();
+                Ok((worker, info))
+            },
+        )?;
+        metrics.set_slots(info.max_utterances);
+        Ok(Self {
+            owner,
+            info,
+            metrics,
+        })
+    }
+}
+
+/// The speech engine: one owner thread per device. Dropping it stops them; running utterances
+/// end with `draining`.
+pub struct TtsEngine {
+    pool: StagePool<TtsDevice>,
+    /// The model's dimensions; `max_utterances` and `kv_usable` count every device.
+    info: TtsInfo,
     config: TtsConfig,
+    /// Requests refused before they reached a device (the device's own with one device).
     metrics: Arc<TtsMetrics>,
     tokenizer: Option<CsmTokenizer>,
 }
 
 impl TtsEngine {
-    /// Starts the owner thread, which builds the stage with `factory`; returns once the stage is
-    /// ready, or with the factory's error. `tokenizer` serves `text` requests.
+    /// Starts the owner thread of one device, which builds the stage with `factory`; returns
+    /// once the stage is ready, or with the factory's error. `tokenizer` serves `text` requests.
     pub fn start<B: LmOps + 'static>(
         factory: TtsStageFactory<B>,
+        config: TtsConfig,
+        tokenizer: Option<CsmTokenizer>,
+    ) -> Result<Self> {
+        Self::start_on(
+            vec![DeviceStage::new(DEFAULT_DEVICE, factory)],
+            config,
+            tokenizer,
+        )
+    }
+
+    /// Starts one owner thread per device (each building its own stage); a new utterance goes to
+    /// the device with the most free KV blocks. Fails, naming the device, when any fails to
+    /// start.
+    pub fn start_on<B: LmOps + 'static>(
+        devices: Vec<DeviceStage<TtsStageFactory<B>>>,
         config: TtsConfig,
         tokenizer: Option<CsmTokenizer>,
     ) -> Result<Self> {
@@ -101,18 +168,27 @@ impl TtsEngine {
                 format!("bounds must be positive, got {config:?}"),
             ));
         }
-        let metrics = Arc::new(TtsMetrics::default());
-        let thread_metrics = metrics.clone();
-        let (owner, info) =
-            OwnerThread::spawn("chorus-tts", config.max_queued_starts, move || {
-                let (stage, opts) = factory()?;
-                let worker = Worker::new(stage, &opts, thread_metrics)?;
-                let info = worker.info().clone();
-                Ok((worker, info))
-            })?;
-        metrics.set_slots(info.max_utterances);
+        let pool = start_pool(devices, |d, health| {
+            let m = TtsDevice::start(d, &config, health)?;
+            let capacity = Capacity {
+                seats: m.info.max_utterances,
+                blocks: m.info.kv_usable,
+            };
+            Ok((m, capacity))
+        })?;
+        let first = pool.first();
+        let metrics = match pool.len() {
+            1 => first.metrics.clone(),
+            _ => Arc::new(TtsMetrics::default()),
+        };
+        let all = pool.members();
+        let info = TtsInfo {
+            max_utterances: all.iter().map(|m| m.engine.info.max_utterances).sum(),
+            kv_usable: all.iter().map(|m| m.engine.info.kv_usable).sum(),
+            ..first.info.clone()
+        };
         Ok(Self {
-            owner,
+            pool,
             info,
             config,
             metrics,
@@ -120,7 +196,7 @@ impl TtsEngine {
         })
     }
 
-    /// The stage's dimensions.
+    /// The stage's dimensions; `max_utterances` and `kv_usable` count every device.
     pub fn info(&self) -> &TtsInfo {
         &self.info
     }
@@ -129,9 +205,25 @@ impl TtsEngine {
         &self.config
     }
 
-    /// Counters and gauges.
+    /// Counters and gauges of a one-device engine; with several devices, the refusals counted
+    /// before an utterance reached any of them (each device's own are in
+    /// [`Self::render_metrics`]).
     pub fn metrics(&self) -> &Arc<TtsMetrics> {
         &self.metrics
+    }
+
+    /// Every device's seats, reserved KV blocks and health.
+    pub fn devices(&self) -> Vec<MemberStatus> {
+        self.pool.status()
+    }
+
+    /// Appends the speech metrics: one device's as they are, several labelled by device.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.pool.render_metrics(
+            out,
+            |m, out| m.metrics.render(out),
+            |out| self.metrics.render_refused(out),
+        );
     }
 
     /// Whether `text` requests can be served.
@@ -145,10 +237,40 @@ impl TtsEngine {
         build_utterance(req, &self.info, &self.config, self.tokenizer.as_ref())
     }
 
-    /// Hands an utterance to the owner thread. The job's first event is `Started`, or its
-    /// outcome is a refusal (`busy` when every seat is taken): nothing is queued behind a full
-    /// stage.
+    /// Hands an utterance to the device with the most free KV blocks. The job's first event is
+    /// `Started`, or its outcome is a refusal (`busy` when no device has a seat and the blocks
+    /// free): nothing is queued behind a full stage.
     pub fn submit(&self, spec: UtteranceSpec) -> std::result::Result<TtsJob, TtsError> {
+        let blocks = utterance_blocks(&spec, self.info.block_size);
+        let received = Instant::now();
+        let mut spec = Some(spec);
+        self.pool
+            .place(blocks, |device, seat| {
+                let Some(s) = spec.take() else {
+                    return Tried::Final(TtsError::internal(
+                        "the utterance was already handed over",
+                    ));
+                };
+                match self.submit_to(device, s, seat, received) {
+                    Ok(job) => Tried::Placed(job),
+                    Err(back) => {
+                        let (e, back) = *back;
+                        spec = Some(back);
+                        Tried::Next(e)
+                    }
+                }
+            })
+            .map_err(|u| unplaced_error(u, "utterances"))
+    }
+
+    /// Hands an utterance to one device's thread; one it cannot take comes back.
+    fn submit_to(
+        &self,
+        device: &TtsDevice,
+        spec: UtteranceSpec,
+        seat: Seat,
+        received: Instant,
+    ) -> std::result::Result<TtsJob, Box<(TtsError, UtteranceSpec)>> {
         // One more than the frame bound: `Started` takes a place too.
         let (job, side) = Job::channel(
             self.config.max_undelivered_frames + 1,
@@ -157,18 +279,25 @@ impl TtsEngine {
         let start = StartJob {
             spec,
             side,
-            received: Instant::now(),
+            received,
+            seat,
         };
-        match self.owner.try_submit(start) {
+        match device.owner.try_submit(start) {
             Ok(()) => Ok(job),
-            Err(SubmitFailed::Full) => Err(TtsError::new(
-                TtsErrorCode::Busy,
-                format!(
-                    "busy: {} utterances are already waiting for the speech engine",
-                    self.config.max_queued_starts
+            Err((SubmitFailed::Full, back)) => Err(Box::new((
+                TtsError::new(
+                    TtsErrorCode::Busy,
+                    format!(
+                        "busy: {} utterances are already waiting for the speech engine",
+                        self.config.max_queued_starts
+                    ),
                 ),
-            )),
-            Err(SubmitFailed::Stopped) => Err(TtsError::internal("the speech engine has stopped")),
+                back.spec,
+            ))),
+            Err((SubmitFailed::Stopped, back)) => Err(Box::new((
+                TtsError::internal("the speech engine has stopped"),
+                back.spec,
+            ))),
         }
     }
 }

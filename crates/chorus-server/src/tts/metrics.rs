@@ -29,6 +29,9 @@ pub struct TtsGauges {
     pub kv_available: usize,
 }
 
+const REFUSED: &str = "chorus_tts_utterances_refused_total";
+const REFUSED_HELP: &str = "Speech requests that never started, by error code.";
+
 /// Everything `/metrics` reports about speech.
 pub struct TtsMetrics {
     slots: AtomicU64,
@@ -138,6 +141,11 @@ impl TtsMetrics {
         }
     }
 
+    /// Appends the refusal counter alone (a pool's refusals before any device).
+    pub(crate) fn render_refused(&self, out: &mut String) {
+        self.refused.render(out, REFUSED, REFUSED_HELP);
+    }
+
     /// Appends every speech metric to `out` in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let rows: [(&str, &str, &str, &AtomicU64); 9] = [
@@ -208,11 +216,7 @@ impl TtsMetrics {
             "chorus_tts_utterances_cancelled_total",
             "Running utterances cancelled, by reason.",
         );
-        self.refused.render(
-            out,
-            "chorus_tts_utterances_refused_total",
-            "Speech requests that never started, by error code.",
-        );
+        self.refused.render(out, REFUSED, REFUSED_HELP);
         self.first_audio.render(
             out,
             "chorus_tts_first_audio_seconds",

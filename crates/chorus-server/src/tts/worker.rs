@@ -18,6 +18,12 @@ use super::{TtsError, TtsErrorCode};
 use crate::stage::error::admission_error;
 use crate::stage::job::{CancelKind, CancelRequest, JobSide};
 use crate::stage::owner::Owner;
+use crate::stage::pool::Seat;
+
+/// KV blocks an utterance reserves at admission: its prompt and every frame it may draw.
+pub(crate) fn utterance_blocks(spec: &UtteranceSpec, block_size: usize) -> usize {
+    chorus_lm::kv::blocks_for(spec.prompt_frames() + spec.request.max_frames, block_size)
+}
 
 /// An utterance to admit, with where its events go.
 pub(crate) struct StartJob {
@@ -25,6 +31,8 @@ pub(crate) struct StartJob {
     pub side: JobSide<TtsEvent, TtsOutcome>,
     /// When the front accepted the request (time to first audio counts from here).
     pub received: Instant,
+    /// Its share of the device, held while the utterance is in the stage.
+    pub seat: Seat,
 }
 
 /// An admitted utterance's client side.
@@ -34,6 +42,7 @@ struct Running {
     first_audio: Option<Duration>,
     /// Frames handed to the channel.
     sent: usize,
+    _seat: Seat,
 }
 
 pub(crate) struct Worker<B: LmOps> {
@@ -43,6 +52,8 @@ pub(crate) struct Worker<B: LmOps> {
     jobs: HashMap<UtteranceId, Running>,
     metrics: Arc<TtsMetrics>,
     step_utterances: usize,
+    /// The device, as errors name it.
+    device: usize,
 }
 
 fn slow_consumer(frames: usize) -> TtsError {
@@ -59,6 +70,7 @@ impl<B: LmOps> Worker<B> {
         stage: TtsStage<B>,
         opts: &TtsOptions,
         metrics: Arc<TtsMetrics>,
+        device: usize,
     ) -> Result<Self> {
         if !stage.decodes_audio() {
             return Err(Error::config(
@@ -82,6 +94,7 @@ impl<B: LmOps> Worker<B> {
             jobs: HashMap::new(),
             metrics,
             step_utterances: 0,
+            device,
         })
     }
 
@@ -95,6 +108,7 @@ impl<B: LmOps> Worker<B> {
             spec,
             side,
             received,
+            seat,
         } = job;
         if side.events.is_closed() || side.shared.cancel_request() != CancelRequest::None {
             side.shared.set_outcome(TtsOutcome::Ended {
@@ -123,6 +137,7 @@ impl<B: LmOps> Worker<B> {
                     received,
                     first_audio: None,
                     sent: 0,
+                    _seat: seat,
                 };
                 self.jobs.insert(id, running);
                 // Gauges first, so that a started utterance is never seen as not active.
@@ -146,8 +161,7 @@ impl<B: LmOps> Worker<B> {
                 ),
             ));
         }
-        let positions = spec.prompt_frames() + spec.request.max_frames;
-        let need = chorus_lm::kv::blocks_for(positions, self.info.block_size);
+        let need = utterance_blocks(spec, self.info.block_size);
         let (_, available, usable) = self.stage.kv_blocks();
         if need > available {
             return Err(TtsError::new(
@@ -221,7 +235,10 @@ impl<B: LmOps> Worker<B> {
         match result {
             Ok(n) => self.step_utterances = n,
             Err(e) => {
-                self.fail_all(TtsError::internal(format!("the speech step failed: {e}")));
+                self.fail_all(TtsError::internal(format!(
+                    "the speech step failed on device {}: {e}",
+                    self.device
+                )));
                 return;
             }
         }
@@ -310,5 +327,9 @@ impl<B: LmOps> Owner for Worker<B> {
             TtsErrorCode::Draining,
             "the speech engine stopped: the server is shutting down",
         ));
+    }
+
+    fn abort(&mut self, why: &str) {
+        self.fail_all(TtsError::internal(why));
     }
 }
