@@ -285,7 +285,7 @@ __device__ __forceinline__ void attention_body(const T* __restrict__ qkv, T* kv,
         }
         __syncthreads();
         if (gw == 0 && active) {
-            attn_merge<ATTN_MAX_TIME>(smem + groups * d.time * D + warp * ATTN_MAX_TIME * (D + 2), split, nt, D,
+            attn_merge<ATTN_MAX_TIME>(part, split, nt, D,
                                       out + ((long long)r * d.time + t0) * hd + h * D, hd);
         }
         // The next tile reuses the partials.

@@ -106,6 +106,142 @@ extern "C" __global__ void lm_gemv(const T* __restrict__ x, const T* __restrict_
     }
 }
 
+// The bulk-copy GEMV (sm_90+, `CudaOptions::gemv_tma`): each warp streams its weight rows through
+// its own ring of GEMV_TMA_STAGES shared-memory segments of GEMV_TMA_SEG bytes, each filled by one
+// bulk copy (cp.async.bulk) that completes on the segment's mbarrier. A warp thus keeps
+// GEMV_TMA_STAGES * GEMV_TMA_SEG bytes in flight whatever its registers, and asks for its first
+// segments before it waits on the predecessor (weights are never written during a step), so a
+// product's ramp overlaps the kernel before it. Rows go to warps grid-stride, as in lm_gemv, so
+// the warps read neighbouring rows at any moment. The sums are those of lm_gemv's 2-row tile.
+#define GEMV_TMA_SEG 4096
+#define GEMV_TMA_STAGES 3
+#define GEMV_TMA_WARPS 8
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+
+// One bulk copy of `bytes` (a multiple of 16) into shared memory, counted on `bar`; the weights
+// are read once per step, so L2 evicts them first.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                          unsigned long long policy) {
+    asm volatile(
+        "{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}" ::"r"(bar), "r"(bytes)
+        : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+        "%4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+#endif
+
+// The bulk-copy GEMV's body: its first segments are asked for, then it waits on its
+// predecessor (pdl_enter) and streams. Shared memory: GEMV_TMA_WARPS * GEMV_TMA_STAGES segments
+// (sized by the host). At most 2 rows.
+__device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
+                                              int n, int k, int m, int acc_out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int N = 2;
+    constexpr int SEG = GEMV_TMA_SEG / (int)sizeof(T);
+    extern __shared__ float4 gemv_tma_smem[];
+    __shared__ __align__(8) unsigned long long bars[GEMV_TMA_WARPS * GEMV_TMA_STAGES];
+    const int lane = threadIdx.x & 31;
+    const int wib = threadIdx.x >> 5;
+    const int gw = blockIdx.x * GEMV_TMA_WARPS + wib;
+    const int warps = gridDim.x * GEMV_TMA_WARPS;
+    const int nseg = (k + SEG - 1) / SEG;
+    const int rows = gw < m ? (m - 1 - gw) / warps + 1 : 0;
+    const int units = rows * nseg;
+    char* ring = reinterpret_cast<char*>(gemv_tma_smem) + (size_t)wib * GEMV_TMA_STAGES * GEMV_TMA_SEG;
+    const unsigned bar0 = smem_u32(bars + wib * GEMV_TMA_STAGES);
+    unsigned long long policy = 0;
+    if (lane == 0) {
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#pragma unroll
+        for (int s = 0; s < GEMV_TMA_STAGES; ++s) mbar_init(bar0 + 8 * s);
+        // The barriers are initialised before the copy engine signals them.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        for (int u = 0; u < units && u < GEMV_TMA_STAGES; ++u) {
+            const int j = gw + (u / nseg) * warps, off = (u % nseg) * SEG;
+            bulk_load(smem_u32(ring + u * GEMV_TMA_SEG), w + (size_t)j * k + off,
+                      (unsigned)(min(SEG, k - off) * sizeof(T)), bar0 + 8 * u, policy);
+        }
+    }
+    __syncwarp();
+    pdl_enter();
+    float acc[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) acc[r] = 0.f;
+    for (int u = 0; u < units; ++u) {
+        const int stage = u % GEMV_TMA_STAGES;
+        mbar_wait(bar0 + 8 * stage, (unsigned)(u / GEMV_TMA_STAGES) & 1u);
+        const int i = u / nseg, sg = u % nseg;
+        const int j = gw + i * warps, off = sg * SEG, len = min(SEG, k - off);
+        const T* seg = reinterpret_cast<const T*>(ring + stage * GEMV_TMA_SEG);
+#pragma unroll 4
+        for (int e = lane * VEC; e < len; e += 32 * VEC) {
+            float wf[VEC];
+            unpack(*reinterpret_cast<const uint4*>(seg + e), wf);
+#pragma unroll
+            for (int r = 0; r < N; ++r) {
+                if (r < n) {
+                    float xf[VEC];
+                    load_xv(x + (size_t)r * k + off + e, xf);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[r] = fmaf(wf[v], xf[v], acc[r]);
+                }
+            }
+        }
+        // Every lane has read the segment before it is refilled.
+        __syncwarp();
+        if (lane == 0 && u + GEMV_TMA_STAGES < units) {
+            const int un = u + GEMV_TMA_STAGES;
+            const int jn = gw + (un / nseg) * warps, offn = (un % nseg) * SEG;
+            bulk_load(smem_u32(ring + stage * GEMV_TMA_SEG), w + (size_t)jn * k + offn,
+                      (unsigned)(min(SEG, k - offn) * sizeof(T)), bar0 + 8 * stage, policy);
+        }
+        if (sg == nseg - 1) {
+#pragma unroll
+            for (int r = 0; r < N; ++r) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+            }
+            if (lane < N && lane < n) {
+                const float v = lane == 0 ? acc[0] : acc[1];
+                T* o = out + (size_t)lane * m + j;
+                st(o, acc_out ? ld(o) + v : v);
+            }
+#pragma unroll
+            for (int r = 0; r < N; ++r) acc[r] = 0.f;
+        }
+    }
+#else
+    pdl_enter();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_TMA_WARPS * 32)
+    lm_gemv_tma(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int n, int k, int m,
+                int acc_out) {
+    gemv_tma_body(x, w, out, n, k, m, acc_out);
+}
+
 // Rows the fused norm + GEMV kernel takes (the plain kernel's smallest tile).
 #define GEMV_NORM_ROWS 2
 

@@ -90,9 +90,13 @@ pub struct CudaOptions {
     pub fused_norm_rotation: bool,
     /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
     /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
-    /// the plain decode kernel. Off by default until measured on the GPU;
-    /// `CHORUS_LM_ATTENTION_MMA=1` turns it on.
+    /// the plain decode kernel (`CHORUS_LM_ATTENTION_MMA=0`). On by default: measured on the H200
+    /// at 64 and 128 songs it takes 10-17% off the frame (docs/PERFORMANCE.md).
     pub lm_attention_mma: bool,
+    /// Products of at most two rows stream their weights with bulk copies into shared memory
+    /// (`lm_gemv_tma`, sm_90+) instead of register loads (`lm_gemv`). Off by default until
+    /// measured on the GPU; `CHORUS_GEMV_TMA=1` turns it on.
+    pub gemv_tma: bool,
 }
 
 impl Default for CudaOptions {
@@ -116,7 +120,8 @@ impl Default for CudaOptions {
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
-            lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).is_ok_and(|v| v == "1"),
+            lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
+            gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -128,6 +133,8 @@ pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
 /// Environment switch of [`CudaOptions::lm_attention_mma`]'s default.
 pub const LM_ATTENTION_MMA_ENV: &str = "CHORUS_LM_ATTENTION_MMA";
+/// Environment switch of [`CudaOptions::gemv_tma`]'s default.
+pub const GEMV_TMA_ENV: &str = "CHORUS_GEMV_TMA";
 /// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
 pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
@@ -241,6 +248,11 @@ pub struct CudaBackend {
     pub(crate) lm_attention_mma: bool,
     /// LM decode attentions enqueued on the tensor-core kernel so far.
     pub(crate) lm_attention_mma_launches: AtomicUsize,
+    /// Blocks of the bulk-copy GEMV ([`CudaOptions::gemv_tma`]): as many as the device holds at
+    /// once; 0 when it is off.
+    pub(crate) gemv_tma_grid: u32,
+    /// Bulk-copy GEMV launches enqueued so far.
+    pub(crate) gemv_tma_launches: AtomicUsize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -321,6 +333,11 @@ impl CudaBackend {
         if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
             crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
         }
+        let gemv_tma_grid = if options.gemv_tma && arch.0 >= crate::lm::gemv::GEMV_TMA_MIN_MAJOR {
+            crate::lm::gemv::tma_grid(&kernels, sms.max(1) as usize)?
+        } else {
+            0
+        };
         let blas = Blas::new(
             &ctx,
             stream.cu_stream(),
@@ -372,6 +389,8 @@ impl CudaBackend {
                 && options.precision == Precision::Bf16
                 && arch.0 >= MMA_MIN_MAJOR,
             lm_attention_mma_launches: AtomicUsize::new(0),
+            gemv_tma_grid,
+            gemv_tma_launches: AtomicUsize::new(0),
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
@@ -399,6 +418,16 @@ impl CudaBackend {
     /// Residual blocks enqueued as one fused kernel so far (a graph replay adds none).
     pub fn fused_res_blocks(&self) -> usize {
         self.res_block_launches.load(Ordering::Relaxed)
+    }
+
+    /// The device's compute capability (major, minor).
+    pub fn arch(&self) -> (i32, i32) {
+        self.arch
+    }
+
+    /// Products enqueued on the bulk-copy GEMV so far (a graph replay adds none).
+    pub fn bulk_copy_gemvs(&self) -> usize {
+        self.gemv_tma_launches.load(Ordering::Relaxed)
     }
 
     /// Convolutions enqueued on the one-output kernel so far (a graph replay adds none).

@@ -129,6 +129,7 @@ kernel_table! {
     LmCfgDraw => "lm_cfg_draw",
     // Skinny products (kernels/lm_gemv.cu).
     LmGemv => "lm_gemv",
+    LmGemvTma => "lm_gemv_tma",
     GemvNorm => "gemv_norm",
     // int8 ConvRot weights (kernels/lm_q8.cu).
     LmGemvQ8 => "lm_gemv_q8",

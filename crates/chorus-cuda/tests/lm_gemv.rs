@@ -246,3 +246,121 @@ fn skinny_products_stream_weights_near_the_copy_bandwidth() {
         assert!(ms > 0.0);
     }
 }
+
+/// A CUDA backend whose products of at most two rows take the bulk-copy GEMV (`lm_gemv_tma`),
+/// or `None` without a device or below sm_90 (where it does not run).
+fn cuda_tma(precision: Precision) -> Option<chorus_cuda::CudaBackend> {
+    let be = cuda_with_opts(chorus_cuda::CudaOptions {
+        precision,
+        gemv_tma: true,
+        ..Default::default()
+    })?;
+    if be.arch().0 < 9 {
+        eprintln!("skipped: the bulk-copy GEMV needs sm_90");
+        return None;
+    }
+    Some(be)
+}
+
+fn cuda_with_opts(opts: chorus_cuda::CudaOptions) -> Option<chorus_cuda::CudaBackend> {
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return None;
+    }
+    Some(chorus_cuda::CudaBackend::new(opts).unwrap())
+}
+
+/// The bulk-copy GEMV against the CPU, and bit for bit against the register GEMV (it sums in the
+/// same order): rows of whole, several and partial segments, `linear` and `linear_acc`.
+#[test]
+fn bulk_copy_gemv_matches_the_cpu_and_the_register_gemv() {
+    let cpu = cpu();
+    for precision in PRECISIONS {
+        let (Some(tma), Some(plain)) = (cuda_tma(precision), cuda(precision)) else {
+            return;
+        };
+        for (n, k, m, accumulate) in [
+            (2, 4096, 16385, false),
+            (1, 4096, 3000, false),
+            (2, 12288, 4096, true),
+            (2, 1032, 517, false),
+            (1, 520, 70, true),
+            (2, 6144, 2113, true),
+        ] {
+            let mut r = Rng::new((n * k + m) as u64 + 77);
+            let acc = r.vec(n * m, 1.0);
+            let x = r.vec(n * k, 1.0);
+            let w = r.vec(m * k, (3.0 / k as f32).sqrt());
+            let name = format!("bulk-copy gemv n={n} k={k} m={m} acc={accumulate}");
+            let before = tma.bulk_copy_gemvs();
+            let got = product_onto(&tma, &acc, &x, &w, (n, k, m), accumulate);
+            assert!(
+                tma.bulk_copy_gemvs() > before,
+                "{name}: the bulk-copy GEMV did not run"
+            );
+            let want = product_onto(&cpu, &acc, &x, &w, (n, k, m), accumulate);
+            assert_parity(&name, precision, &got, &want);
+            let reg = product_onto(&plain, &acc, &x, &w, (n, k, m), accumulate);
+            let same = got
+                .iter()
+                .zip(&reg)
+                .filter(|(a, b)| a.to_bits() == b.to_bits())
+                .count();
+            assert_eq!(
+                same,
+                got.len(),
+                "{name}: {same} of {} outputs equal the register GEMV's",
+                got.len()
+            );
+        }
+    }
+}
+
+/// Weight bandwidth of the register and the bulk-copy GEMV on each of the LM's product shapes at
+/// one song (2 rows): eight weights of each shape in one program (past the L2), both kernels.
+#[test]
+fn gemv_bandwidth_by_shape_register_and_bulk_copy() {
+    let (Some(plain), Some(tma)) = (cuda(Precision::Bf16), cuda_tma(Precision::Bf16)) else {
+        return;
+    };
+    let copies = 8;
+    for (name, k, m) in [
+        ("o_proj 34 MB", 4096usize, 4096usize),
+        ("qkv 50 MB", 4096, 6144),
+        ("down 100 MB", 12288, 4096),
+        ("gate_up 201 MB", 4096, 24576),
+    ] {
+        let mut line = format!("gemv {name:<15}");
+        for (label, be) in [("register", &plain), ("bulk-copy", &tma)] {
+            let weights: Vec<_> = (0..copies)
+                .map(|_| be.zeros(k * m, BufRole::Weight).unwrap())
+                .collect();
+            let x = be.zeros(2 * k, BufRole::Activation).unwrap();
+            let mut out = be.zeros(2 * m, BufRole::Activation).unwrap();
+            let key = 9_500 + m + k;
+            be.run(key, &mut |b: &chorus_cuda::CudaBackend| {
+                for w in &weights {
+                    b.linear(LinearArgs {
+                        x: &x,
+                        w,
+                        out: &mut out,
+                        n: 2,
+                        k,
+                        m,
+                    })?;
+                }
+                Ok(())
+            })
+            .unwrap();
+            let ms = median_ms(be, key);
+            let bytes = (copies * k * m * 2) as f64;
+            line += &format!(
+                "  {label} {:.1} us {:.0} GB/s",
+                ms * 1e3 / copies as f64,
+                bytes / ms / 1e6
+            );
+            assert!(ms > 0.0);
+        }
+        eprintln!("{line}");
+    }
+}

@@ -27,7 +27,8 @@ fn every_kernel_compiles_for_sm90() {
 /// Kernels launch with programmatic dependent launch, which is only correct when each kernel
 /// waits for its predecessor before touching activations: `pdl_enter()` must be every kernel's
 /// first statement (a weight prefetch, which reads no activation, may come before it; the skinny
-/// products' body, `SK_DISPATCH`, loads its first weights and then waits, see lm_skinny.cu).
+/// products' body, `SK_DISPATCH`, loads its first weights and then waits, see lm_skinny.cu; so
+/// does the bulk-copy GEMV's, `gemv_tma_body`, see lm_gemv.cu).
 #[test]
 fn every_kernel_waits_for_its_predecessor_first() {
     let src = chorus_cuda::kernel_source();
@@ -45,6 +46,7 @@ fn every_kernel_waits_for_its_predecessor_first() {
         let name = body[..open].split('(').next().unwrap_or("?");
         let ok = first[0] == "pdl_enter();"
             || first[0].starts_with("SK_DISPATCH(")
+            || first[0].starts_with("gemv_tma_body(")
             || (first[0].starts_with("prefetch_first_row(") && first[1] == "pdl_enter();");
         assert!(
             ok,

@@ -279,7 +279,16 @@ pub(crate) fn paged_attention(
     }
     // The most keys one query reads.
     let keys = a.window.map_or(ring, |w| w.min(ring));
-    let plan = if decode_fits(&g) {
+    // The tensor-core decode also takes groups of 8, which the plain decode kernel has no
+    // instance for.
+    let group = g.q_heads / g.kv_heads;
+    let mma = be.lm_attention_mma
+        && g.time == 1
+        && hd == MMA_HEAD_DIM
+        && g.q_heads.is_multiple_of(g.kv_heads)
+        && matches!(group, 1 | 2 | 4 | 8);
+    let decode = decode_fits(&g) || mma;
+    let plan = if decode {
         decode_plan_keys(be.sm_count, &g, keys, be.batch_invariant)
     } else {
         DecodePlan {
@@ -342,9 +351,8 @@ pub(crate) fn paged_attention(
         )?;
     }
 
-    let group = g.q_heads / g.kv_heads;
     // 8-bit caches have no group_pairs instance: those shapes take the general kernel.
-    if decode_fits(&g) && !(kv8 && plan.group_pairs) {
+    if decode && !(kv8 && plan.group_pairs) {
         let lanes = (hd / vec).min(32);
         let key_groups = DECODE_THREADS as usize / lanes;
         let smem = (key_groups * group * (hd + 2) * 4) as u32;
@@ -363,11 +371,7 @@ pub(crate) fn paged_attention(
         };
         // The tensor-core kernel (`lm_attention_mma.cu`): the same blocks and partials, its own
         // key groups (one per warp).
-        if be.lm_attention_mma
-            && hd == MMA_HEAD_DIM
-            && matches!(group, 1 | 2 | 4 | 8)
-            && !plan.group_pairs
-        {
+        if mma && !plan.group_pairs {
             let cfg = Launch {
                 grid: blocks,
                 block: 32 * MMA_WARPS as u32,

@@ -4,8 +4,10 @@
 
 use chorus_core::{LinearArgs, NormLinearArgs, Result};
 
+use std::sync::atomic::Ordering;
+
 use crate::backend::CudaBackend;
-use crate::kernels::{kargs, Kernel, Launch};
+use crate::kernels::{kargs, Kernel, Kernels, Launch};
 
 /// Most activation rows the GEMV kernel takes (one song: measured on the H200, it streams bf16
 /// weights at 3.6 TB/s for 2 rows, 2.9 at 4, 2.1 at 8, while cuBLAS reaches 3.5 TB/s from 32 rows).
@@ -21,6 +23,31 @@ const GEMV_NORM_MAX_K: usize = 4096;
 const GEMV_WARPS: u32 = 8;
 /// Bytes of one vector access.
 const VEC_BYTES: usize = 16;
+/// The bulk-copy GEMV's geometry (mirrors `GEMV_TMA_WARPS`, `GEMV_TMA_STAGES`, `GEMV_TMA_SEG`):
+/// each warp's ring of segments is its shared memory.
+const GEMV_TMA_WARPS: u32 = 8;
+const GEMV_TMA_STAGES: usize = 3;
+const GEMV_TMA_SEG: usize = 4096;
+/// Bulk copies and mbarriers with transaction counts need sm_90.
+pub(crate) const GEMV_TMA_MIN_MAJOR: i32 = 9;
+
+/// The bulk-copy GEMV's launch shape but its grid.
+fn tma_launch(grid: u32) -> Launch {
+    Launch {
+        grid,
+        block: 32 * GEMV_TMA_WARPS,
+        smem: (GEMV_TMA_WARPS as usize * GEMV_TMA_STAGES * GEMV_TMA_SEG) as u32,
+    }
+}
+
+/// Lets the bulk-copy GEMV take its shared memory and returns its grid: every block the device
+/// holds at once (the rows go to its warps grid-stride, so there is no second wave).
+pub(crate) fn tma_grid(kernels: &Kernels, sm_count: usize) -> Result<u32> {
+    let launch = tma_launch(1);
+    kernels.allow_dynamic_smem(Kernel::LmGemvTma, launch.smem as usize)?;
+    let per_sm = kernels.resident_blocks(Kernel::LmGemvTma, &launch)?;
+    Ok(u32::try_from(per_sm * sm_count).unwrap_or(u32::MAX))
+}
 
 impl CudaBackend {
     /// True when `linear` should take the GEMV kernel for this shape.
@@ -44,6 +71,14 @@ impl CudaBackend {
         let (x, w, out) = (a.x.mem.ptr(), a.w.mem.ptr(), a.out.mem.ptr());
         let (n, k, m) = (a.n as i32, a.k as i32, a.m as i32);
         let acc = i32::from(accumulate);
+        if self.gemv_tma_grid > 0 {
+            self.gemv_tma_launches.fetch_add(1, Ordering::Relaxed);
+            return self.launch(
+                Kernel::LmGemvTma,
+                tma_launch(self.gemv_tma_grid),
+                &mut kargs![&x, &w, &out, &n, &k, &m, &acc],
+            );
+        }
         let cfg = Launch {
             grid: (a.m as u32).div_ceil(GEMV_WARPS),
             block: 32 * GEMV_WARPS,

@@ -109,8 +109,18 @@ fn check_decode(
     let cpu_out = case.real_rows(&case.run(&cpu()).expect("cpu paged_attention"));
     let cpu_err = rel_l2_f64(&cpu_out, &want);
     eprintln!("{name}: CPU backend vs f64 reference: rel L2 {cpu_err:.3e}");
-    for p in PRECISIONS {
-        let Some(be) = cuda(p) else { return };
+    // bf16 runs on the tensor-core decode by default; the plain kernel is checked too.
+    let plain = |p| {
+        cuda_with(chorus_cuda::CudaOptions {
+            precision: p,
+            lm_attention_mma: false,
+            ..Default::default()
+        })
+    };
+    let mut backends: Vec<_> = PRECISIONS.iter().map(|&p| (p, cuda(p))).collect();
+    backends.push((Precision::Bf16, plain(Precision::Bf16)));
+    for (p, be) in backends {
+        let Some(be) = be else { return };
         let got = case.real_rows(&case.run(&be).expect("cuda paged_attention"));
         assert_ref(name, p, &got, &want);
         assert!(
