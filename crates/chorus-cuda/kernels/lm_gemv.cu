@@ -150,26 +150,49 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 }
 #endif
 
-// The bulk-copy GEMV's body: its first segments are asked for, then it waits on its
-// predecessor (pdl_enter) and streams. Shared memory: GEMV_TMA_WARPS * GEMV_TMA_STAGES segments
-// (sized by the host). At most 2 rows.
-__device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
-                                              int n, int k, int m, int acc_out) {
+// Epilogues of the bulk-copy GEMV (mirror chorus_core::lm_ops::Epilogue): store, add to `out`,
+// or SwiGLU over the weight's two halves (gate rows [0, m/2), up rows [m/2, m)).
+#define GEMV_STORE 0
+#define GEMV_ACC 1
+#define GEMV_SWIGLU 2
+
+// The bulk-copy GEMV's body, `out = epi(norm?(x) . w^T)` for at most 2 rows: its first segments
+// are asked for, then it waits on its predecessor (pdl_enter) and streams. With `gamma` (an
+// RMSNorm's weight) the input is multiplied by it on the fly and each row's rsqrt(mean(x^2) + eps)
+// scales the sums (as LmOps::fused_linear allows); each block takes the rows' sums of squares
+// itself. Under GEMV_SWIGLU a warp's column takes its gate row, then its up row. Without a norm
+// and with GEMV_STORE / GEMV_ACC the sums are those of lm_gemv's 2-row tile, bit for bit.
+// Shared memory: GEMV_TMA_WARPS * GEMV_TMA_STAGES segments (sized by the host).
+__device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ gamma, T* __restrict__ out, float eps, int n,
+                                              int k, int m, int epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int N = 2;
     constexpr int SEG = GEMV_TMA_SEG / (int)sizeof(T);
     extern __shared__ float4 gemv_tma_smem[];
     __shared__ __align__(8) unsigned long long bars[GEMV_TMA_WARPS * GEMV_TMA_STAGES];
+    __shared__ float sumsq[GEMV_TMA_WARPS][N];
+    __shared__ float row_scale[N];
     const int lane = threadIdx.x & 31;
     const int wib = threadIdx.x >> 5;
     const int gw = blockIdx.x * GEMV_TMA_WARPS + wib;
     const int warps = gridDim.x * GEMV_TMA_WARPS;
+    const int parts = epi == GEMV_SWIGLU ? 2 : 1;
+    const int cols = m / parts;
     const int nseg = (k + SEG - 1) / SEG;
-    const int rows = gw < m ? (m - 1 - gw) / warps + 1 : 0;
-    const int units = rows * nseg;
+    const int per_col = parts * nseg;
+    const int my_cols = gw < cols ? (cols - 1 - gw) / warps + 1 : 0;
+    const int units = my_cols * per_col;
     char* ring = reinterpret_cast<char*>(gemv_tma_smem) + (size_t)wib * GEMV_TMA_STAGES * GEMV_TMA_SEG;
     const unsigned bar0 = smem_u32(bars + wib * GEMV_TMA_STAGES);
     unsigned long long policy = 0;
+    // Unit u of this warp: column u / per_col, then its part (gate, up) and segment.
+    auto issue = [&](int u, int stage) {
+        const int c = u / per_col, rem = u % per_col;
+        const int row = gw + c * warps + (rem / nseg) * cols, off = (rem % nseg) * SEG;
+        bulk_load(smem_u32(ring + stage * GEMV_TMA_SEG), w + (size_t)row * k + off,
+                  (unsigned)(min(SEG, k - off) * sizeof(T)), bar0 + 8 * stage, policy);
+    };
     if (lane == 0) {
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #pragma unroll
@@ -177,27 +200,51 @@ __device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* 
         // The barriers are initialised before the copy engine signals them.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        for (int u = 0; u < units && u < GEMV_TMA_STAGES; ++u) {
-            const int j = gw + (u / nseg) * warps, off = (u % nseg) * SEG;
-            bulk_load(smem_u32(ring + u * GEMV_TMA_SEG), w + (size_t)j * k + off,
-                      (unsigned)(min(SEG, k - off) * sizeof(T)), bar0 + 8 * u, policy);
-        }
+        for (int u = 0; u < units && u < GEMV_TMA_STAGES; ++u) issue(u, u);
     }
     __syncwarp();
     pdl_enter();
-    float acc[N];
+    if (gamma != nullptr) {
+        // Every block takes the rows' sums of squares (the rows are a few KB, in L2).
+        for (int r = 0; r < n; ++r) {
+            float q = 0.f;
+            for (int c = threadIdx.x * VEC; c < k; c += blockDim.x * VEC) {
+                float f[VEC];
+                load_xv(x + (size_t)r * k + c, f);
 #pragma unroll
-    for (int r = 0; r < N; ++r) acc[r] = 0.f;
+                for (int v = 0; v < VEC; ++v) q = fmaf(f[v], f[v], q);
+            }
+            q = warp_sum(q);
+            if (lane == 0) sumsq[wib][r] = q;
+        }
+        __syncthreads();
+        if (threadIdx.x < n) {
+            float q = 0.f;
+#pragma unroll
+            for (int i = 0; i < GEMV_TMA_WARPS; ++i) q += sumsq[i][threadIdx.x];
+            row_scale[threadIdx.x] = rsqrtf(q / k + eps);
+        }
+        __syncthreads();
+    }
+    float acc[N], gate[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) acc[r] = gate[r] = 0.f;
     for (int u = 0; u < units; ++u) {
         const int stage = u % GEMV_TMA_STAGES;
         mbar_wait(bar0 + 8 * stage, (unsigned)(u / GEMV_TMA_STAGES) & 1u);
-        const int i = u / nseg, sg = u % nseg;
-        const int j = gw + i * warps, off = sg * SEG, len = min(SEG, k - off);
+        const int rem = u % per_col;
+        const int off = (rem % nseg) * SEG, len = min(SEG, k - off);
         const T* seg = reinterpret_cast<const T*>(ring + stage * GEMV_TMA_SEG);
 #pragma unroll 4
         for (int e = lane * VEC; e < len; e += 32 * VEC) {
             float wf[VEC];
             unpack(*reinterpret_cast<const uint4*>(seg + e), wf);
+            if (gamma != nullptr) {
+                float gf[VEC];
+                load_xv(gamma + off + e, gf);
+#pragma unroll
+                for (int v = 0; v < VEC; ++v) wf[v] *= gf[v];
+            }
 #pragma unroll
             for (int r = 0; r < N; ++r) {
                 if (r < n) {
@@ -210,26 +257,32 @@ __device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* 
         }
         // Every lane has read the segment before it is refilled.
         __syncwarp();
-        if (lane == 0 && u + GEMV_TMA_STAGES < units) {
-            const int un = u + GEMV_TMA_STAGES;
-            const int jn = gw + (un / nseg) * warps, offn = (un % nseg) * SEG;
-            bulk_load(smem_u32(ring + stage * GEMV_TMA_SEG), w + (size_t)jn * k + offn,
-                      (unsigned)(min(SEG, k - offn) * sizeof(T)), bar0 + 8 * stage, policy);
+        if (lane == 0 && u + GEMV_TMA_STAGES < units) issue(u + GEMV_TMA_STAGES, stage);
+        if (rem % nseg != nseg - 1) continue;
+        // A row's sums are complete: reduce them across the warp.
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+            if (gamma != nullptr) acc[r] *= row_scale[r < n ? r : 0];
         }
-        if (sg == nseg - 1) {
+        if (rem != per_col - 1) {
+            // The gate row of a SwiGLU column: its up row follows.
 #pragma unroll
             for (int r = 0; r < N; ++r) {
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+                gate[r] = acc[r];
+                acc[r] = 0.f;
             }
-            if (lane < N && lane < n) {
-                const float v = lane == 0 ? acc[0] : acc[1];
-                T* o = out + (size_t)lane * m + j;
-                st(o, acc_out ? ld(o) + v : v);
-            }
-#pragma unroll
-            for (int r = 0; r < N; ++r) acc[r] = 0.f;
+            continue;
         }
+        if (lane < N && lane < n) {
+            const float y = lane == 0 ? acc[0] : acc[1];
+            const float g = lane == 0 ? gate[0] : gate[1];
+            T* o = out + (size_t)lane * cols + gw + (u / per_col) * warps;
+            st(o, epi == GEMV_SWIGLU ? g / (1.f + expf(-g)) * y : epi == GEMV_ACC ? ld(o) + y : y);
+        }
+#pragma unroll
+        for (int r = 0; r < N; ++r) acc[r] = 0.f;
     }
 #else
     pdl_enter();
@@ -237,9 +290,9 @@ __device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* 
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_TMA_WARPS * 32)
-    lm_gemv_tma(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int n, int k, int m,
-                int acc_out) {
-    gemv_tma_body(x, w, out, n, k, m, acc_out);
+    lm_gemv_tma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gamma, T* __restrict__ out,
+                float eps, int n, int k, int m, int epi) {
+    gemv_tma_body(x, w, gamma, out, eps, n, k, m, epi);
 }
 
 // Rows the fused norm + GEMV kernel takes (the plain kernel's smallest tile).

@@ -378,3 +378,53 @@ fn skinny_products_bandwidth_by_row_count() {
         }
     }
 }
+
+/// `fused_linear` on the bulk-copy GEMV (`CudaOptions::gemv_tma`, sm_90): one and two rows,
+/// every epilogue with and without the norm, rows of one, several and a partial segment (k 4096,
+/// 12288, 1032), against the CPU; int8 weights and more rows keep their kernels.
+#[test]
+fn bulk_copy_fused_products_match_the_cpu() {
+    let cpu = cpu();
+    for precision in PRECISIONS {
+        let Some(cuda) = cuda_with(CudaOptions {
+            precision,
+            gemv_tma: true,
+            ..Default::default()
+        }) else {
+            return;
+        };
+        if cuda.arch().0 < 9 {
+            eprintln!("skipped: the bulk-copy GEMV needs sm_90");
+            return;
+        }
+        let mut key = 500;
+        for (n, k, m) in [
+            (1, 4096, 1000),
+            (2, 12288, 514),
+            (2, 1032, 3000),
+            (3, 1024, 256),
+        ] {
+            for epilogue in EPILOGUES {
+                for (norm, q8) in [(false, false), (true, false), (true, true)] {
+                    let c = Case {
+                        n,
+                        k,
+                        m,
+                        epilogue,
+                        norm,
+                        q8,
+                    };
+                    let d = data(&c, key as u64 + 11);
+                    let before = cuda.bulk_copy_gemvs();
+                    let want = run(&cpu, &c, &d, key);
+                    let got = run(&cuda, &c, &d, key);
+                    let name = format!("{} (bulk-copy GEMV)", c.name());
+                    assert_parity(&name, precision, &got, &want);
+                    let took = cuda.bulk_copy_gemvs() > before;
+                    assert_eq!(took, n <= 2 && !q8, "{name}: bulk-copy GEMV taken");
+                    key += 1;
+                }
+            }
+        }
+    }
+}

@@ -94,6 +94,9 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
     if n == 0 || m == 0 {
         return Ok(());
     }
+    if be.gemv_tma_fused_fits(&a) {
+        return be.gemv_tma_fused(a);
+    }
     if !be.skinny_fits(&a) {
         return apart(be, a);
     }
