@@ -49,3 +49,9 @@ if cargo build -p chorus --release 2>/dev/null; then cp target/release/chorus "$
 [ -f ../shared/seeds/static_mimi_reference.py ] && cp ../shared/seeds/static_mimi_reference.py "$BIN/"
 ls -la "$BIN"
 du -sh "$BIN"
+# The carry to the device is 64 MiB with the tree: the binaries travel xz-packed in .device-pack/
+# (a quarter of their size); scripts/device/cuda_env.sh unpacks them there. PACK_BINS lists the
+# ones to pack (default: all).
+mkdir -p .device-pack
+(cd "$BIN" && tar -cf - ${PACK_BINS:-*}) | xz -T2 -6 > .device-pack/bins.tar.xz
+ls -la .device-pack

@@ -6,10 +6,7 @@
 # it lists encoder_chunk).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=.device-bin
 source scripts/device/cuda_env.sh
-status=0
-section() { echo; echo "=================== $* ==================="; }
 section "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [ -x "$BIN/encoder_chunk" ]; then

@@ -10,10 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 export RUST_BACKTRACE=1
-status=0
-section() { echo; echo "=================== $* ==================="; }
 run_test() { "$BIN/$1" --test-threads=1 --nocapture "${@:2}" 2>&1 | grep -v '^$' | grep -v '^test .* ok$' || status=1; }
 section "lm_attention (fp8, window, first_token, decode, prefill)"
 run_test lm_attention

@@ -6,9 +6,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
-status=0
-section() { echo; echo "=================== $* ==================="; }
 run_test() { "$BIN/$1" --test-threads=1 --nocapture "${@:2}" 2>&1 | grep -v '^$' | grep -v '^test .* ok$' | grep -v '^parity\|^reference\|^exact \|^timing' || status=1; }
 section "lm_attention"
 run_test lm_attention

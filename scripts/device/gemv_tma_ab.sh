@@ -10,9 +10,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
-status=0
-section() { echo; echo "=================== $* ==================="; }
 section "lm_gemv (bulk-copy GEMV against the CPU and the register GEMV; bandwidth by shape)"
 "$BIN"/lm_gemv --test-threads=1 --nocapture 2>&1 | grep -E "^test |test result|panick|gemv |skinny products|parity|bulk" || status=1
 section "lm_skinny bulk_copy (fused_linear on the bulk-copy GEMV: norm, epilogues, against the CPU)"

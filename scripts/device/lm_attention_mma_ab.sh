@@ -8,9 +8,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
-status=0
-section() { echo; echo "=================== $* ==================="; }
 section "lm_attention (mma, fp8, decode, prefill, window, draw)"
 "$BIN"/lm_attention --test-threads=1 --nocapture 2>&1 | grep -E "^test |test result|panick|tensor cores|mma" || status=1
 section "music_cuda with the tensor-core decode"

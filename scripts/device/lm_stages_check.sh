@@ -8,9 +8,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
-status=0
-section() { echo; echo "=================== $* ==================="; }
 section "lm_attention cfg_draw (per-row temperature and top-k against the CPU)"
 "$BIN"/lm_attention --test-threads=1 --nocapture cfg_draw 2>&1 | grep -E "^test |test result|panick|parity" || status=1
 section "lm_skinny (fused products, norm + rotation, against the CPU; bandwidth by rows)"

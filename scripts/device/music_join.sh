@@ -8,10 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 export RUST_BACKTRACE=1
-status=0
-section() { echo; echo "=================== $* ==================="; }
 run_test() { "$BIN/$1" --test-threads=1 --nocapture "${@:2}" 2>&1 | grep -v '^$' || status=1; }
 section "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

@@ -7,9 +7,7 @@
 # Usage: scripts/device/music_products_ab.sh [SONGS] [INT8_SONGS]   (defaults 1,2,8,32 and 1,8,32)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=.device-bin
 source scripts/device/cuda_env.sh
-status=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv
 for mode in CHORUS_SKINNY=0 CHORUS_SKINNY=1 CHORUS_BATCH_INVARIANT=1; do
   echo "== bf16 $mode"

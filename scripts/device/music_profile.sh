@@ -7,7 +7,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 PREFILL=${PREFILL:-300}
 for model in ${PROFILE_MODELS:-random random-int8}; do
   echo "=================== $model: songs ${PROFILE_SONGS:-1,8} at context 1000 ==================="

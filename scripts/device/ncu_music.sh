@@ -9,7 +9,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
 M=$M,launch__grid_size,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active

@@ -4,10 +4,7 @@
 # the music stage (bf16 1 and 64 songs, int8 1 song, context 1000) and the Mimi decoder step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=.device-bin
 source scripts/device/cuda_env.sh
-status=0
-section() { echo; echo "=================== $* ==================="; }
 section "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 section "CUDA vs CPU with programmatic launch on"

@@ -10,7 +10,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 PORT=${STT_PORT:-8094}
 COUNTS=${STT_STREAMS:-256 512 1024 1300}
 P99_MS=${STT_P99_MS:-100}
@@ -33,7 +32,6 @@ start_server() {
   return 1
 }
 
-status=0
 best=0
 for n in $COUNTS; do
   echo "=================== $n streams: serve --stt-streams $n, loadgen --input audio ==================="

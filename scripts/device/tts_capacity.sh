@@ -8,7 +8,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
-BIN=.device-bin
 PORT=${TTS_PORT:-8093}
 "$BIN"/chorus serve --port "$PORT" --model random --device cuda --tts-model random --tts-mimi random \
   --tts-device cuda --tts-utterances "${TTS_UTTERANCES:-256}" ${TTS_PREFILL_CHUNK:+--tts-prefill-chunk "$TTS_PREFILL_CHUNK"} \
@@ -20,7 +19,6 @@ for _ in $(seq 1 240); do
   sleep 1
 done
 head -20 /tmp/tts_serve.log
-status=0
 for n in ${TTS_STREAMS:-64 128 256}; do
   echo "=================== loadgen --input text --streams $n ==================="
   "$BIN"/chorus loadgen --url "ws://127.0.0.1:$PORT" --input text --streams "$n" \
