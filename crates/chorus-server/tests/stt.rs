@@ -17,7 +17,8 @@ use chorus_mimi::random::{random_model as random_mimi, small_config};
 use chorus_server::gate::ApiKeys;
 use chorus_server::loadgen::http_request;
 use chorus_server::loadgen::stt::{run_stt, SttEndpoint, SttLoadConfig};
-use chorus_server::stt::{SttEngine, SttServeConfig};
+use chorus_server::stage::{DeviceStage, FaultSwitch};
+use chorus_server::stt::{SttEngine, SttServeConfig, SttStageFactory};
 use chorus_server::{Server, ServerConfig, Services};
 use chorus_stt::random::RANDOM_STT_SEED;
 use chorus_stt::{
@@ -64,12 +65,33 @@ fn stage(streams: usize) -> (SttStage<CpuBackend>, SttOptions) {
 }
 
 async fn server_with(config: ServerConfig, stt_config: SttServeConfig) -> Server {
+    let stt = SttEngine::start(Box::new(|| Ok(stage(SLOTS))), stt_config, tokenizer()).unwrap();
+    bind(stt, config).await
+}
+
+/// A server with one CPU STT stage per `(device, fault switch)`, standing in for devices.
+async fn start_devices(devices: &[(usize, FaultSwitch)]) -> Server {
+    let stages = devices
+        .iter()
+        .map(|(device, fault)| {
+            let factory: SttStageFactory<CpuBackend> = Box::new(|| Ok(stage(SLOTS)));
+            DeviceStage {
+                device: *device,
+                factory,
+                fault: Some(fault.clone()),
+            }
+        })
+        .collect();
+    let stt = SttEngine::start_on(stages, SttServeConfig::default(), tokenizer()).unwrap();
+    bind(stt, ServerConfig::default()).await
+}
+
+async fn bind(stt: SttEngine, config: ServerConfig) -> Server {
     let engine = Engine::start(
         Box::new(|| Ok(Box::new(FakeDecoder::new(fake(1, 1))) as _)),
         EngineConfig::default(),
     )
     .unwrap();
-    let stt = SttEngine::start(Box::new(|| Ok(stage(SLOTS))), stt_config, tokenizer()).unwrap();
     let services = Services {
         stt: Some(Arc::new(stt)),
         ..Services::default()
@@ -851,4 +873,74 @@ async fn the_load_generator_times_every_step_on_both_endpoints_with_a_key() {
     let refused = run_stt(load(&server, SttEndpoint::V1, None)).await.unwrap();
     assert_eq!(refused.errors.get("unauthorized"), Some(&(SLOTS as u64)));
     assert!(!refused.real_time());
+}
+
+async fn healthz(server: &Server) -> serde_json::Value {
+    let addr = server.local_addr().to_string();
+    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Two stand-in devices: streams go to the one with the most free slots and each equals its
+/// solo run; when one device fails, its stream ends with an error naming it, the other's is whole
+/// and exact, and the survivor takes every new stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_spread_over_devices_and_a_failed_device_ends_only_its_own() {
+    let faults = [FaultSwitch::default(), FaultSwitch::default()];
+    let server = start_devices(&[(0, faults[0].clone()), (1, faults[1].clone())]).await;
+    assert_eq!(healthz(&server).await["stt"]["max_streams"], 2 * SLOTS);
+    let (mut on_0, _) = open(&server, "f32").await;
+    let (mut on_1, _) = open(&server, "f32").await;
+    let h = healthz(&server).await;
+    let live: Vec<_> = h["stt"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["device"].as_u64().unwrap(), d["live"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(live, [(0, 1), (1, 1)], "{h}");
+    faults[0].trip();
+    // Device 0 wakes for its stream's audio, fails, and ends that stream naming itself.
+    send_audio(&mut on_0, &speech(2), 960).await;
+    let message = loop {
+        let m = next_json(&mut on_0).await;
+        match m["type"].as_str().unwrap() {
+            "error" => {
+                assert_eq!(m["code"], "internal", "{m}");
+                break m["message"].as_str().unwrap().to_string();
+            }
+            "step" | "word" | "end_word" => {}
+            other => panic!("expected steps then an error, got {other}: {m}"),
+        }
+    };
+    assert!(message.contains("device 0 failed"), "{message}");
+    expect_close(&mut on_0, 1011).await;
+    // Device 1's stream is whole and equal to its solo run.
+    let pcm = speech(3);
+    send_audio(&mut on_1, &pcm, 2000).await;
+    send_text(&mut on_1, r#"{"type":"end"}"#).await;
+    let mut heard = Heard::default();
+    let end = read_until(&mut on_1, "end", &mut heard).await;
+    assert_eq!(end["reason"], "end");
+    expect_close(&mut on_1, 1000).await;
+    assert_eq!(heard, direct(&pcm, flush_frames(), true));
+    let h = healthz(&server).await;
+    assert_eq!(h["stt"]["devices"][0]["state"], "failed", "{h}");
+    // The survivor takes the next streams, exact as ever.
+    for salt in [6, 7] {
+        let pcm = audio(salt, 6 * FRAME_SAMPLES);
+        assert_eq!(
+            transcribe(&server, &pcm, 960).await,
+            direct(&pcm, flush_frames(), true)
+        );
+    }
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(&text, "chorus_stt_streams_started_total{device=\"1\"}"),
+        3.0,
+        "{text}"
+    );
 }

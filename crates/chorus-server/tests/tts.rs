@@ -23,9 +23,10 @@ use chorus_mimi::checkpoint::{load_model, LoadedModel};
 use chorus_server::loadgen::tts::{run_tts, TtsLoadConfig};
 use chorus_server::loadgen::{http_exchange, http_request, HttpAnswer};
 use chorus_server::protocol::{decode_pcm, to_s16, PcmFormat};
+use chorus_server::stage::{DeviceStage, FaultSwitch};
 use chorus_server::tts::{
     parse_tts_body, TtsConfig, TtsEndReason, TtsEngine, TtsEvent, TtsOutcome, TtsServerMessage,
-    TtsUpdate,
+    TtsStageFactory, TtsUpdate,
 };
 use chorus_server::{Server, ServerConfig, Services};
 use common::{expect_close, fake, next, send_text, Ws, WAIT};
@@ -72,12 +73,32 @@ fn config() -> TtsConfig {
 }
 
 async fn tts_server() -> Server {
+    let tts = TtsEngine::start(Box::new(|| Ok(stage())), config(), Some(tokenizer())).unwrap();
+    bind(tts).await
+}
+
+/// A server with one CPU speech stage per `(device, fault switch)`, standing in for devices.
+async fn start_devices(devices: &[(usize, FaultSwitch)]) -> Server {
+    let stages = devices
+        .iter()
+        .map(|(device, fault)| {
+            let factory: TtsStageFactory<CpuBackend> = Box::new(|| Ok(stage()));
+            DeviceStage {
+                device: *device,
+                factory,
+                fault: Some(fault.clone()),
+            }
+        })
+        .collect();
+    bind(TtsEngine::start_on(stages, config(), Some(tokenizer())).unwrap()).await
+}
+
+async fn bind(tts: TtsEngine) -> Server {
     let engine = Engine::start(
         Box::new(|| Ok(Box::new(FakeDecoder::new(fake(1, 1))) as _)),
         EngineConfig::default(),
     )
     .unwrap();
-    let tts = TtsEngine::start(Box::new(|| Ok(stage())), config(), Some(tokenizer())).unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let services = Services {
         tts: Some(Arc::new(tts)),
@@ -826,4 +847,114 @@ async fn an_http_client_that_goes_away_cancels_its_utterance() {
     assert_eq!(metric(&text, disconnects), 1.0, "{text}");
     assert!(metric(&text, "chorus_tts_frames_total") < 100.0);
     assert_eq!(metric(&text, "chorus_tts_kv_blocks_in_use"), 0.0);
+}
+
+async fn healthz(server: &Server) -> serde_json::Value {
+    let addr = server.local_addr().to_string();
+    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Each speech device's (device, live utterances, state).
+fn tts_devices(h: &serde_json::Value) -> Vec<(u64, u64, String)> {
+    h["tts"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_u64().unwrap(),
+                d["live"].as_u64().unwrap(),
+                d["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Two stand-in devices: utterances go to the one with the most free KV blocks and each equals
+/// its solo run; when one device fails, its utterance ends with an error naming it, the other's
+/// is whole and exact, and the survivor takes every new utterance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn utterances_spread_over_devices_and_a_failed_device_ends_only_its_own() {
+    let faults = [FaultSwitch::default(), FaultSwitch::default()];
+    let server = start_devices(&[(0, faults[0].clone()), (1, faults[1].clone())]).await;
+    assert_eq!(healthz(&server).await["tts"]["max_utterances"], 2 * SEATS);
+    let long = 90;
+    let mut on_0 = start_utterance(
+        &server,
+        &start_msg("On the first.", long, 5, "seeded", "f32"),
+        long,
+    )
+    .await;
+    let mut on_1 = start_utterance(
+        &server,
+        &start_msg("On the second.", 12, 6, "seeded", "f32"),
+        12,
+    )
+    .await;
+    let h = healthz(&server).await;
+    assert_eq!(
+        tts_devices(&h),
+        [(0, 1, "ok".to_string()), (1, 1, "ok".to_string())],
+        "{h}"
+    );
+    faults[0].trip();
+    // Device 0's utterance: whatever frames it had, then an error naming its device.
+    let message = loop {
+        match next(&mut on_0).await {
+            Message::Binary(_) => {}
+            Message::Text(t) => match serde_json::from_str(&t).unwrap() {
+                TtsServerMessage::Error { code, message } => {
+                    assert_eq!(code.as_str(), "internal", "{message}");
+                    break message;
+                }
+                other => panic!("expected frames then an error, got {other:?}"),
+            },
+            other => panic!("expected frames then an error, got {other:?}"),
+        }
+    };
+    assert!(message.contains("device 0 failed"), "{message}");
+    expect_close(&mut on_0, 1011).await;
+    // Device 1's utterance is whole and bit-identical to its solo run.
+    let heard = read_utterance(&mut on_1, PcmFormat::F32).await;
+    assert_eq!((heard.reason, heard.frames), (TtsEndReason::MaxFrames, 12));
+    let want = direct("On the second.", 1, 12, Sampling::Seeded(6));
+    assert_eq!(bits(&heard.pcm), bits(&want));
+    let h = healthz(&server).await;
+    assert_eq!(tts_devices(&h)[0].2, "failed", "{h}");
+    assert!(
+        h["tts"]["devices"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("device 0 failed"),
+        "{h}"
+    );
+    // The survivor takes the next utterances, exact as ever.
+    for seed in [8, 9] {
+        let mut ws = start_utterance(
+            &server,
+            &start_msg("Still here.", 4, seed, "seeded", "f32"),
+            4,
+        )
+        .await;
+        let heard = read_utterance(&mut ws, PcmFormat::F32).await;
+        assert_eq!(
+            bits(&heard.pcm),
+            bits(&direct("Still here.", 1, 4, Sampling::Seeded(seed)))
+        );
+    }
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(&text, "chorus_tts_utterances_started_total{device=\"1\"}"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "chorus_tts_utterances_started_total{device=\"0\"}"),
+        1.0,
+        "{text}"
+    );
 }
