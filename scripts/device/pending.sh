@@ -5,7 +5,8 @@
 # results. Binaries from scripts/device/build_bins.sh (packed in .device-pack/). Parts:
 #   codec      the codec attention over query spans: ops, decoder, encoder_chunk;
 #   lm_attn    the tensor-core decode (groups of 8) and the plain kernel in bf16;
-#   gemv_tma   scripts/device/gemv_tma_ab.sh (bulk-copy GEMV, fused norm and epilogues, A/B);
+#   fusions    scripts/device/fusions_ab.sh (bulk-copy GEMV with the norm and epilogues in the
+#              product, the fused attention combine: tests, then A/B);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (draw row sampling, the
 #              skinny kernel, CSM on CUDA, the int8 norm + rotation A/B);
 #   whole      scripts/device/codec_whole_file.sh in bf16;
@@ -53,11 +54,11 @@ lm_attn() {
 export BIN
 export -f codec lm_attn
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-codec lm_attn gemv_tma stages whole stt}; do
+for p in ${PENDING_PARTS:-codec lm_attn fusions stages whole stt}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 100 bash -c lm_attn ;;
-    gemv_tma) part gemv_tma 240 bash scripts/device/gemv_tma_ab.sh ;;
+    fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 100 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     stt) part stt 90 env STT_STREAMS=512 bash scripts/device/stt_capacity.sh ;;

@@ -27,6 +27,10 @@ struct PagedDims {
     int adaptive, spread;
     // Keys per query under a sliding window (0: none) and the entries of a row's table.
     int window, ring;
+    // One ticket counter per (row, kv head), zero between calls: with several splits the last
+    // block of a pair to finish merges them (pa_merge_store), so no combine kernel runs. Null:
+    // lm_paged_combine merges them.
+    int* counters;
 };
 
 // Positions per split of a row that reads n keys: fixed (the batch-invariant mode), or with
@@ -52,6 +56,13 @@ __device__ __forceinline__ int pa_ring(int kp, const PagedDims& d) {
 // The first key a query at position p reads.
 __device__ __forceinline__ int pa_first_key(int p, const PagedDims& d) {
     return d.window > 0 ? max(0, p + 1 - d.window) : 0;
+}
+
+// Splits of a row whose query is at position p that hold keys (the others exit at once).
+__device__ __forceinline__ int pa_active_splits(int p, const PagedDims& d) {
+    int n = p + 1 - pa_first_key(p, d);
+    int split_len = pa_split_len(n, d);
+    return min(d.splits, (n + split_len - 1) / split_len);
 }
 
 // Element offset of position kp's entry in a cache (kv head 0). Block ids are data: an id outside
@@ -279,13 +290,102 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
 // With `group_pairs` (OWN: short contexts without GQA, the depth decoder), every key group serves
 // a (row, kv head) pair of its own, all of its keys, and writes the output directly: no splits, no
 // merge, no block barrier, KG pairs per block.
+// Most splits the fused combine takes (mirrors FUSED_COMBINE_MAX_SPLITS): its weights sit in
+// static shared memory.
+#define PA_FUSED_MAX_SPLITS 1024
+
+// One (row, query head)'s `active` split partials merged into its output: lm_paged_combine's body
+// and the fused combine's, with the block's threads. `weights` holds `active` floats of shared
+// memory, `red` one per warp. Partials are read through L2 (other blocks wrote them).
+__device__ __forceinline__ void pa_combine_head(const float* __restrict__ part, T* __restrict__ out,
+                                                const PagedDims& d, int r, int head, int active, float* weights,
+                                                float* red) {
+    const int D = d.head_dim;
+    const int S = d.splits;
+    const int warps = blockDim.x / 32;
+    const long long base = ((long long)r * d.q_heads + head) * S;
+    const float* ml = part + (long long)d.rows * d.q_heads * S * D;
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    float mx = NEG_INF;
+    for (int s = threadIdx.x; s < active; s += blockDim.x) {
+        mx = fmaxf(mx, __ldcg(ml + 2 * (base + s)));
+    }
+    mx = pa_warp_max(mx);
+    if (lane == 0) {
+        red[warp] = mx;
+    }
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < warps; ++w) {
+        mx = fmaxf(mx, red[w]);
+    }
+    __syncthreads();
+    float sum = 0.f;
+    for (int s = threadIdx.x; s < active; s += blockDim.x) {
+        float w = exp2f(__ldcg(ml + 2 * (base + s)) - mx);
+        weights[s] = w;
+        sum += w * __ldcg(ml + 2 * (base + s) + 1);
+    }
+    sum = pa_warp_sum(sum);
+    if (lane == 0) {
+        red[warp] = sum;
+    }
+    __syncthreads();
+    sum = 0.f;
+    for (int w = 0; w < warps; ++w) {
+        sum += red[w];
+    }
+    float inv = 1.f / sum;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float a = 0.f;
+        for (int s = 0; s < active; ++s) {
+            a += weights[s] * __ldcg(part + (base + s) * D + c);
+        }
+        st(out + ((long long)r * d.q_heads + head) * D + c, a * inv);
+    }
+    // `weights` and `red` are reused by the next head.
+    __syncthreads();
+}
+
+// The fused combine: after a block stored its split's partials, it takes a ticket; the pair's
+// last block (ticket active - 1) merges every split of its G heads in split order (the bits of
+// lm_paged_combine) and resets the counter for the next call.
+// Not a template: one copy of its shared memory serves every decode instance of a kernel.
+__device__ __forceinline__ void pa_last_split_combines(const float* __restrict__ part, T* __restrict__ out,
+                                                       int G, int r, int h, int p, const PagedDims& d) {
+    __shared__ int ticket;
+    __shared__ float weights[PA_FUSED_MAX_SPLITS];
+    __shared__ float red[32];
+    // This block's partials are visible to the whole device before its ticket is taken.
+    __threadfence();
+    __syncthreads();
+    int* counter = d.counters + (long long)r * d.kv_heads + h;
+    if (threadIdx.x == 0) {
+        ticket = atomicAdd(counter, 1);
+    }
+    __syncthreads();
+    const int active = pa_active_splits(p, d);
+    if (ticket != active - 1) {
+        return;
+    }
+    __threadfence();
+#pragma unroll 1
+    for (int g = 0; g < G; ++g) {
+        pa_combine_head(part, out, d, r, h * G + g, active, weights, red);
+    }
+    if (threadIdx.x == 0) {
+        *counter = 0;
+    }
+}
+
 // The end of a decode block: its KG key groups' partial results in shared memory ([KG][G][D]
 // unnormalised outputs, then [KG][G] maxima and [KG][G] sums, base 2) merged, then stored: the
 // normalised output, or with several splits the split's partial (max, sum, output) for
 // lm_paged_combine. The caller wrote them and passed a barrier; group 0 saw the split's first
 // key, so the maximum is finite.
 template <int D, int G, int KG>
-__device__ __forceinline__ void pa_merge_store(const float* __restrict__ smem, int r, int h, int s,
+__device__ __forceinline__ void pa_merge_store(const float* __restrict__ smem, int r, int h, int s, int p,
                                                T* __restrict__ out, float* __restrict__ part, const PagedDims& d) {
     const float* sacc = smem;
     const float* sm = sacc + KG * G * D;
@@ -317,6 +417,9 @@ __device__ __forceinline__ void pa_merge_store(const float* __restrict__ smem, i
                 part[part_floats + 2 * ps + 1] = sum;
             }
         }
+    }
+    if (d.splits > 1 && d.counters != nullptr) {
+        pa_last_split_combines(part, out, G, r, h, p, d);
     }
 }
 
@@ -523,7 +626,7 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
         }
     }
     __syncthreads();
-    pa_merge_store<D, G, KG>(pa_smem, r, h, s, out, part, d);
+    pa_merge_store<D, G, KG>(pa_smem, r, h, s, n - 1, out, part, d);
 }
 
 #define PA_DECODE_CASE(DD, GG, OWN)                                                                   \
@@ -593,57 +696,9 @@ extern "C" __global__ void __launch_bounds__(PA_COMBINE_THREADS)
     pdl_enter();
     extern __shared__ float pa_weights[];  // [splits]
     __shared__ float red[PA_COMBINE_THREADS / 32];
-    int D = d.head_dim;
-    int S = d.splits;
-    int r = blockIdx.x / d.q_heads;
-    int head = blockIdx.x % d.q_heads;
-    int n = start[r] + 1 - pa_first_key(start[r], d);
-    int split_len = pa_split_len(n, d);
-    int active = min(S, (n + split_len - 1) / split_len);
-    long long base = ((long long)r * d.q_heads + head) * S;
-    const float* ml = part + (long long)d.rows * d.q_heads * S * D;
-    int warp = threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-
-    float mx = NEG_INF;
-    for (int s = threadIdx.x; s < active; s += PA_COMBINE_THREADS) {
-        mx = fmaxf(mx, ml[2 * (base + s)]);
-    }
-    mx = pa_warp_max(mx);
-    if (lane == 0) {
-        red[warp] = mx;
-    }
-    __syncthreads();
-    mx = red[0];
-#pragma unroll
-    for (int w = 1; w < PA_COMBINE_THREADS / 32; ++w) {
-        mx = fmaxf(mx, red[w]);
-    }
-    __syncthreads();
-    float sum = 0.f;
-    for (int s = threadIdx.x; s < active; s += PA_COMBINE_THREADS) {
-        float w = exp2f(ml[2 * (base + s)] - mx);
-        pa_weights[s] = w;
-        sum += w * ml[2 * (base + s) + 1];
-    }
-    sum = pa_warp_sum(sum);
-    if (lane == 0) {
-        red[warp] = sum;
-    }
-    __syncthreads();
-    sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < PA_COMBINE_THREADS / 32; ++w) {
-        sum += red[w];
-    }
-    float inv = 1.f / sum;
-    for (int c = threadIdx.x; c < D; c += PA_COMBINE_THREADS) {
-        float a = 0.f;
-        for (int s = 0; s < active; ++s) {
-            a += pa_weights[s] * part[(base + s) * D + c];
-        }
-        st(out + ((long long)r * d.q_heads + head) * D + c, a * inv);
-    }
+    const int r = blockIdx.x / d.q_heads;
+    const int head = blockIdx.x % d.q_heads;
+    pa_combine_head(part, out, d, r, head, pa_active_splits(start[r], d), pa_weights, red);
 }
 
 // ------------------------------------------------------------------------------------------------

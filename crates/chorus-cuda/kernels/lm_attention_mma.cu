@@ -283,7 +283,7 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
         sl[warp * G + g] = l;
     }
     __syncthreads();
-    pa_merge_store<D, G, PAM_WARPS>(pa_smem, r, h, s, out, part, d);
+    pa_merge_store<D, G, PAM_WARPS>(pa_smem, r, h, s, n - 1, out, part, d);
 }
 #endif
 

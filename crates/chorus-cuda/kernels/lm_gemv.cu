@@ -289,7 +289,8 @@ __device__ __forceinline__ void gemv_tma_body(const T* __restrict__ x, const T* 
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(GEMV_TMA_WARPS * 32)
+// Two blocks per SM (their rings fill 192 KB of shared memory): at most 128 registers.
+extern "C" __global__ void __launch_bounds__(GEMV_TMA_WARPS * 32, 2)
     lm_gemv_tma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ gamma, T* __restrict__ out,
                 float eps, int n, int k, int m, int epi) {
     gemv_tma_body(x, w, gamma, out, eps, n, k, m, epi);

@@ -97,6 +97,10 @@ pub struct CudaOptions {
     /// (`lm_gemv_tma`, sm_90+) instead of register loads (`lm_gemv`). Off by default until
     /// measured on the GPU; `CHORUS_GEMV_TMA=1` turns it on.
     pub gemv_tma: bool,
+    /// A decode attention over several splits merges them in its last block to finish (ticket
+    /// counters) instead of a combine kernel: one launch fewer per call. Off by default until
+    /// measured on the GPU; `CHORUS_FUSED_COMBINE=1` turns it on.
+    pub fused_combine: bool,
 }
 
 impl Default for CudaOptions {
@@ -122,6 +126,7 @@ impl Default for CudaOptions {
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
+            fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -133,6 +138,8 @@ pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
 /// Environment switch of [`CudaOptions::lm_attention_mma`]'s default.
 pub const LM_ATTENTION_MMA_ENV: &str = "CHORUS_LM_ATTENTION_MMA";
+/// Environment switch of [`CudaOptions::fused_combine`]'s default.
+pub const FUSED_COMBINE_ENV: &str = "CHORUS_FUSED_COMBINE";
 /// Environment switch of [`CudaOptions::gemv_tma`]'s default.
 pub const GEMV_TMA_ENV: &str = "CHORUS_GEMV_TMA";
 /// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
@@ -253,6 +260,10 @@ pub struct CudaBackend {
     pub(crate) gemv_tma_grid: u32,
     /// Bulk-copy GEMV launches enqueued so far.
     pub(crate) gemv_tma_launches: AtomicUsize,
+    /// See [`CudaOptions::fused_combine`]; `None` when off.
+    pub(crate) fused_combine: Option<crate::lm::attention::FusedCombine>,
+    /// Decode attentions enqueued with the fused combine so far.
+    pub(crate) fused_combine_launches: AtomicUsize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -333,6 +344,11 @@ impl CudaBackend {
         if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
             crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
         }
+        let fused_combine = if options.fused_combine {
+            Some(crate::lm::attention::FusedCombine::new(&ctx)?)
+        } else {
+            None
+        };
         let gemv_tma_grid = if options.gemv_tma && arch.0 >= crate::lm::gemv::GEMV_TMA_MIN_MAJOR {
             crate::lm::gemv::tma_grid(&kernels, sms.max(1) as usize)?
         } else {
@@ -363,7 +379,7 @@ impl CudaBackend {
             arch.1,
             options.precision.name()
         );
-        Ok(Self {
+        let be = Self {
             ctx,
             stream,
             precision: options.precision,
@@ -391,6 +407,8 @@ impl CudaBackend {
             lm_attention_mma_launches: AtomicUsize::new(0),
             gemv_tma_grid,
             gemv_tma_launches: AtomicUsize::new(0),
+            fused_combine,
+            fused_combine_launches: AtomicUsize::new(0),
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
@@ -406,7 +424,11 @@ impl CudaBackend {
             profile: Mutex::new(Vec::new()),
             warmup_runs: options.warmup_runs,
             description,
-        })
+        };
+        if let Some(fc) = &be.fused_combine {
+            fc.zero(&be)?;
+        }
+        Ok(be)
     }
 
     /// Convolutions enqueued on the tensor-core path so far (a graph replay adds none): tells
@@ -418,6 +440,11 @@ impl CudaBackend {
     /// Residual blocks enqueued as one fused kernel so far (a graph replay adds none).
     pub fn fused_res_blocks(&self) -> usize {
         self.res_block_launches.load(Ordering::Relaxed)
+    }
+
+    /// Decode attentions enqueued with the fused combine so far (a graph replay adds none).
+    pub fn fused_combines(&self) -> usize {
+        self.fused_combine_launches.load(Ordering::Relaxed)
     }
 
     /// The device's compute capability (major, minor).

@@ -9,6 +9,8 @@
 
 mod common;
 
+#[path = "lm_attention/combine.rs"]
+mod combine;
 #[path = "lm_attention/decode.rs"]
 mod decode;
 #[path = "lm_attention/draw.rs"]

@@ -84,6 +84,43 @@ struct PagedDims {
     /// Keys per query under a sliding window (0: none) and the entries of a row's table.
     window: i32,
     ring: i32,
+    /// The fused combine's ticket counters ([`FusedCombine`]), 0 when `lm_paged_combine` merges.
+    counters: u64,
+}
+
+/// Most (row, kv head) pairs the fused combine keeps counters for: past them (or past
+/// [`FUSED_COMBINE_MAX_SPLITS`] splits) the combine kernel merges.
+pub(crate) const FUSED_COMBINE_PAIRS: usize = 1 << 16;
+/// Most splits the fused combine takes (mirrors `PA_FUSED_MAX_SPLITS`).
+const FUSED_COMBINE_MAX_SPLITS: usize = 1024;
+
+/// The fused combine's ticket counters ([`crate::CudaOptions::fused_combine`]): one i32 per
+/// (row, kv head) pair, zeroed once here and returned to zero by the block that merges.
+pub(crate) struct FusedCombine {
+    counters: crate::memory::DevMem,
+}
+
+impl FusedCombine {
+    /// Allocates the counters; [`Self::zero`] clears them on the backend's stream.
+    pub(crate) fn new(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<Self> {
+        let counters = crate::memory::DevMem::new(ctx, FUSED_COMBINE_PAIRS * 4, None)?;
+        Ok(Self { counters })
+    }
+
+    /// Zeroes every counter (once, before any attention call).
+    pub(crate) fn zero(&self, be: &CudaBackend) -> Result<()> {
+        be.memset32(self.counters.ptr(), 0, FUSED_COMBINE_PAIRS)
+    }
+
+    /// The counters' address for a call of `pairs` (row, kv head) pairs over `splits`, or 0 when
+    /// the combine kernel must merge.
+    fn for_call(&self, pairs: usize, splits: usize) -> u64 {
+        if splits > 1 && pairs <= FUSED_COMBINE_PAIRS && splits <= FUSED_COMBINE_MAX_SPLITS {
+            self.counters.ptr()
+        } else {
+            0
+        }
+    }
 }
 
 fn i32_of(name: &str, v: usize) -> Result<i32> {
@@ -327,6 +364,10 @@ pub(crate) fn paged_attention(
         spread: i32_of("spread", spread_of(be.sm_count, &g, splits))?,
         window: i32_of("window", a.window.unwrap_or(0))?,
         ring: i32_of("ring", ring)?,
+        counters: match &be.fused_combine {
+            Some(fc) if decode => fc.for_call(g.rows * g.kv_heads, splits),
+            _ => 0,
+        },
     };
     i32_of("qkv elements", tokens * g.qkv_width())?;
     // The call's tokens start `first` tokens into `qkv` and `out`.
@@ -405,7 +446,10 @@ pub(crate) fn paged_attention(
                 &d,
             )?;
         }
-        if splits > 1 {
+        if d.counters != 0 {
+            be.fused_combine_launches.fetch_add(1, Ordering::Relaxed);
+        }
+        if splits > 1 && d.counters == 0 {
             be.launch(
                 Kernel::LmPagedCombine,
                 Launch {
