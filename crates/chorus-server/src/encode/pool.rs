@@ -58,19 +58,15 @@ impl EncodePool {
     }
 
     fn from_pool(pool: StagePool<Arc<EncodeEngine>>) -> Self {
+        let metrics = pool.front_metrics(|m| m.metrics());
         let first = pool.first();
-        let metrics = match pool.len() {
-            1 => first.metrics().clone(),
-            _ => Arc::new(EncodeMetrics::default()),
-        };
-        let all = pool.members();
-        let description = match all.len() {
+        let description = match pool.len() {
             1 => first.info().description.clone(),
             n => format!("{n} x {}", first.info().description),
         };
         let info = EncodeInfo {
             description,
-            max_streams: all.iter().map(|m| m.engine.info().max_streams).sum(),
+            max_streams: pool.total(|m| m.info().max_streams),
             ..first.info().clone()
         };
         Self {

@@ -154,16 +154,11 @@ impl MusicEngine {
             };
             Ok((m, capacity))
         })?;
-        let first = pool.first();
-        let metrics = match pool.len() {
-            1 => first.metrics.clone(),
-            _ => Arc::new(MusicMetrics::default()),
-        };
-        let all = pool.members();
+        let metrics = pool.front_metrics(|m| &m.metrics);
         let info = MusicInfo {
-            max_songs: all.iter().map(|m| m.engine.info.max_songs).sum(),
-            kv_usable: all.iter().map(|m| m.engine.info.kv_usable).sum(),
-            ..first.info.clone()
+            max_songs: pool.total(|m| m.info.max_songs),
+            kv_usable: pool.total(|m| m.info.kv_usable),
+            ..pool.first().info.clone()
         };
         Ok(Self {
             pool,

@@ -228,6 +228,20 @@ impl<M> StagePool<M> {
         self.members.len()
     }
 
+    /// The engine front's counters: the one device's own, or with several a fresh set for the
+    /// refusals counted before a job reached any of them.
+    pub(crate) fn front_metrics<T: Default>(&self, of: impl Fn(&M) -> &Arc<T>) -> Arc<T> {
+        match self.members.len() {
+            1 => of(self.first()).clone(),
+            _ => Arc::new(T::default()),
+        }
+    }
+
+    /// `f` summed over every device (seats, KV blocks).
+    pub(crate) fn total(&self, f: impl Fn(&M) -> usize) -> usize {
+        self.members.iter().map(|m| f(&m.engine)).sum()
+    }
+
     /// Places a job that needs one slot and `blocks` KV blocks: on the healthy device with the
     /// most free blocks (where blocks are counted) or slots, ties to the lowest index; `submit`
     /// hands it over with its seat. A device that says `Next` is passed over for the next one.

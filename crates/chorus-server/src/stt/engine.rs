@@ -185,18 +185,10 @@ impl SttEngine {
             };
             Ok((m, capacity))
         })?;
-        let first = pool.first();
-        let metrics = match pool.len() {
-            1 => first.metrics.clone(),
-            _ => Arc::new(SttMetrics::default()),
-        };
+        let metrics = pool.front_metrics(|m| &m.metrics);
         let info = SttInfo {
-            max_streams: pool
-                .members()
-                .iter()
-                .map(|m| m.engine.info.max_streams)
-                .sum(),
-            ..first.info.clone()
+            max_streams: pool.total(|m| m.info.max_streams),
+            ..pool.first().info.clone()
         };
         Ok(Self {
             pool,

@@ -176,16 +176,11 @@ impl TtsEngine {
             };
             Ok((m, capacity))
         })?;
-        let first = pool.first();
-        let metrics = match pool.len() {
-            1 => first.metrics.clone(),
-            _ => Arc::new(TtsMetrics::default()),
-        };
-        let all = pool.members();
+        let metrics = pool.front_metrics(|m| &m.metrics);
         let info = TtsInfo {
-            max_utterances: all.iter().map(|m| m.engine.info.max_utterances).sum(),
-            kv_usable: all.iter().map(|m| m.engine.info.kv_usable).sum(),
-            ..first.info.clone()
+            max_utterances: pool.total(|m| m.info.max_utterances),
+            kv_usable: pool.total(|m| m.info.kv_usable),
+            ..pool.first().info.clone()
         };
         Ok(Self {
             pool,
