@@ -4,14 +4,15 @@
 # seconds, default 570), writes its whole log to $OUT/NAME.log and prints the lines that carry
 # results. Binaries from scripts/device/build_bins.sh (packed in .device-pack/). Parts:
 #   codec      the codec attention over query spans: ops, decoder, encoder_chunk;
-#   lm_attn    the tensor-core decode (groups of 8) and the plain kernel in bf16;
+#   lm_attn    the tensor-core decode (groups of 8), the plain kernel in bf16, windows, the draw's
+#              per-row sampling, the fused combine, the rotation with the KV write;
 #   fusions    scripts/device/fusions_ab.sh (bulk-copy GEMV with the norm and epilogues in the
-#              product, the fused attention combine: tests, then A/B);
-#   stages     scripts/device/lm_stages_check.sh without STT and TTS (draw row sampling, the
-#              skinny kernel, CSM on CUDA, the int8 norm + rotation A/B);
+#              product, fused combine, rotation with the KV write: tests, then the A/B);
 #   whole      scripts/device/codec_whole_file.sh in bf16;
-#   stt        scripts/device/stt_capacity.sh at 512 streams.
-# PENDING_PARTS picks some of them (default: all, in this order).
+#   stt        scripts/device/stt_capacity.sh at 512 streams;
+#   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
+#              A/B among them); not in the default list.
+# PENDING_PARTS picks some of them (default: codec lm_attn fusions whole stt, in this order).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -46,22 +47,22 @@ codec() {
   done
 }
 lm_attn() {
-  "$BIN"/lm_attention --test-threads=1 --nocapture mma 2>&1
-  "$BIN"/lm_attention --test-threads=1 --nocapture decode 2>&1
-  "$BIN"/lm_attention --test-threads=1 --nocapture window 2>&1
+  for t in mma decode window draw combine rope_kv; do
+    "$BIN"/lm_attention --test-threads=1 --nocapture $t 2>&1
+  done
 }
 # The parts that are functions run in a child shell under `timeout`.
 export BIN
 export -f codec lm_attn
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-codec lm_attn fusions stages whole stt}; do
+for p in ${PENDING_PARTS:-codec lm_attn fusions whole stt}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
-    lm_attn) part lm_attn 100 bash -c lm_attn ;;
+    lm_attn) part lm_attn 120 bash -c lm_attn ;;
     fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
-    whole) part whole 100 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
-    stt) part stt 90 env STT_STREAMS=512 bash scripts/device/stt_capacity.sh ;;
+    whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
+    stt) part stt 70 env STT_STREAMS=512 bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
 done

@@ -201,8 +201,9 @@ pub struct QkNormRopeArgs<'a, B: Backend + ?Sized> {
 /// bound over a fixed cache. `ring >= w + time - 1` (the caller's rule) keeps a call's writes
 /// off every key its queries read.
 pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
-    /// `[tokens, qkv_width]` (q and k already normed and rotated).
-    pub qkv: &'a B::Buf,
+    /// `[tokens, qkv_width]` (q and k already normed and rotated); only read (mutable so that
+    /// [`RopeAttentionArgs`] can rotate it first).
+    pub qkv: &'a mut B::Buf,
     /// `[num_blocks, block_size, kv_heads * head_dim]`.
     pub k_cache: &'a mut B::Buf,
     /// Like `k_cache`.
@@ -230,6 +231,43 @@ pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
 pub struct KvScales<'a, B: Backend + ?Sized> {
     pub k: &'a mut B::Buf,
     pub v: &'a mut B::Buf,
+}
+
+/// The rotation of [`QkNormRopeArgs`] without its buffers, positions and geometry (those of the
+/// attention it precedes).
+pub struct RopeOf<'a, B: Backend + ?Sized> {
+    /// `[q_norm, k_norm]`, each `[head_dim]`; `None`: RoPE only.
+    pub qk_norm: Option<[&'a B::Buf; 2]>,
+    /// `[max_positions, 2, head_dim / 2]`: cos, then sin (f32 on every backend).
+    pub rope: &'a B::Buf,
+    /// Of the q/k norm (unused without one).
+    pub eps: f32,
+}
+
+/// [`LmOps::qk_norm_rope`] on `attn`'s tokens, then [`LmOps::paged_attention`], as one op: a
+/// backend may write the call's rotated k and its v to the cache in the rotation's kernel (one
+/// launch fewer than the two ops). Afterwards `attn.qkv`'s q and k heads hold the rotated values.
+pub struct RopeAttentionArgs<'a, B: Backend + ?Sized> {
+    pub rope: RopeOf<'a, B>,
+    pub attn: PagedAttentionArgs<'a, B>,
+}
+
+/// [`RopeAttentionArgs`] as its two ops (the default of [`LmOps::rope_paged_attention`]).
+pub fn rope_paged_attention_apart<B: LmOps + ?Sized>(
+    be: &B,
+    a: RopeAttentionArgs<'_, B>,
+) -> Result<()> {
+    let RopeAttentionArgs { rope, attn } = a;
+    be.qk_norm_rope(QkNormRopeArgs {
+        qkv: &mut *attn.qkv,
+        qk_norm: rope.qk_norm,
+        rope: rope.rope,
+        start: attn.start,
+        geom: attn.geom,
+        eps: rope.eps,
+        first_token: attn.first_token,
+    })?;
+    be.paged_attention(attn)
 }
 
 /// `out[i, j] = silu(x[i, j]) * x[i, inter + j]` for `i < n`, `j < inter`: `x` is the fused
@@ -586,6 +624,10 @@ pub trait LmOps: Backend {
     fn qk_norm_rope(&self, args: QkNormRopeArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`PagedAttentionArgs`].
     fn paged_attention(&self, args: PagedAttentionArgs<'_, Self>) -> Result<()>;
+    /// Program op: see [`RopeAttentionArgs`]; by default the two ops apart.
+    fn rope_paged_attention(&self, args: RopeAttentionArgs<'_, Self>) -> Result<()> {
+        rope_paged_attention_apart(self, args)
+    }
     /// Program op: see [`SwigluArgs`].
     fn swiglu(&self, args: SwigluArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`CfgDrawArgs`].

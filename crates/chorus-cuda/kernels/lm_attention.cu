@@ -274,6 +274,134 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
 }
 
 // ------------------------------------------------------------------------------------------------
+// The q/k norm and RoPE with the KV write (LmOps::rope_paged_attention): lm_qk_norm_rope's vector
+// layout (`group` lanes per head, lmr_qk_vec_body), whose k heads also store their rotated values
+// and their token's v head into the cache entry of the token's position, as lm_paged_kv_write
+// would from qkv (the same bits: the values are rounded to T first). One launch instead of two.
+// v rounded to the storage type, as a store and a load of it give.
+__device__ __forceinline__ float pa_round_t(float v) {
+#if CHORUS_BF16
+    return __uint_as_float(((unsigned)to_bf16_bits(v)) << 16);
+#else
+    return v;
+#endif
+}
+
+template <bool KV8>
+struct PaRopeKvSink {
+    typename KvT<KV8>::elem* k_cache;
+    typename KvT<KV8>::elem* v_cache;
+    const int* tables;
+    const int* start;
+    float* k_scale;
+    float* v_scale;
+    PagedDims d;
+    int group;
+
+    __device__ __forceinline__ void operator()(bool live, int tok, int h, T* x1, T* x2, const float* y1,
+                                               const float* y2) const {
+        if (live) {
+            store_c<VEC>(x1, y1);
+            store_c<VEC>(x2, y2);
+        }
+        if (h < d.q_heads) {
+            return;  // a q head (uniform over its group)
+        }
+        const int kh = h - d.q_heads;
+        const int D = d.head_dim, half = D / 2;
+        const int g = threadIdx.x % group;
+        long long e = pa_write_entry(tables, start, tok, d);
+        // The token's v head sits kv_heads heads past its k head in qkv.
+        const T* v1 = x1 + (long long)d.kv_heads * D;
+        const T* v2 = v1 + half;
+        if constexpr (!KV8) {
+            if (!live || e < 0) {
+                return;
+            }
+            e += (long long)kh * D + g * VEC;
+            store_c<VEC>(k_cache + e, y1);
+            store_c<VEC>(k_cache + e + half, y2);
+            *reinterpret_cast<uint4*>(v_cache + e) = *reinterpret_cast<const uint4*>(v1);
+            *reinterpret_cast<uint4*>(v_cache + e + half) = *reinterpret_cast<const uint4*>(v2);
+        } else {
+            // The values the cache would take from qkv: rounded to T.
+            float k1[VEC], k2[VEC], w1[VEC], w2[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                k1[i] = pa_round_t(y1[i]);
+                k2[i] = pa_round_t(y2[i]);
+            }
+            load_c<VEC>(v1, w1);
+            load_c<VEC>(v2, w2);
+            float ka = 0.f, va = 0.f;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                ka = fmaxf(ka, fmaxf(fabsf(k1[i]), fabsf(k2[i])));
+                va = fmaxf(va, fmaxf(fabsf(w1[i]), fabsf(w2[i])));
+            }
+            // The head's largest magnitudes over its group's lanes (consecutive and aligned).
+            const int lane = threadIdx.x % 32;
+            const unsigned gmask = group == 32 ? 0xffffffffu : (((1u << group) - 1u) << (lane / group * group));
+            for (int o = group / 2; o > 0; o >>= 1) {
+                ka = fmaxf(ka, __shfl_xor_sync(gmask, ka, o));
+                va = fmaxf(va, __shfl_xor_sync(gmask, va, o));
+            }
+            if (!live || e < 0) {
+                return;
+            }
+            const long long head = e + (long long)kh * D;
+            // chorus_core::fp8::head_scale.
+            const float ks = ka > 0.f ? ka / 448.f : 1.f;
+            const float vs = va > 0.f ? va / 448.f : 1.f;
+            const float* src[4] = {k1, k2, w1, w2};
+            kv8_vec q[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float sc = j < 2 ? ks : vs;
+#pragma unroll
+                for (int w = 0; w < VEC / 4; ++w) {
+                    const float* a = src[j] + 4 * w;
+                    kv8_set(q[j], w, f32x2_to_e4m3(a[0] / sc, a[1] / sc) | (f32x2_to_e4m3(a[2] / sc, a[3] / sc) << 16));
+                }
+            }
+            *reinterpret_cast<kv8_vec*>(k_cache + head + g * VEC) = q[0];
+            *reinterpret_cast<kv8_vec*>(k_cache + head + half + g * VEC) = q[1];
+            *reinterpret_cast<kv8_vec*>(v_cache + head + g * VEC) = q[2];
+            *reinterpret_cast<kv8_vec*>(v_cache + head + half + g * VEC) = q[3];
+            if (g == 0) {
+                k_scale[head / D] = ks;
+                v_scale[head / D] = vs;
+            }
+        }
+    }
+};
+
+// `group` > 0 (the host sends the vector layout only); `rope`'s table has max_pos positions.
+extern "C" __global__ void lm_qk_norm_rope_kv(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                                              const float* __restrict__ rope, const int* __restrict__ start,
+                                              T* __restrict__ k_cache, T* __restrict__ v_cache,
+                                              const int* __restrict__ tables, int max_pos, float eps, int normed,
+                                              int group, PagedDims d) {
+    pdl_enter();
+    PaRopeKvSink<false> sink{k_cache, v_cache, tables, start, nullptr, nullptr, d, group};
+    lmr_qk_vec_body(qkv, q_norm, k_norm, rope, start, d.rows * d.time, d.time, d.q_heads, d.kv_heads, d.head_dim,
+                    max_pos, eps, normed != 0, group, sink);
+}
+
+// The same into 8-bit caches with their per-head scales.
+extern "C" __global__ void lm_qk_norm_rope_kv8(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                                               const float* __restrict__ rope, const int* __restrict__ start,
+                                               unsigned char* __restrict__ k_cache, unsigned char* __restrict__ v_cache,
+                                               const int* __restrict__ tables, float* __restrict__ k_scale,
+                                               float* __restrict__ v_scale, int max_pos, float eps, int normed,
+                                               int group, PagedDims d) {
+    pdl_enter();
+    PaRopeKvSink<true> sink{k_cache, v_cache, tables, start, k_scale, v_scale, d, group};
+    lmr_qk_vec_body(qkv, q_norm, k_norm, rope, start, d.rows * d.time, d.time, d.q_heads, d.kv_heads, d.head_dim,
+                    max_pos, eps, normed != 0, group, sink);
+}
+
+// ------------------------------------------------------------------------------------------------
 // Decode (time == 1): one block per (row, kv head, split). The block serves the G query heads that
 // share the kv head, so every key and value row is read once for the group. Its keys are the
 // positions [lo + split * split_len, min(lo + (split + 1) * split_len, p + 1)), lo the first key

@@ -543,10 +543,14 @@ __device__ __forceinline__ void lmr_qk_norm_rope_body(T* qkv, const T* __restric
 // head, lane g holding x[g * VEC ..) and x[half + g * VEC ..) in one 16-byte access each, so a
 // warp normalises and rotates 32 / G heads with every input loaded once, before the reduction.
 // Lanes past the last head compute on head 0 and store nothing (their group's shuffles must run).
+// `sink(live, tok, h, x1, x2, y1, y2)` takes head h of token tok: its halves' addresses in qkv
+// and their normed, rotated values (every lane of the head's group calls it, `live` or not, so it
+// may shuffle within the group).
+template <typename Sink>
 __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                                 const float* __restrict__ rope, const int* __restrict__ start, int tokens,
                                                 int time, int q_heads, int kv_heads, int head_dim, int max_pos, float eps,
-                                                bool normed, int group) {
+                                                bool normed, int group, Sink sink) {
     int heads = q_heads + kv_heads;
     long long total = (long long)tokens * heads;
     long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -605,11 +609,19 @@ __device__ __forceinline__ void lmr_qk_vec_body(T* qkv, const T* __restrict__ q_
         y1[e] = u * c[e] - v * sv[e];
         y2[e] = v * c[e] + u * sv[e];
     }
-    if (live) {
-        store_c<VEC>(x1, y1);
-        store_c<VEC>(x2, y2);
-    }
+    sink(live, tok, h, x1, x2, y1, y2);
 }
+
+// The rotated halves back into qkv.
+struct LmrStoreHead {
+    __device__ __forceinline__ void operator()(bool live, int, int, T* x1, T* x2, const float* y1,
+                                               const float* y2) const {
+        if (live) {
+            store_c<VEC>(x1, y1);
+            store_c<VEC>(x2, y2);
+        }
+    }
+};
 
 // group > 0: the vector layout with `group` lanes per head; else the fallback with E == 2 when
 // `pair` (else 1). normed == 0: q_norm and k_norm are not read (they may be null).
@@ -620,7 +632,7 @@ extern "C" __global__ void lm_qk_norm_rope(T* qkv, const T* __restrict__ q_norm,
     pdl_enter();
 #define LMR_QK_ARGS qkv, q_norm, k_norm, rope, start, tokens, time, q_heads, kv_heads, head_dim, max_pos, eps, normed != 0
     if (group > 0) {
-        lmr_qk_vec_body(LMR_QK_ARGS, group);
+        lmr_qk_vec_body(LMR_QK_ARGS, group, LmrStoreHead{});
     } else if (pair) {
         lmr_qk_norm_rope_body<2>(LMR_QK_ARGS);
     } else {

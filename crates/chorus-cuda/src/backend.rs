@@ -101,6 +101,10 @@ pub struct CudaOptions {
     /// counters) instead of a combine kernel: one launch fewer per call. Off by default until
     /// measured on the GPU; `CHORUS_FUSED_COMBINE=1` turns it on.
     pub fused_combine: bool,
+    /// The q/k norm and RoPE before an attention write the call's k and v to the cache in their
+    /// kernel (`lm_qk_norm_rope_kv`, `LmOps::rope_paged_attention`): one launch fewer per call.
+    /// Off by default until measured on the GPU; `CHORUS_FUSED_ROPE_KV=1` turns it on.
+    pub fused_rope_kv: bool,
 }
 
 impl Default for CudaOptions {
@@ -127,6 +131,7 @@ impl Default for CudaOptions {
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
+            fused_rope_kv: std::env::var(FUSED_ROPE_KV_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -138,6 +143,8 @@ pub const DEFAULT_CONV_MMA_MAX_OUT: usize = 128;
 pub const BATCH_INVARIANT_ENV: &str = "CHORUS_BATCH_INVARIANT";
 /// Environment switch of [`CudaOptions::lm_attention_mma`]'s default.
 pub const LM_ATTENTION_MMA_ENV: &str = "CHORUS_LM_ATTENTION_MMA";
+/// Environment switch of [`CudaOptions::fused_rope_kv`]'s default.
+pub const FUSED_ROPE_KV_ENV: &str = "CHORUS_FUSED_ROPE_KV";
 /// Environment switch of [`CudaOptions::fused_combine`]'s default.
 pub const FUSED_COMBINE_ENV: &str = "CHORUS_FUSED_COMBINE";
 /// Environment switch of [`CudaOptions::gemv_tma`]'s default.
@@ -264,6 +271,10 @@ pub struct CudaBackend {
     pub(crate) fused_combine: Option<crate::lm::attention::FusedCombine>,
     /// Decode attentions enqueued with the fused combine so far.
     pub(crate) fused_combine_launches: AtomicUsize,
+    /// See [`CudaOptions::fused_rope_kv`].
+    pub(crate) fused_rope_kv: bool,
+    /// Rotations enqueued with the KV write in their kernel so far.
+    pub(crate) fused_rope_kv_launches: AtomicUsize,
     /// Dynamic shared memory the tensor-core convolutions may take on this device.
     pub(crate) mma_smem_limit: usize,
     /// Tensor-core convolutions enqueued so far (eager runs and captures; replays do not count).
@@ -409,6 +420,8 @@ impl CudaBackend {
             gemv_tma_launches: AtomicUsize::new(0),
             fused_combine,
             fused_combine_launches: AtomicUsize::new(0),
+            fused_rope_kv: options.fused_rope_kv,
+            fused_rope_kv_launches: AtomicUsize::new(0),
             mma_smem_limit,
             mma_launches: AtomicUsize::new(0),
             res_block_launches: AtomicUsize::new(0),
@@ -440,6 +453,12 @@ impl CudaBackend {
     /// Residual blocks enqueued as one fused kernel so far (a graph replay adds none).
     pub fn fused_res_blocks(&self) -> usize {
         self.res_block_launches.load(Ordering::Relaxed)
+    }
+
+    /// Rotations enqueued with the attention's KV write in their kernel so far (a graph replay
+    /// adds none).
+    pub fn fused_rope_kv_writes(&self) -> usize {
+        self.fused_rope_kv_launches.load(Ordering::Relaxed)
     }
 
     /// Decode attentions enqueued with the fused combine so far (a graph replay adds none).

@@ -118,6 +118,8 @@ kernel_table! {
     // Paged attention (kernels/lm_attention.cu).
     LmPagedKvWrite => "lm_paged_kv_write",
     LmPagedKvWrite8 => "lm_paged_kv_write8",
+    LmQkNormRopeKv => "lm_qk_norm_rope_kv",
+    LmQkNormRopeKv8 => "lm_qk_norm_rope_kv8",
     LmPagedAttention => "lm_paged_attention",
     LmPagedAttention8 => "lm_paged_attention8",
     LmPagedAttentionMma => "lm_paged_attention_mma",

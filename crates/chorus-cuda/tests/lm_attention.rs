@@ -23,6 +23,8 @@ mod mma;
 mod paged;
 #[path = "lm_attention/prefill.rs"]
 mod prefill;
+#[path = "lm_attention/rope_kv.rs"]
+mod rope_kv;
 #[path = "lm_attention/window.rs"]
 mod window;
 

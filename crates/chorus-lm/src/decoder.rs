@@ -7,7 +7,7 @@
 //! final-normed hidden of every token. Each linear is dense or int8 ConvRot (`linear.rs`).
 
 use chorus_core::lm_ops::{
-    Epilogue, HeadGeom, KvScales, PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs,
+    Epilogue, HeadGeom, KvScales, PagedAttentionArgs, RmsNormArgs, RopeAttentionArgs, RopeOf,
 };
 use chorus_core::{Error, LmOps, Result};
 
@@ -124,22 +124,11 @@ pub fn decoder_stack<B: LmOps>(
         // 3-4. per-head q/k RMSNorm (Qwen3) if the layer has one, then rotate-half RoPE at each
         // token's position (Llama-style models rotate only).
         for (start, block_tables, geom, first_token) in std::iter::once(own).chain(extra) {
-            if let Some(rope) = s.rope {
-                be.qk_norm_rope(QkNormRopeArgs {
-                    qkv: &mut acts.qkv,
-                    qk_norm: l.qk_norm.as_ref().map(|qk| [&qk.q, &qk.k]),
-                    rope,
-                    start,
-                    geom,
-                    eps,
-                    first_token,
-                })?;
-            }
             // 5. causal GQA attention over the paged cache (writes this call's k/v first).
-            be.paged_attention(PagedAttentionArgs {
+            let attn = PagedAttentionArgs {
                 // Field by field: the caches and their scales are borrowed apart.
                 kv_scales: cache.scales.as_mut().map(|(k, v)| KvScales { k, v }),
-                qkv: &acts.qkv,
+                qkv: &mut acts.qkv,
                 k_cache: &mut cache.k,
                 v_cache: &mut cache.v,
                 block_tables,
@@ -150,7 +139,21 @@ pub fn decoder_stack<B: LmOps>(
                 max_blocks: shape.max_blocks,
                 first_token,
                 window: s.window,
-            })?;
+            };
+            match s.rope {
+                // 3-4 with 5. per-head q/k RMSNorm (Qwen3) if the layer has one, then rotate-half
+                // RoPE at each token's position (Llama-style models rotate only), in one op with
+                // the attention.
+                Some(rope) => be.rope_paged_attention(RopeAttentionArgs {
+                    rope: RopeOf {
+                        qk_norm: l.qk_norm.as_ref().map(|qk| [&qk.q, &qk.k]),
+                        rope,
+                        eps,
+                    },
+                    attn,
+                })?,
+                None => be.paged_attention(attn)?,
+            }
         }
         // 6. o_proj, added to the residual stream in the product.
         let io = LinearIo::new(

@@ -84,7 +84,7 @@ impl Cache {
         be.paged_attention(PagedAttentionArgs {
             kv_scales: None,
             first_token: 0,
-            qkv: &buf(be, qkv),
+            qkv: &mut buf(be, qkv),
             k_cache: &mut self.k,
             v_cache: &mut self.v,
             block_tables: &ints(be, tables),
@@ -272,7 +272,7 @@ fn paged_attention_handles_any_head_grouping() {
         be.paged_attention(PagedAttentionArgs {
             kv_scales: None,
             first_token: 0,
-            qkv: &buf(&be, &seq.concat()),
+            qkv: &mut buf(&be, &seq.concat()),
             k_cache: &mut k,
             v_cache: &mut v,
             block_tables: &ints(&be, &[6, 2, 7]),
@@ -372,7 +372,7 @@ fn paged_attention_rejects_bad_tables_and_buffers() {
         be.paged_attention(PagedAttentionArgs {
             kv_scales: None,
             first_token: 0,
-            qkv: &buf(&be, &qkv),
+            qkv: &mut buf(&be, &qkv),
             k_cache: &mut cache.k,
             v_cache: &mut cache.v,
             block_tables: &ints(&be, tables),
@@ -423,7 +423,7 @@ fn run_window(
     be.paged_attention(PagedAttentionArgs {
         kv_scales: None,
         first_token: 0,
-        qkv: &buf(be, qkv),
+        qkv: &mut buf(be, qkv),
         k_cache: &mut cache.k,
         v_cache: &mut cache.v,
         block_tables: &ints(be, tables),

@@ -14,9 +14,12 @@
 
 use std::sync::atomic::Ordering;
 
-use chorus_core::lm_ops::{HeadGeom, PagedAttentionArgs};
+use chorus_core::lm_ops::{
+    rope_paged_attention_apart, HeadGeom, PagedAttentionArgs, RopeAttentionArgs,
+};
 use chorus_core::{Precision, Result};
 
+use super::rows::RopeCall;
 use crate::backend::{CudaBackend, CudaBuf, SCRATCH_ALIGN};
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
@@ -257,6 +260,43 @@ pub(crate) fn paged_attention(
     be: &CudaBackend,
     a: PagedAttentionArgs<'_, CudaBackend>,
 ) -> Result<()> {
+    paged_attention_with(be, a, None)
+}
+
+/// [`LmOps::rope_paged_attention`](chorus_core::LmOps::rope_paged_attention): with
+/// [`crate::CudaOptions::fused_rope_kv`] and the rotation's vector layout, one kernel rotates q
+/// and k and writes the cache (`lm_qk_norm_rope_kv`); else the two ops apart.
+pub(crate) fn rope_paged_attention(
+    be: &CudaBackend,
+    a: RopeAttentionArgs<'_, CudaBackend>,
+) -> Result<()> {
+    if !be.fused_rope_kv {
+        return rope_paged_attention_apart(be, a);
+    }
+    let RopeAttentionArgs { rope, attn } = a;
+    let call = super::rows::rope_call(
+        be,
+        attn.qkv,
+        &rope,
+        attn.start,
+        (attn.geom, attn.first_token),
+    )?;
+    match call {
+        Some(c) if c.group > 0 => paged_attention_with(be, attn, Some(c)),
+        Some(c) => {
+            c.launch(be)?;
+            paged_attention(be, attn)
+        }
+        None => paged_attention(be, attn),
+    }
+}
+
+/// The attention; with `rope`, the call's q/k rotation runs in its KV write's kernel.
+fn paged_attention_with(
+    be: &CudaBackend,
+    a: PagedAttentionArgs<'_, CudaBackend>,
+    rope: Option<RopeCall>,
+) -> Result<()> {
     let _timer = be.op_timer(OP);
     let g = a.geom;
     let hd = g.head_dim;
@@ -290,7 +330,7 @@ pub(crate) fn paged_attention(
     need("start", a.start.len, g.rows)?;
     need("out", a.out.len, (first + tokens) * g.q_heads * hd)?;
     for (name, b) in [
-        ("qkv", a.qkv),
+        ("qkv", &*a.qkv),
         ("k_cache", &*a.k_cache),
         ("v_cache", &*a.v_cache),
         ("out", &*a.out),
@@ -378,7 +418,30 @@ pub(crate) fn paged_attention(
     let (tables, start) = (a.block_tables.mem.ptr(), a.start.mem.ptr());
     let vec = 16 / be.esize();
     let (ks, vs) = scales;
-    if kv8 {
+    if let Some(rc) = &rope {
+        // The rotation with the KV write (the call's q and k rotated in qkv, k and v cached).
+        let (rq, qn, kn, rt, st) = (rc.qkv, rc.q_norm, rc.k_norm, rc.rope, rc.start);
+        let (mp, eps, normed, grp) = (rc.max_pos, rc.eps, rc.normed, rc.group);
+        be.fused_rope_kv_launches.fetch_add(1, Ordering::Relaxed);
+        if kv8 {
+            be.launch(
+                Kernel::LmQkNormRopeKv8,
+                rc.cfg,
+                &mut kargs![
+                    &rq, &qn, &kn, &rt, &st, &kc, &vc, &tables, &ks, &vs, &mp, &eps, &normed, &grp,
+                    &d
+                ],
+            )?;
+        } else {
+            be.launch(
+                Kernel::LmQkNormRopeKv,
+                rc.cfg,
+                &mut kargs![
+                    &rq, &qn, &kn, &rt, &st, &kc, &vc, &tables, &mp, &eps, &normed, &grp, &d
+                ],
+            )?;
+        }
+    } else if kv8 {
         be.launch(
             Kernel::LmPagedKvWrite8,
             be.grid_for(tokens * kv_dim / vec)?,

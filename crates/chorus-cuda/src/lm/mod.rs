@@ -13,7 +13,7 @@ pub use q8::CudaQWeight;
 
 use chorus_core::lm_ops::{
     AddRowArgs, CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs,
-    PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, ScatterArgs, SwigluArgs,
+    PagedAttentionArgs, QkNormRopeArgs, RmsNormArgs, RopeAttentionArgs, ScatterArgs, SwigluArgs,
 };
 use chorus_core::lm_ops::{FusedLinearArgs, HadamardArgs, LinearQ8Args};
 use chorus_core::{LmOps, Precision, Result};
@@ -217,6 +217,10 @@ impl LmOps for CudaBackend {
 
     fn qk_norm_rope(&self, a: QkNormRopeArgs<'_, Self>) -> Result<()> {
         rows::qk_norm_rope(self, a)
+    }
+
+    fn rope_paged_attention(&self, a: RopeAttentionArgs<'_, Self>) -> Result<()> {
+        attention::rope_paged_attention(self, a)
     }
 
     fn paged_attention(&self, a: PagedAttentionArgs<'_, Self>) -> Result<()> {

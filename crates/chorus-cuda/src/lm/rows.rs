@@ -18,8 +18,8 @@
 //!   tables: an out-of-range id gathers a zero row and is skipped by a scatter, an out-of-range
 //!   code adds nothing to the feedback embedding, a RoPE position is clamped to the table.
 use chorus_core::lm_ops::{
-    AddRowArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, QkNormRopeArgs, RmsNormArgs,
-    ScatterArgs, SwigluArgs,
+    AddRowArgs, CopyRowsArgs, EmbedSumArgs, FeedbackArgs, GatherArgs, HeadGeom, QkNormRopeArgs,
+    RmsNormArgs, RopeOf, ScatterArgs, SwigluArgs,
 };
 use chorus_core::{Precision, Result};
 
@@ -481,9 +481,76 @@ pub(crate) fn swiglu(be: &CudaBackend, a: SwigluArgs<'_, CudaBackend>) -> Result
 /// table), rounded once when stored (nano-vllm rounds after the norm too; the single rounding is
 /// the closer of the two to the f32 reference).
 pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>) -> Result<()> {
+    let _timer = be.op_timer("qk_norm_rope");
+    let rope = RopeOf {
+        qk_norm: a.qk_norm,
+        rope: a.rope,
+        eps: a.eps,
+    };
+    match rope_call(be, a.qkv, &rope, a.start, (a.geom, a.first_token))? {
+        Some(c) => c.launch(be),
+        None => Ok(()),
+    }
+}
+
+/// One checked `lm_qk_norm_rope` launch: its arguments and grid.
+pub(crate) struct RopeCall {
+    pub(crate) qkv: u64,
+    pub(crate) q_norm: u64,
+    pub(crate) k_norm: u64,
+    pub(crate) rope: u64,
+    pub(crate) start: u64,
+    pub(crate) tokens: i32,
+    pub(crate) time: i32,
+    pub(crate) q_heads: i32,
+    pub(crate) kv_heads: i32,
+    pub(crate) head_dim: i32,
+    pub(crate) max_pos: i32,
+    pub(crate) eps: f32,
+    pub(crate) normed: i32,
+    /// Lanes per head of the vector layout; 0: the warp-per-head fallback.
+    pub(crate) group: i32,
+    pub(crate) pair: i32,
+    pub(crate) cfg: Launch,
+}
+
+impl RopeCall {
+    pub(crate) fn launch(&self, be: &CudaBackend) -> Result<()> {
+        let c = self;
+        be.launch(
+            Kernel::LmQkNormRope,
+            c.cfg,
+            &mut kargs![
+                &c.qkv,
+                &c.q_norm,
+                &c.k_norm,
+                &c.rope,
+                &c.start,
+                &c.tokens,
+                &c.time,
+                &c.q_heads,
+                &c.kv_heads,
+                &c.head_dim,
+                &c.max_pos,
+                &c.eps,
+                &c.normed,
+                &c.group,
+                &c.pair
+            ],
+        )
+    }
+}
+
+/// Checks the rotation of `(geom, first_token)`'s tokens of `qkv` and builds its launch (`None`:
+/// nothing to rotate).
+pub(crate) fn rope_call(
+    be: &CudaBackend,
+    qkv: &CudaBuf,
+    r: &RopeOf<'_, CudaBackend>,
+    start: &super::CudaInts,
+    (g, first_token): (HeadGeom, usize),
+) -> Result<Option<RopeCall>> {
     const OP: &str = "qk_norm_rope";
-    let _timer = be.op_timer(OP);
-    let g = a.geom;
     let (hd, time) = (g.head_dim, g.time);
     if hd == 0 || hd % 2 != 0 {
         return Err(cuda_error(
@@ -492,36 +559,35 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
         ));
     }
     let (tokens, width) = (g.tokens(), g.qkv_width());
-    check_len(OP, "qkv", a.qkv.len, (a.first_token + tokens) * width)?;
-    if let Some([q, k]) = a.qk_norm {
+    check_len(OP, "qkv", qkv.len, (first_token + tokens) * width)?;
+    if let Some([q, k]) = r.qk_norm {
         check_len(OP, "q_norm", q.len, hd)?;
         check_len(OP, "k_norm", k.len, hd)?;
     }
-    check_len(OP, "start", a.start.len, g.rows)?;
+    check_len(OP, "start", start.len, g.rows)?;
     let heads = g.q_heads + g.kv_heads;
     if tokens == 0 || heads == 0 {
-        return Ok(());
+        return Ok(None);
     }
     // Positions are device data: only the smallest table a call can use is checked here.
-    check_len(OP, "rope", a.rope.len, time * hd)?;
-    if !a.rope.f32 && be.precision != Precision::F32 {
+    check_len(OP, "rope", r.rope.len, time * hd)?;
+    if !r.rope.f32 && be.precision != Precision::F32 {
         return Err(cuda_error(
             OP,
             "`rope` must be stored in f32 (BufRole::Table)",
         ));
     }
-    let qkv = t_ptr(be, OP, "qkv", a.qkv)? + (a.first_token * width * be.esize()) as u64;
+    let qkv = t_ptr(be, OP, "qkv", qkv)? + (first_token * width * be.esize()) as u64;
     // Without norms the kernel reads neither pointer; 0 keeps the alignment tests below true.
-    let (q_norm, k_norm) = match a.qk_norm {
+    let (q_norm, k_norm) = match r.qk_norm {
         Some([q, k]) => (t_ptr(be, OP, "q_norm", q)?, t_ptr(be, OP, "k_norm", k)?),
         None => (0, 0),
     };
-    let normed = i32::from(a.qk_norm.is_some());
-    let (rope, start) = (a.rope.mem.ptr(), a.start.mem.ptr());
     let half = hd / 2;
     // The vector layout: `group` lanes per head, one 16-byte access per lane and half.
     let v = vec_elems(be);
     let group = half / v;
+    let rope = r.rope.mem.ptr();
     let aligned = [qkv, q_norm, k_norm, rope].iter().all(|p| p % 16 == 0);
     let vector = half % v == 0 && group.is_power_of_two() && group <= 32 && aligned;
     // Else one warp per head, by pairs when the half spans whole warps of them.
@@ -537,26 +603,27 @@ pub(crate) fn qk_norm_rope(be: &CudaBackend, a: QkNormRopeArgs<'_, CudaBackend>)
                 format!("{tokens} tokens of {heads} heads exceed one launch"),
             )
         })?;
-    let cfg = Launch {
-        grid: threads.div_ceil(ROPE_THREADS) as u32,
-        block: ROPE_THREADS as u32,
-        smem: 0,
-    };
-    let tokens = int(OP, "tokens", tokens)?;
-    let time = int(OP, "time", time)?;
-    let q_heads = int(OP, "q_heads", g.q_heads)?;
-    let kv_heads = int(OP, "kv_heads", g.kv_heads)?;
     int(OP, "qkv_width", width)?;
-    let hd32 = int(OP, "head_dim", hd)?;
-    let max_pos = (a.rope.len / hd).min(i32::MAX as usize) as i32;
-    let group = if vector { group as i32 } else { 0 };
-    let (eps, pair) = (a.eps, i32::from(pair));
-    be.launch(
-        Kernel::LmQkNormRope,
-        cfg,
-        &mut kargs![
-            &qkv, &q_norm, &k_norm, &rope, &start, &tokens, &time, &q_heads, &kv_heads, &hd32,
-            &max_pos, &eps, &normed, &group, &pair
-        ],
-    )
+    Ok(Some(RopeCall {
+        qkv,
+        q_norm,
+        k_norm,
+        rope,
+        start: start.mem.ptr(),
+        tokens: int(OP, "tokens", tokens)?,
+        time: int(OP, "time", time)?,
+        q_heads: int(OP, "q_heads", g.q_heads)?,
+        kv_heads: int(OP, "kv_heads", g.kv_heads)?,
+        head_dim: int(OP, "head_dim", hd)?,
+        max_pos: (r.rope.len / hd).min(i32::MAX as usize) as i32,
+        eps: r.eps,
+        normed: i32::from(r.qk_norm.is_some()),
+        group: if vector { group as i32 } else { 0 },
+        pair: i32::from(pair),
+        cfg: Launch {
+            grid: threads.div_ceil(ROPE_THREADS) as u32,
+            block: ROPE_THREADS as u32,
+            smem: 0,
+        },
+    }))
 }

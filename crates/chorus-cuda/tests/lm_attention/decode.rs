@@ -347,7 +347,7 @@ fn paged_decode_timing() {
         let mut rng = Rng::new(109);
         let qkv = rng.vec(rows * h.width(), 1.0);
         let g = h.geom(rows, 1);
-        let qkv_b = be.upload(&qkv, BufRole::Activation).expect("qkv");
+        let mut qkv_b = be.upload(&qkv, BufRole::Activation).expect("qkv");
         let start = ints(&be, &vec![ctx as i32 - 1; rows]).expect("start");
         let mut out = be
             .zeros(rows * h.q * h.hd, BufRole::Activation)
@@ -357,7 +357,7 @@ fn paged_decode_timing() {
             b.paged_attention(PagedAttentionArgs {
                 kv_scales: None,
                 first_token: 0,
-                qkv: &qkv_b,
+                qkv: &mut qkv_b,
                 k_cache: &mut paged.k,
                 v_cache: &mut paged.v,
                 block_tables: &paged.tables,

@@ -2,7 +2,7 @@
 //! the f64 causal-attention reference and scattered block tables.
 
 use super::*;
-use chorus_core::lm_ops::{HeadGeom, KvScales, PagedAttentionArgs};
+use chorus_core::lm_ops::{HeadGeom, KvScales, PagedAttentionArgs, RopeAttentionArgs, RopeOf};
 
 /// Head layout of a model.
 #[derive(Clone, Copy, Debug)]
@@ -126,7 +126,7 @@ impl<B: LmOps> Paged<B> {
         let g = h.geom(rows, qkv.len() / h.width() / rows);
         let mut padded = vec![OTHER_IN; first * h.width()];
         padded.extend_from_slice(qkv);
-        let qkv = be.upload(&padded, BufRole::Activation)?;
+        let mut qkv = be.upload(&padded, BufRole::Activation)?;
         let start = ints(be, start)?;
         let n = h.q * h.hd;
         let mut out = be.upload(
@@ -140,7 +140,7 @@ impl<B: LmOps> Paged<B> {
             b.paged_attention(PagedAttentionArgs {
                 kv_scales: scales.as_mut().map(|(k, v)| KvScales { k, v }),
                 first_token: first,
-                qkv: &qkv,
+                qkv: &mut qkv,
                 k_cache: &mut *k,
                 v_cache: &mut *v,
                 block_tables: tables,
@@ -158,6 +158,58 @@ impl<B: LmOps> Paged<B> {
             "paged_attention wrote outside its own tokens"
         );
         Ok(got.split_off(first * n))
+    }
+}
+
+/// What a rotating call takes besides its tokens: the RoPE table and the optional q/k norms.
+pub(crate) struct RopeBufs<B: LmOps> {
+    pub(crate) table: B::Buf,
+    pub(crate) norms: Option<(B::Buf, B::Buf)>,
+}
+
+impl<B: LmOps> Paged<B> {
+    /// One `rope_paged_attention` call (q and k of `qkv` not yet rotated); returns the output
+    /// and the call's `qkv` after it (its rotated q and k).
+    pub(crate) fn call_rope(
+        &mut self,
+        be: &B,
+        qkv: &[f32],
+        start: &[i32],
+        rope: &RopeBufs<B>,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let h = self.heads;
+        let rows = start.len();
+        let g = h.geom(rows, qkv.len() / h.width() / rows);
+        let mut qkv = be.upload(qkv, BufRole::Activation)?;
+        let start = ints(be, start)?;
+        let mut out = be.zeros(g.tokens() * h.q * h.hd, BufRole::Activation)?;
+        let (k, v, tables) = (&mut self.k, &mut self.v, &self.tables);
+        let scales = &mut self.scales;
+        let (block_size, max_blocks, window) = (self.block_size, self.max_blocks, self.window);
+        be.run(key(), &mut |b: &B| {
+            b.rope_paged_attention(RopeAttentionArgs {
+                rope: RopeOf {
+                    qk_norm: rope.norms.as_ref().map(|(q, k)| [q, k]),
+                    rope: &rope.table,
+                    eps: 1e-6,
+                },
+                attn: PagedAttentionArgs {
+                    kv_scales: scales.as_mut().map(|(k, v)| KvScales { k, v }),
+                    first_token: 0,
+                    qkv: &mut qkv,
+                    k_cache: &mut *k,
+                    v_cache: &mut *v,
+                    block_tables: tables,
+                    start: &start,
+                    out: &mut out,
+                    geom: g,
+                    block_size,
+                    max_blocks,
+                    window,
+                },
+            })
+        })?;
+        Ok((be.download(&out)?, be.download(&qkv)?))
     }
 }
 
