@@ -24,7 +24,7 @@ use chorus_server::music::{
 };
 use chorus_server::stage::{DeviceStage, FaultSwitch};
 use chorus_server::{Server, ServerConfig};
-use common::{expect_close, fake, next, send_text, Ws, WAIT};
+use common::{expect_close, fake, healthz, next, send_text, stage_devices, Ws, WAIT};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Song slots of every test server (the busy test fills them).
@@ -807,32 +807,6 @@ fn patient() -> MusicConfig {
     }
 }
 
-async fn healthz(server: &Server) -> serde_json::Value {
-    let addr = server.local_addr().to_string();
-    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
-    serde_json::from_slice(&body).unwrap()
-}
-
-/// Each music device's (device, live songs, reserved KV blocks, state).
-fn music_devices(h: &serde_json::Value) -> Vec<(u64, u64, u64, String)> {
-    h["music"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["device"].as_u64().unwrap(),
-                d["live"].as_u64().unwrap(),
-                d["kv_reserved"].as_u64().unwrap(),
-                d["state"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn songs_spread_over_devices_equal_their_solo_runs_and_busy_waits_for_every_device() {
     let server = start_devices(
@@ -857,7 +831,7 @@ async fn songs_spread_over_devices_equal_their_solo_runs_and_busy_waits_for_ever
     }
     let h = healthz(&server).await;
     let ok = |d, kv| (d, 2, kv, "ok".to_string());
-    assert_eq!(music_devices(&h), [ok(0, 4), ok(1, 4)], "{h}");
+    assert_eq!(stage_devices(&h, "music"), [ok(0, 4), ok(1, 4)], "{h}");
     assert_eq!(h["music"]["max_songs"], 2 * SONGS);
     let mut busy = connect(&server).await;
     send_text(&mut busy, &text(9)).await;
@@ -918,7 +892,7 @@ async fn a_failed_device_ends_only_its_own_songs_and_the_others_keep_admitting()
     );
     assert_eq!(got.codes, want.codes);
     let h = healthz(&server).await;
-    let devices = music_devices(&h);
+    let devices = stage_devices(&h, "music");
     assert_eq!(devices[0].3, "failed", "{h}");
     assert!(
         h["music"]["devices"][0]["error"]

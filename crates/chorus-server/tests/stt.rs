@@ -25,7 +25,7 @@ use chorus_stt::{
     random_model, StreamEvent, StreamRequest, SttConfig, SttModel, SttOptions, SttStage,
     SttTokenizer, WordEvent,
 };
-use common::{expect_close, fake, next, send_text, Ws};
+use common::{expect_close, fake, healthz, next, send_text, stage_devices, Ws};
 use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
@@ -875,15 +875,6 @@ async fn the_load_generator_times_every_step_on_both_endpoints_with_a_key() {
     assert!(!refused.real_time());
 }
 
-async fn healthz(server: &Server) -> serde_json::Value {
-    let addr = server.local_addr().to_string();
-    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
-    serde_json::from_slice(&body).unwrap()
-}
-
 /// Two stand-in devices: streams go to the one with the most free slots and each equals its
 /// solo run; when one device fails, its stream ends with an error naming it, the other's is whole
 /// and exact, and the survivor takes every new stream.
@@ -895,11 +886,9 @@ async fn streams_spread_over_devices_and_a_failed_device_ends_only_its_own() {
     let (mut on_0, _) = open(&server, "f32").await;
     let (mut on_1, _) = open(&server, "f32").await;
     let h = healthz(&server).await;
-    let live: Vec<_> = h["stt"]["devices"]
-        .as_array()
-        .unwrap()
+    let live: Vec<_> = stage_devices(&h, "stt")
         .iter()
-        .map(|d| (d["device"].as_u64().unwrap(), d["live"].as_u64().unwrap()))
+        .map(|d| (d.0, d.1))
         .collect();
     assert_eq!(live, [(0, 1), (1, 1)], "{h}");
     faults[0].trip();

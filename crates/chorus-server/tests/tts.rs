@@ -29,7 +29,7 @@ use chorus_server::tts::{
     TtsStageFactory, TtsUpdate,
 };
 use chorus_server::{Server, ServerConfig, Services};
-use common::{expect_close, fake, next, send_text, Ws, WAIT};
+use common::{expect_close, fake, healthz, next, send_text, stage_devices, Ws, WAIT};
 use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -849,31 +849,6 @@ async fn an_http_client_that_goes_away_cancels_its_utterance() {
     assert_eq!(metric(&text, "chorus_tts_kv_blocks_in_use"), 0.0);
 }
 
-async fn healthz(server: &Server) -> serde_json::Value {
-    let addr = server.local_addr().to_string();
-    let (status, body) = http_request(&addr, "GET", "/healthz", vec![])
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
-    serde_json::from_slice(&body).unwrap()
-}
-
-/// Each speech device's (device, live utterances, state).
-fn tts_devices(h: &serde_json::Value) -> Vec<(u64, u64, String)> {
-    h["tts"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["device"].as_u64().unwrap(),
-                d["live"].as_u64().unwrap(),
-                d["state"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 /// Two stand-in devices: utterances go to the one with the most free KV blocks and each equals
 /// its solo run; when one device fails, its utterance ends with an error naming it, the other's
 /// is whole and exact, and the survivor takes every new utterance.
@@ -897,8 +872,11 @@ async fn utterances_spread_over_devices_and_a_failed_device_ends_only_its_own() 
     .await;
     let h = healthz(&server).await;
     assert_eq!(
-        tts_devices(&h),
-        [(0, 1, "ok".to_string()), (1, 1, "ok".to_string())],
+        stage_devices(&h, "tts")
+            .iter()
+            .map(|d| (d.0, d.1, d.3.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, 1, "ok"), (1, 1, "ok")],
         "{h}"
     );
     faults[0].trip();
@@ -924,7 +902,7 @@ async fn utterances_spread_over_devices_and_a_failed_device_ends_only_its_own() 
     let want = direct("On the second.", 1, 12, Sampling::Seeded(6));
     assert_eq!(bits(&heard.pcm), bits(&want));
     let h = healthz(&server).await;
-    assert_eq!(tts_devices(&h)[0].2, "failed", "{h}");
+    assert_eq!(stage_devices(&h, "tts")[0].3, "failed", "{h}");
     assert!(
         h["tts"]["devices"][0]["error"]
             .as_str()

@@ -169,3 +169,31 @@ pub fn codes(s: u64, t: u64, n_q: usize) -> Vec<u32> {
 pub fn reference(frames: &[Vec<u32>]) -> Vec<f32> {
     FakeDecoder::reference(frames.iter().map(|c| FrameInput::Codes(c)))
 }
+
+/// `/healthz` of `server` (status 200) as JSON.
+pub async fn healthz(server: &Server) -> serde_json::Value {
+    let addr = server.local_addr().to_string();
+    let (status, body) = chorus_server::loadgen::http_request(&addr, "GET", "/healthz", vec![])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Each device of `/healthz`'s `stage` (`music`, `tts`, `stt`, `encoder`): (device, live jobs,
+/// reserved KV blocks, state).
+pub fn stage_devices(h: &serde_json::Value, stage: &str) -> Vec<(u64, u64, u64, String)> {
+    h[stage]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_u64().unwrap(),
+                d["live"].as_u64().unwrap(),
+                d["kv_reserved"].as_u64().unwrap(),
+                d["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
