@@ -5,7 +5,8 @@
 # results. Binaries from scripts/device/build_bins.sh (packed in .device-pack/). Parts:
 #   codec      the codec attention over query spans: ops, decoder, encoder_chunk;
 #   lm_attn    the tensor-core decode (groups of 8), the plain kernel in bf16, windows, the draw's
-#              per-row sampling, the fused combine, the rotation with the KV write;
+#              per-row sampling, the fused combine, the rotation with the KV write; the STT
+#              stage's CUDA tests (its windowed heads on the tensor-core decode);
 #   fusions    scripts/device/fusions_ab.sh (bulk-copy GEMV with the norm and epilogues in the
 #              product, fused combine, rotation with the KV write: tests, then the A/B);
 #   whole      scripts/device/codec_whole_file.sh in bf16;
@@ -50,6 +51,8 @@ lm_attn() {
   for t in mma decode window draw combine rope_kv; do
     "$BIN"/lm_attention --test-threads=1 --nocapture $t 2>&1
   done
+  # STT's windowed heads of 128 now take the tensor-core decode by default.
+  "$BIN"/stt_cuda --test-threads=1 --nocapture 2>&1
 }
 # The parts that are functions run in a child shell under `timeout`.
 export BIN
@@ -58,7 +61,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for p in ${PENDING_PARTS:-codec lm_attn fusions whole stt}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
-    lm_attn) part lm_attn 120 bash -c lm_attn ;;
+    lm_attn) part lm_attn 150 bash -c lm_attn ;;
     fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
