@@ -14,7 +14,7 @@ use super::request::{build_song, SongSpec};
 use super::start::StartRequest;
 use super::worker::{song_blocks, StartJob, Worker};
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
     start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
     Tried, DEFAULT_DEVICE,
@@ -74,21 +74,11 @@ impl MusicDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(MusicMetrics::default());
         let thread_metrics = metrics.clone();
-        let DeviceStage {
-            device,
-            factory,
-            fault,
-        } = stage;
-        let watch = Watch {
-            device,
-            health,
-            fault,
-        };
-        let (owner, info) = OwnerThread::spawn(
-            &format!("chorus-music-{device}"),
+        let (owner, info) = stage.spawn_owner(
+            "music",
             config.max_queued_starts,
-            watch,
-            move || {
+            health,
+            move |factory, device| {
                 let (stage, opts) = factory()?;
                 let worker = Worker::new(stage, &opts, thread_metrics, device);
                 let info = worker.info().clone();

@@ -38,6 +38,39 @@ impl<F> DeviceStage<F> {
             fault: None,
         }
     }
+
+    /// Starts this device's owner thread `chorus-{kind}-{device}`, watched for failure with
+    /// `health`; `build` makes its owner there from the factory and the device number.
+    pub(crate) fn spawn_owner<S, O, I>(
+        self,
+        kind: &str,
+        queue: usize,
+        health: Arc<Health>,
+        build: impl FnOnce(F, usize) -> Result<(O, I)> + Send + 'static,
+    ) -> Result<(super::owner::OwnerThread<S>, I)>
+    where
+        F: Send + 'static,
+        S: Send + 'static,
+        O: super::owner::Owner<Start = S>,
+        I: Send + 'static,
+    {
+        let Self {
+            device,
+            factory,
+            fault,
+        } = self;
+        let watch = super::owner::Watch {
+            device,
+            health,
+            fault,
+        };
+        super::owner::OwnerThread::spawn(
+            &format!("chorus-{kind}-{device}"),
+            queue,
+            watch,
+            move || build(factory, device),
+        )
+    }
 }
 
 /// Trips a device's owner thread: it panics before its next step, which ends that device's jobs

@@ -12,7 +12,7 @@ use super::worker::{StartJob, Worker};
 use crate::stage::error::{StageError, StageErrorCode};
 use crate::stage::input::input_channel;
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
     start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
     Tried, DEFAULT_DEVICE,
@@ -90,21 +90,11 @@ impl SttDevice {
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
         let text_seed = config.text_seed;
-        let DeviceStage {
-            device,
-            factory,
-            fault,
-        } = stage;
-        let watch = Watch {
-            device,
-            health,
-            fault,
-        };
-        let (owner, info) = OwnerThread::spawn(
-            &format!("chorus-stt-{device}"),
+        let (owner, info) = stage.spawn_owner(
+            "stt",
             config.max_queued_starts,
-            watch,
-            move || {
+            health,
+            move |factory, device| {
                 let (stage, opts) = factory()?;
                 if !stage.encodes_pcm() {
                     return Err(Error::config(

@@ -14,7 +14,7 @@ use super::start::TtsStart;
 use super::worker::{utterance_blocks, StartJob, Worker};
 use super::{TtsError, TtsErrorCode};
 use crate::stage::job::Job;
-use crate::stage::owner::{OwnerThread, SubmitFailed, Watch};
+use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
     start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
     Tried, DEFAULT_DEVICE,
@@ -91,21 +91,11 @@ impl TtsDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(TtsMetrics::default());
         let thread_metrics = metrics.clone();
-        let DeviceStage {
-            device,
-            factory,
-            fault,
-        } = stage;
-        let watch = Watch {
-            device,
-            health,
-            fault,
-        };
-        let (owner, info) = OwnerThread::spawn(
-            &format!("chorus-tts-{device}"),
+        let (owner, info) = stage.spawn_owner(
+            "tts",
             config.max_queued_starts,
-            watch,
-            move || {
+            health,
+            move |factory, device| {
                 let (stage, opts) = factory()?;
                 let worker = Worker::new(stage, &opts, thread_metrics, device)?;
                 let info = worker.info().clone();
