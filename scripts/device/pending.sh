@@ -10,10 +10,17 @@
 #   fusions    scripts/device/fusions_ab.sh (bulk-copy GEMV with the norm and epilogues in the
 #              product, fused combine, rotation with the KV write: tests, then the A/B);
 #   whole      scripts/device/codec_whole_file.sh in bf16;
-#   stt        scripts/device/stt_capacity.sh at 512 streams;
+#   retest     the two test cases fixed after their first run (bulk-copy fused products, the fused
+#              combine with groups of 8);
+#   stt_tests  the STT stage's CUDA tests (the 8-bit rings among them);
+#   stt_side   scripts/device/stt_side_by_side.sh (the LM step, Chorus and transformers);
+#   stt_1b     scripts/device/stt_capacity.sh, stt-1b-en_fr at 1,300 streams, bf16 rings;
+#   stt_fp8    the same at 2,500 streams over 8-bit rings;
+#   stt_2b6    stt-2.6b-en at 850 streams;
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: codec lm_attn fusions whole stt, in this order).
+# PENDING_PARTS picks some of them (default: retest stt_tests stt_side stt_1b stt_fp8 stt_2b6,
+# in this order).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -22,7 +29,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET=${PENDING_BUDGET:-570}
 # Lines of a log worth printing: results, failures, figures.
-KEEP='test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:'
+KEEP='test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback'
 # part NAME SECONDS CMD...: CMD under min(SECONDS, the time left), its log in $OUT/NAME.log.
 part() {
   local name=$1 limit=$2
@@ -56,16 +63,25 @@ lm_attn() {
 }
 # The parts that are functions run in a child shell under `timeout`.
 export BIN
-export -f codec lm_attn
+retest() {
+  "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
+  "$BIN"/lm_attention --test-threads=1 --nocapture combine 2>&1
+}
+export -f codec lm_attn retest
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-codec lm_attn fusions whole stt}; do
+for p in ${PENDING_PARTS:-retest stt_tests stt_side stt_1b stt_fp8 stt_2b6}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
     fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
-    stt) part stt 70 env STT_STREAMS=512 bash scripts/device/stt_capacity.sh ;;
+    retest) part retest 40 bash -c retest ;;
+    stt_tests) part stt_tests 60 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
+    stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
+    stt_1b) part stt_1b 80 env STT_STREAMS=1300 bash scripts/device/stt_capacity.sh ;;
+    stt_fp8) part stt_fp8 70 env STT_STREAMS=2500 STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    stt_2b6) part stt_2b6 70 env STT_STREAMS=850 STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
 done

@@ -6,7 +6,8 @@
 # p99 delay past their audio under STT_P99_MS (100) and no missed deadline (a step later than one
 # 80 ms frame) printed at the end. Expects .device-bin/chorus (scripts/device/build_bins.sh).
 # Settings: STT_STREAMS ("256 512 1024 1300"), STT_SECONDS (20), STT_P99_MS (100), STT_ENDPOINT
-# (v1, or asr for /api/asr-streaming), STT_PORT (8094), STT_OUT (/tmp/stt_capacity).
+# (v1, or asr for /api/asr-streaming), STT_MODEL (random; random-2.6b), STT_KV_CACHE (bf16, or
+# fp8), STT_PORT (8094), STT_OUT (/tmp/stt_capacity).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -14,15 +15,27 @@ PORT=${STT_PORT:-8094}
 COUNTS=${STT_STREAMS:-256 512 1024 1300}
 P99_MS=${STT_P99_MS:-100}
 OUT=${STT_OUT:-/tmp/stt_capacity}
+MODEL=${STT_MODEL:-random}
+KV=${STT_KV_CACHE:-bf16}
 mkdir -p "$OUT"
+# Each stream holds a socket in the server and one in the load generator.
+largest=0
+for n in $COUNTS; do ((n > largest)) && largest=$n; done
+need=$((2 * largest + 1024))
+hard=$(ulimit -Hn)
+if [[ $hard != unlimited ]] && ((hard < need)); then
+  ulimit -Hn "$need" 2>/dev/null || echo "# warning: open-file limit $hard is below $need" >&2
+fi
+ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true
 
 # One server per count with exactly that many slots (each slot reserves its KV ring and Mimi
 # state at start-up: about 0.1 GB per 1B stream, so the largest counts may not fit, which is a
 # result too). The decoder is the stand-in: the GPU is the STT stage's alone. Every stream comes
 # from this one address, past the default 1,024 connections per client: that limit is off.
 start_server() {
-  "$BIN"/chorus serve --port "$PORT" --model fake --stt-model random --stt-mimi random \
-    --stt-device cuda --stt-streams "$1" --max-connections-per-client 0 > "$OUT/serve_$1.log" 2>&1 &
+  "$BIN"/chorus serve --port "$PORT" --model fake --stt-model "$MODEL" --stt-mimi random \
+    --stt-device cuda --stt-streams "$1" --stt-kv-cache "$KV" --max-connections-per-client 0 \
+    > "$OUT/serve_$1.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
     grep -q "listening" "$OUT/serve_$1.log" 2>/dev/null && return 0
@@ -34,7 +47,7 @@ start_server() {
 
 best=0
 for n in $COUNTS; do
-  echo "=================== $n streams: serve --stt-streams $n, loadgen --input audio ==================="
+  echo "=================== $n streams ($MODEL, $KV rings): serve --stt-streams $n, loadgen --input audio ==================="
   if ! start_server "$n"; then
     echo "FAIL streams $n: the server did not start (tail of $OUT/serve_$n.log):"
     tail -5 "$OUT/serve_$n.log"

@@ -406,6 +406,10 @@ fn bulk_copy_fused_products_match_the_cpu() {
         ] {
             for epilogue in EPILOGUES {
                 for (norm, q8) in [(false, false), (true, false), (true, true)] {
+                    // The int8 rows' rotation takes whole groups (a partial segment stays bf16).
+                    if q8 && k % GROUP != 0 {
+                        continue;
+                    }
                     let c = Case {
                         n,
                         k,

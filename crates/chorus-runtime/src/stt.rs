@@ -137,4 +137,10 @@ impl AnyStt {
         use chorus_core::Backend;
         each!(self, s => s.backend().device_description())
     }
+
+    /// Bytes of one stored weight (4 on the CPU, 2 in bf16).
+    pub fn bytes_per_weight(&self) -> usize {
+        use chorus_core::{Backend, BufRole};
+        each!(self, s => s.backend().bytes_per_element(BufRole::Weight))
+    }
 }

@@ -1,7 +1,8 @@
 //! The STT stage on the CUDA backend (skipped without a GPU), every step one graph replay: the
 //! oracle's teacher-forced logits and VAD in f32 (rel L2 <= 1e-4) and bf16 (<= 1e-1 at this
 //! 64-wide size), greedy tokens in f32 identical to the oracle's past the window, and at full
-//! size (random weights of stt-1b-en_fr) bf16 logits within 5e-2 of f32 on the same inputs.
+//! size (random weights of stt-1b-en_fr) bf16 logits within 5e-2 of f32 on the same inputs; the
+//! 8-bit rings against the CPU's same format, the oracle, and bf16 rings at full size.
 
 mod common;
 
@@ -10,7 +11,7 @@ use chorus_core::Precision;
 use chorus_cuda::{CudaBackend, CudaOptions};
 use chorus_stt::random::RANDOM_STT_SEED;
 use chorus_stt::{random_model, StreamEvent, StreamRequest, SttConfig, SttOptions, SttStage};
-use common::oracle::{fixture, ints, rel_l2, run_on, REL_L2};
+use common::oracle::{fixture, ints, rel_l2, run_on, run_on_kv, REL_L2};
 
 /// bf16 bound of the 64-wide test model (head dim 16: little width to average the rounding).
 const SMALL_BF16_REL_L2: f64 = 1e-1;
@@ -51,6 +52,52 @@ fn cuda_teacher_forcing_matches_the_oracle_in_f32_and_bf16() {
     }
 }
 
+/// 8-bit rings on CUDA against the CPU's same format (f32: the two quantize the same values),
+/// and against the oracle's f32 cache in f32 and bf16.
+const FP8_VS_CPU_REL_L2: f64 = 1e-2;
+const FP8_VS_ORACLE_REL_L2: f64 = 5e-2;
+
+#[test]
+fn cuda_8bit_rings_match_the_cpus_and_stay_near_the_oracle() {
+    use chorus_lm::KvCache;
+    let f = fixture();
+    let forced = ints(&f, "forced");
+    let want = f.load("forced.logits").unwrap().data;
+    let cpu = chorus_cpu::CpuBackend::new(Some(2)).unwrap();
+    let on_cpu = run_on_kv(
+        cpu,
+        SttConfig::random_small(),
+        Some(forced.clone()),
+        2,
+        KvCache::Fp8,
+    );
+    for (precision, bound) in [
+        (Precision::F32, FP8_VS_ORACLE_REL_L2),
+        (Precision::Bf16, SMALL_BF16_REL_L2),
+    ] {
+        let Some(be) = cuda(precision) else { return };
+        let r = run_on_kv(
+            be,
+            SttConfig::random_small(),
+            Some(forced.clone()),
+            2,
+            KvCache::Fp8,
+        );
+        let got = r.logits.concat();
+        let e = rel_l2(&got, &want);
+        let c = rel_l2(&got, &on_cpu.logits.concat());
+        eprintln!(
+            "cuda {} 8-bit rings: logits rel L2 {e:.3e} against the oracle (bound {bound:e}), \
+             {c:.3e} against the CPU's 8-bit rings",
+            precision.name()
+        );
+        assert!(e <= bound, "{e:e}");
+        if precision == Precision::F32 {
+            assert!(c <= FP8_VS_CPU_REL_L2, "{c:e} from the CPU's 8-bit rings");
+        }
+    }
+}
+
 #[test]
 fn cuda_f32_greedy_tokens_equal_the_oracle() {
     let f = fixture();
@@ -63,9 +110,14 @@ fn cuda_f32_greedy_tokens_equal_the_oracle() {
 
 /// Logits of `positions` positions of one stream of the full-size random 1B, forced tokens.
 fn full_logits(be: CudaBackend, positions: usize) -> Vec<f32> {
+    full_logits_kv(be, positions, chorus_lm::KvCache::Native)
+}
+
+fn full_logits_kv(be: CudaBackend, positions: usize, kv_cache: chorus_lm::KvCache) -> Vec<f32> {
     let m = random_model(SttConfig::stt_1b_en_fr(), RANDOM_STT_SEED).unwrap();
     let mut opts = SttOptions::for_streams(2).unwrap();
     opts.keep_logits = true;
+    opts.kv_cache = kv_cache;
     opts.max_frames = positions;
     let mut st = SttStage::new(be, &m, opts).unwrap();
     st.warmup().unwrap();
@@ -111,6 +163,26 @@ fn cuda_full_size_bf16_logits_stay_near_f32() {
     let e = rel_l2(&b, &a);
     eprintln!(
         "full-size stt-1b-en_fr bf16 vs f32 logits: rel L2 {e:.3e} (bound {FULL_BF16_REL_L2:e})"
+    );
+    assert!(e <= FULL_BF16_REL_L2, "{e:e}");
+}
+
+/// The full-size 1B's bf16 logits over 8-bit rings against bf16 rings, 40 positions: the
+/// format's error at the real widths.
+#[test]
+fn cuda_full_size_8bit_rings_stay_near_bf16_rings() {
+    let Some(native) = cuda(Precision::Bf16) else {
+        return;
+    };
+    let a = full_logits(native, 40);
+    let Some(kv8) = cuda(Precision::Bf16) else {
+        return;
+    };
+    let b = full_logits_kv(kv8, 40, chorus_lm::KvCache::Fp8);
+    let e = rel_l2(&b, &a);
+    eprintln!(
+        "full-size stt-1b-en_fr bf16, 8-bit against bf16 rings: logits rel L2 {e:.3e} \
+         (bound {FULL_BF16_REL_L2:e})"
     );
     assert!(e <= FULL_BF16_REL_L2, "{e:e}");
 }

@@ -8,7 +8,7 @@ mod common;
 use chorus_core::checkpoint::TensorSource;
 use chorus_cpu::CpuBackend;
 use chorus_stt::SttConfig;
-use common::oracle::{fixture, ints, rel_l2, run_on, Run, REL_L2};
+use common::oracle::{fixture, ints, rel_l2, run_on, run_on_kv, Run, REL_L2};
 
 fn run(forced: Option<Vec<u32>>, company: usize) -> Run {
     run_with(SttConfig::random_small(), forced, company)
@@ -35,6 +35,35 @@ fn teacher_forced_logits_and_vad_match_transformers() {
         worst = worst.max(e);
     }
     eprintln!("worst teacher-forced logits rel L2 {worst:.2e}");
+}
+
+/// Bound of the 8-bit rings (E4M3, a scale per head vector) against transformers' f32 cache.
+const FP8_REL_L2: f64 = 5e-2;
+
+#[test]
+fn teacher_forced_logits_over_8bit_rings_stay_near_transformers() {
+    // Every entry of the window's ring is rewritten three times: the format holds past the wrap.
+    let f = fixture();
+    let forced = ints(&f, "forced");
+    let cpu = CpuBackend::new(Some(2)).unwrap();
+    let r = run_on_kv(
+        cpu,
+        SttConfig::random_small(),
+        Some(forced),
+        2,
+        chorus_lm::KvCache::Fp8,
+    );
+    let want = f.load("forced.logits").unwrap().data;
+    let want_vad = f.load("forced.vad").unwrap().data;
+    let e = rel_l2(&r.logits.concat(), &want);
+    let v = rel_l2(&r.vad.concat(), &want_vad);
+    eprintln!("8-bit rings: logits rel L2 {e:.3e}, vad {v:.3e} (bound {FP8_REL_L2:e})");
+    assert!(e <= FP8_REL_L2 && v <= FP8_REL_L2, "{e:e} / {v:e}");
+    // The 8-bit format is really in use: the f32 rings are 1e-4 from the oracle.
+    assert!(
+        e > REL_L2,
+        "8-bit rings as exact as f32 ones ({e:e}): not in use?"
+    );
 }
 
 #[test]

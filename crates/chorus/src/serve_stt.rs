@@ -55,6 +55,10 @@ pub struct SttServeArgs {
     /// server admits uses seed base + n).
     #[arg(long, default_value_t = 0, requires = "stt_model")]
     pub stt_seed: u64,
+    /// How each stream's KV ring is stored: `bf16` (the backend's own type) or `fp8` (E4M3 with
+    /// a scale per head vector: half the memory, about twice the streams per GPU).
+    #[arg(long, default_value = "bf16", value_parser = crate::music::parse_kv_cache, requires = "stt_model")]
+    pub stt_kv_cache: chorus_lm::KvCache,
 }
 
 /// Starts the transcription engine when `--stt-model` is given.
@@ -94,6 +98,7 @@ pub fn start_stt(
     let mut opts = SttOptions::for_streams(args.stt_streams)?;
     opts.max_frames = args.stt_max_frames;
     opts.audio_codebooks = args.stt_codebooks;
+    opts.kv_cache = args.stt_kv_cache;
     let draws = DrawSettings::for_temperature(args.stt_temperature, model.config.text_vocab)
         .context("--stt-temperature")?;
     if let Some(d) = draws {
@@ -151,11 +156,15 @@ pub fn start_stt(
         |d| format!("temperature {}", d.temperature),
     );
     eprintln!(
-        "stt: {source} with Mimi {mimi_spec} on {} ({}, {} streams, {} codebooks, {draw}, text \
-         delay {} frames{})",
+        "stt: {source} with Mimi {mimi_spec} on {} ({}, {} streams, {} KV rings, {} codebooks, \
+         {draw}, text delay {} frames{})",
         describe(devices),
         info.device,
         info.max_streams,
+        match args.stt_kv_cache {
+            chorus_lm::KvCache::Native => "native",
+            chorus_lm::KvCache::Fp8 => "fp8",
+        },
         args.stt_codebooks.unwrap_or(info.config.num_codebooks),
         info.config.text_delay_frames,
         if info.config.extra_heads > 0 {

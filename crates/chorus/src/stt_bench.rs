@@ -44,6 +44,9 @@ pub struct SttBenchArgs {
     /// (`kyutai/mimi`, `random`, ...); without it they push codes.
     #[arg(long)]
     pub mimi: Option<String>,
+    /// How the streams' KV rings are stored: `bf16` (the backend's own type) or `fp8`.
+    #[arg(long, default_value = "bf16", value_parser = crate::music::parse_kv_cache)]
+    pub kv_cache: chorus_lm::KvCache,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -68,6 +71,8 @@ pub struct SttBenchRow {
     pub steps_per_s: f64,
     /// Each stream's speed over real time (12.5 steps/s).
     pub realtime_factor: f64,
+    /// Weight and KV bytes one step reads, over the device time (CUDA) or wall time.
+    pub read_gb_per_s: f64,
 }
 
 pub fn run(args: SttBenchArgs) -> Result<()> {
@@ -79,6 +84,7 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
     let fill = args.fill.unwrap_or(model.config.sliding_window);
     let mut opts = SttOptions::for_streams(counts.largest())?;
     opts.max_frames = fill + args.steps + 1;
+    opts.kv_cache = args.kv_cache;
     let spec = SttSpec {
         device: args.device,
         precision: args.precision,
@@ -90,8 +96,15 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
     if !args.json {
         println!("{}", stage.describe());
         println!(
-            "{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>6}",
-            "streams", "fill", "ms/step", "device ms", "steps/s", "x realtime", "nodes"
+            "{:>8} {:>6} {:>10} {:>10} {:>12} {:>10} {:>10} {:>6}",
+            "streams",
+            "fill",
+            "ms/step",
+            "device ms",
+            "steps/s",
+            "x realtime",
+            "GB/s read",
+            "nodes"
         );
     }
     let books = model.config.num_codebooks;
@@ -142,6 +155,14 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
             graph_nodes: stage.graph_nodes(n),
             steps_per_s: n as f64 * 1e3 / median,
             realtime_factor: 1e3 / (per_step * f64::from(FRAME_RATE)),
+            read_gb_per_s: step_bytes(
+                &model.config,
+                n,
+                fill,
+                stage.bytes_per_weight(),
+                args.kv_cache,
+            ) / (per_step * 1e-3)
+                / 1e9,
         };
         for id in ids {
             stage.cancel(id)?;
@@ -152,7 +173,7 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
-                "{:>8} {:>6} {:>10.3} {:>10} {:>12.1} {:>10.2} {:>6}",
+                "{:>8} {:>6} {:>10.3} {:>10} {:>12.1} {:>10.2} {:>10.0} {:>6}",
                 row.streams,
                 row.fill,
                 row.ms_per_step_median,
@@ -160,9 +181,33 @@ pub fn run(args: SttBenchArgs) -> Result<()> {
                     .map_or("-".into(), |m| format!("{m:.3}")),
                 row.steps_per_s,
                 row.realtime_factor,
+                row.read_gb_per_s,
                 row.graph_nodes.map_or("-".into(), |g| g.to_string()),
             );
         }
     }
     Ok(())
+}
+
+/// Bytes one step reads: every weight it multiplies by (each layer's projections and gated FFN,
+/// the text head; the gathered embedding rows aside) plus each stream's K and V over the
+/// positions its window holds after `fill` (8-bit rings: a byte per value and an f32 scale per
+/// head vector).
+fn step_bytes(
+    c: &chorus_stt::SttConfig,
+    streams: usize,
+    fill: usize,
+    bytes_per_weight: usize,
+    kv: chorus_lm::KvCache,
+) -> f64 {
+    let h = c.hidden_size;
+    let layer = h * (c.q_width() + 2 * c.kv_width()) + c.q_width() * h + 3 * c.ffn_hidden * h;
+    let weights = (c.num_hidden_layers * layer + c.text_vocab * h) * bytes_per_weight;
+    let keys = (fill + 1).min(c.sliding_window);
+    let per_vector = match kv {
+        chorus_lm::KvCache::Native => c.head_dim * bytes_per_weight,
+        chorus_lm::KvCache::Fp8 => c.head_dim + 4,
+    };
+    let kv_bytes = streams * c.num_hidden_layers * keys * 2 * c.num_key_value_heads * per_vector;
+    (weights + kv_bytes) as f64
 }

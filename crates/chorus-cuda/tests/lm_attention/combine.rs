@@ -47,6 +47,11 @@ fn fused_combine_gives_the_combine_kernels_bits_and_resets_its_counters() {
                 602,
             ),
         ] {
+            // Groups of 8 reach only the tensor-core decode; the plain one leaves them to the
+            // general kernel, which has no combine to fuse.
+            if heads.q / heads.kv == 8 && !mma {
+                continue;
+            }
             let (Some(fused), Some(apart)) = (
                 backend(precision, true, mma),
                 backend(precision, false, mma),

@@ -33,6 +33,7 @@ pub type StageFactory<B> = Box<dyn FnOnce() -> Result<(SemanticStage<B>, StageOp
 /// Queue bounds of the music engine.
 #[derive(Clone, Debug)]
 pub struct MusicConfig {
+    /// Starts that may wait for the device's thread between two steps (at least its songs).
     pub max_queued_starts: usize,
     /// Frames a song may have waiting for its client before the song is cut off (`slow_consumer`).
     pub max_undelivered_frames: usize,
@@ -74,9 +75,11 @@ impl MusicDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(MusicMetrics::default());
         let thread_metrics = metrics.clone();
+        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "music",
-            config.max_queued_starts,
+            // A seat for every job that waits: none is refused for a full queue.
+            move |info: &MusicInfo| queued.max(info.max_songs),
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;

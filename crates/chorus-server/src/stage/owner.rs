@@ -6,6 +6,7 @@
 //! the device failed so that its pool places nothing more on it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -66,19 +67,27 @@ pub(crate) enum SubmitFailed {
     Stopped,
 }
 
+/// Room in the command queue beyond the starts: wake-ups are coalesced (at most one waits
+/// unseen, one more while the thread takes input) and the stop.
+const QUEUE_ROOM_BEYOND_STARTS: usize = 3;
+
 /// The owner thread and its command queue. Dropping it stops the thread (every job ends).
 pub(crate) struct OwnerThread<S> {
     tx: SyncSender<Command<S>>,
+    /// A wake-up is queued and the thread has not taken input since: further ones are not sent,
+    /// so thousands of streams' input never crowds starts out of the queue.
+    wake_pending: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl<S: Send + 'static> OwnerThread<S> {
     /// Starts thread `name`, where `build` makes the owner; returns once it is built (with what
-    /// `build` reported beside it) or with its error. At most `queue` starts wait for the
-    /// thread between two steps.
+    /// `build` reported beside it) or with its error. At most `queue(&info)` starts wait for
+    /// the thread between two steps: callers give at least the device's seats, so a job that
+    /// holds a seat is never refused for a full queue.
     pub(crate) fn spawn<O, I, F>(
         name: &str,
-        queue: usize,
+        queue: impl FnOnce(&I) -> usize + Send + 'static,
         watch: Watch,
         build: F,
     ) -> Result<(Self, I)>
@@ -88,14 +97,18 @@ impl<S: Send + 'static> OwnerThread<S> {
         F: FnOnce() -> Result<(O, I)> + Send + 'static,
     {
         const OP: &str = "OwnerThread::spawn";
-        let (tx, rx) = mpsc::sync_channel::<Command<S>>(queue);
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<I>>();
+        type Ready<S, I> = Result<(I, SyncSender<Command<S>>)>;
+        let (ready_tx, ready_rx) = mpsc::channel::<Ready<S, I>>();
+        let wake_pending = Arc::new(AtomicBool::new(false));
+        let pending = wake_pending.clone();
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || match build() {
                 Ok((owner, info)) => {
-                    if ready_tx.send(Ok(info)).is_ok() {
-                        run(owner, rx, watch);
+                    let bound = queue(&info).max(1) + QUEUE_ROOM_BEYOND_STARTS;
+                    let (tx, rx) = mpsc::sync_channel::<Command<S>>(bound);
+                    if ready_tx.send(Ok((info, tx))).is_ok() {
+                        run(owner, rx, watch, &pending);
                     }
                 }
                 Err(e) => {
@@ -104,9 +117,10 @@ impl<S: Send + 'static> OwnerThread<S> {
             })
             .map_err(|e| Error::io(OP, name.to_string(), e))?;
         match ready_rx.recv() {
-            Ok(Ok(info)) => Ok((
+            Ok(Ok((info, tx))) => Ok((
                 Self {
                     tx,
+                    wake_pending,
                     thread: Some(thread),
                 },
                 info,
@@ -131,9 +145,16 @@ impl<S: Send + 'static> OwnerThread<S> {
         S: 'static,
     {
         let tx = self.tx.clone();
+        let pending = self.wake_pending.clone();
         super::input::Waker::new(move || {
-            // Full: commands are queued, so the thread wakes anyway; gone: nothing to wake.
-            let _ = tx.try_send(Command::Wake);
+            if pending.swap(true, Ordering::AcqRel) {
+                // One is queued and the thread takes this input with that one's.
+                return;
+            }
+            if let Err(TrySendError::Full(_)) = tx.try_send(Command::Wake) {
+                // Commands are queued, so the thread wakes anyway; none of ours is among them.
+                pending.store(false, Ordering::Release);
+            }
         })
     }
 
@@ -164,8 +185,14 @@ impl<S> Drop for OwnerThread<S> {
 
 /// The owner's loop until it ends; a panic in it ends every job with an error naming the device
 /// and marks the device failed.
-fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>, watch: Watch) {
-    let Err(panic) = catch_unwind(AssertUnwindSafe(|| serve(&mut owner, &rx, &watch))) else {
+fn run<O: Owner>(
+    mut owner: O,
+    rx: Receiver<Command<O::Start>>,
+    watch: Watch,
+    wake_pending: &AtomicBool,
+) {
+    let serving = || serve(&mut owner, &rx, &watch, wake_pending);
+    let Err(panic) = catch_unwind(AssertUnwindSafe(serving)) else {
         return;
     };
     let what = panic
@@ -181,7 +208,12 @@ fn run<O: Owner>(mut owner: O, rx: Receiver<Command<O::Start>>, watch: Watch) {
 }
 
 /// The owner's loop, until `Stop` or until every sender is gone.
-fn serve<O: Owner>(owner: &mut O, rx: &Receiver<Command<O::Start>>, watch: &Watch) {
+fn serve<O: Owner>(
+    owner: &mut O,
+    rx: &Receiver<Command<O::Start>>,
+    watch: &Watch,
+    wake_pending: &AtomicBool,
+) {
     owner.publish();
     loop {
         let mut commands = Vec::new();
@@ -215,6 +247,8 @@ fn serve<O: Owner>(owner: &mut O, rx: &Receiver<Command<O::Start>>, watch: &Watc
             return;
         }
         owner.sweep();
+        // Cleared before taking input: input sent after this point sends a new wake-up.
+        wake_pending.store(false, Ordering::Release);
         owner.take_input();
         if owner.has_work() {
             if watch.fault.as_ref().is_some_and(FaultSwitch::tripped) {
@@ -223,5 +257,125 @@ fn serve<O: Owner>(owner: &mut O, rx: &Receiver<Command<O::Start>>, watch: &Watc
             owner.step();
         }
         owner.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// Admits every start; while it has jobs each step waits for the gate.
+    struct Gated {
+        admitted: Arc<AtomicUsize>,
+        inputs_taken: Arc<AtomicUsize>,
+        gate: Arc<Mutex<Receiver<()>>>,
+    }
+
+    impl Owner for Gated {
+        type Start = u32;
+        fn admit(&mut self, _job: u32) {
+            self.admitted.fetch_add(1, Ordering::SeqCst);
+        }
+        fn sweep(&mut self) {}
+        fn has_jobs(&self) -> bool {
+            self.admitted.load(Ordering::SeqCst) > 0
+        }
+        fn take_input(&mut self) {
+            self.inputs_taken.fetch_add(1, Ordering::SeqCst);
+        }
+        fn step(&mut self) {
+            let _ = self.gate.lock().expect("gate").recv();
+        }
+        fn publish(&self) {}
+        fn stop(&mut self) {}
+        fn abort(&mut self, _why: &str) {}
+    }
+
+    struct Started {
+        thread: OwnerThread<u32>,
+        admitted: Arc<AtomicUsize>,
+        inputs_taken: Arc<AtomicUsize>,
+        open: mpsc::Sender<()>,
+    }
+
+    fn start(seats: usize) -> Started {
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let inputs_taken = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = mpsc::channel();
+        let owner = Gated {
+            admitted: admitted.clone(),
+            inputs_taken: inputs_taken.clone(),
+            gate: Arc::new(Mutex::new(gate)),
+        };
+        let watch = Watch {
+            device: 0,
+            health: Arc::new(Health::default()),
+            fault: None,
+        };
+        let (thread, ()) =
+            OwnerThread::spawn("owner-test", move |_| seats, watch, move || Ok((owner, ())))
+                .expect("spawn");
+        Started {
+            thread,
+            admitted,
+            inputs_taken,
+            open,
+        }
+    }
+
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn input_wake_ups_never_crowd_seated_starts_out_of_the_queue() {
+        // Regression: every stream's input queued a wake-up, so 512 streams sending audio filled
+        // the queue and new streams with free seats were refused as busy.
+        let seats = 4;
+        let s = start(seats);
+        s.thread.try_submit(0).map_err(|(e, _)| e).expect("first");
+        // The thread is now inside a step; thousands of inputs arrive meanwhile.
+        wait_for("first admitted", || s.admitted.load(Ordering::SeqCst) == 1);
+        let waker = s.thread.waker();
+        for _ in 0..10_000 {
+            waker.wake();
+        }
+        for job in 1..=seats as u32 {
+            assert_eq!(
+                s.thread.try_submit(job).map_err(|(e, _)| e),
+                Ok(()),
+                "start {job} of {seats} seats refused"
+            );
+        }
+        for _ in 0..8 {
+            let _ = s.open.send(());
+        }
+        wait_for("all admitted", || {
+            s.admitted.load(Ordering::SeqCst) == seats + 1
+        });
+        drop(s.open);
+    }
+
+    #[test]
+    fn a_coalesced_wake_up_still_wakes_an_idle_thread_every_time() {
+        let s = start(2);
+        let waker = s.thread.waker();
+        for round in 1..=20 {
+            let before = s.inputs_taken.load(Ordering::SeqCst);
+            waker.wake();
+            waker.wake();
+            wait_for(&format!("input taken in round {round}"), || {
+                s.inputs_taken.load(Ordering::SeqCst) > before
+            });
+            // The thread sleeps again once nothing is queued.
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }

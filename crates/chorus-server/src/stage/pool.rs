@@ -44,7 +44,7 @@ impl<F> DeviceStage<F> {
     pub(crate) fn spawn_owner<S, O, I>(
         self,
         kind: &str,
-        queue: usize,
+        queue: impl FnOnce(&I) -> usize + Send + 'static,
         health: Arc<Health>,
         build: impl FnOnce(F, usize) -> Result<(O, I)> + Send + 'static,
     ) -> Result<(super::owner::OwnerThread<S>, I)>

@@ -38,6 +38,7 @@ pub type SttStageFactory<B> = Box<dyn FnOnce() -> Result<(SttStage<B>, SttOption
 /// Queue bounds of the transcription engine.
 #[derive(Clone, Debug)]
 pub struct SttServeConfig {
+    /// Starts that may wait for the device's thread between two steps (at least its streams).
     pub max_queued_starts: usize,
     /// Events a stream may have waiting for its client before it is cut off (`slow_consumer`).
     pub max_undelivered_events: usize,
@@ -90,9 +91,11 @@ impl SttDevice {
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
         let text_seed = config.text_seed;
+        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "stt",
-            config.max_queued_starts,
+            // A seat for every job that waits: none is refused for a full queue.
+            move |info: &SttInfo| queued.max(info.max_streams),
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;

@@ -40,6 +40,7 @@ pub type TtsStageFactory<B> = Box<dyn FnOnce() -> Result<(TtsStage<B>, TtsOption
 /// Queue bounds and request limits of the speech engine.
 #[derive(Clone, Debug)]
 pub struct TtsConfig {
+    /// Starts that may wait for the device's thread between two steps (at least its utterances).
     pub max_queued_starts: usize,
     /// Frames an utterance may have waiting for its client before it is cut off (`slow_consumer`).
     pub max_undelivered_frames: usize,
@@ -91,9 +92,11 @@ impl TtsDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(TtsMetrics::default());
         let thread_metrics = metrics.clone();
+        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "tts",
-            config.max_queued_starts,
+            // A seat for every job that waits: none is refused for a full queue.
+            move |info: &TtsInfo| queued.max(info.max_utterances),
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;

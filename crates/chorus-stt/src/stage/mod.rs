@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use chorus_core::lm_ops::DrawMode;
 use chorus_core::{Buckets, BufRole, Error, LmOps, Result};
-use chorus_lm::{layer_caches, LayerCache, Pipeline, Sampling, Seat, Seats};
+use chorus_lm::{layer_caches_of, CacheDims, KvCache, LayerCache, Pipeline, Sampling, Seat, Seats};
 
 use crate::config::{SttConfig, FRAME_RATE};
 use crate::device::DeviceWeights;
@@ -51,6 +51,9 @@ pub struct SttOptions {
     /// and its Mimi with N codebooks, so the encoder stops its RVQ after N levels. `None`: all of
     /// the model's.
     pub audio_codebooks: Option<usize>,
+    /// How the rings store keys and values: the backend's own type, or 8-bit floats with a
+    /// scale per head vector (half the memory per stream, so twice the streams).
+    pub kv_cache: KvCache,
 }
 
 impl SttOptions {
@@ -71,6 +74,7 @@ impl SttOptions {
             draws: KYUTAI_DRAWS,
             keep_logits: false,
             audio_codebooks: None,
+            kv_cache: KvCache::Native,
         })
     }
 }
@@ -250,13 +254,14 @@ impl<B: LmOps> SttStage<B> {
         )?;
         let max_blocks = seats.max_blocks();
         let w = DeviceWeights::upload(&be, model, opts.max_frames + 1)?;
-        let caches = layer_caches(
-            &be,
-            c.num_hidden_layers,
-            opts.max_streams + 1,
+        let dims = CacheDims {
+            layers: c.num_hidden_layers,
+            blocks: opts.max_streams + 1,
             block_size,
-            c.kv_width(),
-        )?;
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+        };
+        let caches = layer_caches_of(&be, dims, opts.kv_cache)?;
         let largest = opts.buckets.largest();
         let bufs = StepBufs::new(&be, &c, largest)?;
         let vad_width = c.extra_heads * c.extra_head_dim;

@@ -2,7 +2,7 @@
 
 use chorus_core::checkpoint::{SafetensorsFile, TensorSource};
 use chorus_core::LmOps;
-use chorus_lm::Sampling;
+use chorus_lm::{KvCache, Sampling};
 use chorus_stt::random::RANDOM_STT_SEED;
 use chorus_stt::{random_model, StreamEvent, StreamRequest, SttConfig, SttOptions, SttStage};
 
@@ -56,10 +56,22 @@ pub struct Run {
 
 /// One stream fed the fixture's frames on `be` (beside `company` other streams), to the end.
 pub fn run_on<B: LmOps>(be: B, c: SttConfig, forced: Option<Vec<u32>>, company: usize) -> Run {
+    run_on_kv(be, c, forced, company, KvCache::Native)
+}
+
+/// [`run_on`] with the rings stored as `kv_cache` says.
+pub fn run_on_kv<B: LmOps>(
+    be: B,
+    c: SttConfig,
+    forced: Option<Vec<u32>>,
+    company: usize,
+    kv_cache: KvCache,
+) -> Run {
     let f = fixture();
     let m = random_model(c.clone(), RANDOM_STT_SEED).unwrap();
     let mut opts = SttOptions::for_streams(1 + company).unwrap();
     opts.keep_logits = true;
+    opts.kv_cache = kv_cache;
     let mut st = SttStage::new(be, &m, opts).unwrap();
     st.warmup().unwrap();
     let frames = ints(&f, "frames");
