@@ -170,6 +170,17 @@ pub fn step<'s, S: FrameLoop<'s>>(s: &mut S, sink: &mut S::Sink) -> Result<usize
     launched
 }
 
+/// Reads the frame in flight, if any, without launching another (a caller gathering requests
+/// for a fuller next frame). Returns whether one was read.
+pub fn read_pending<'s, S: FrameLoop<'s>>(s: &mut S, sink: &mut S::Sink) -> Result<bool> {
+    let Some(prev) = s.take_pending() else {
+        return Ok(false);
+    };
+    s.wait_half(prev.half)?;
+    s.collect(&prev, sink)?;
+    Ok(true)
+}
+
 /// Runs every bucket's frame program (every variant) on both halves on padding alone (the dummy slot, the null
 /// block), before any request is admitted: a graph-capturing backend captures them here instead
 /// of when a bucket is first needed. `op` names the caller in the error.

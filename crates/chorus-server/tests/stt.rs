@@ -402,6 +402,54 @@ async fn the_owner_thread_sleeps_while_no_stream_has_a_whole_frame() {
     );
 }
 
+/// Reads `ws` until its step of `position`; returns when it came.
+async fn step_at(ws: &mut Ws, position: u64) -> std::time::Instant {
+    loop {
+        let m = next_json(ws).await;
+        if m["type"] == "step" && m["position"].as_u64() == Some(position) {
+            return std::time::Instant::now();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_waits_up_to_the_gather_for_the_other_streams_and_not_when_all_have_frames() {
+    // Two slots, a gather of one second: a frame of one stream waits for the other's, a frame
+    // of every stream goes at once.
+    const GATHER: Duration = Duration::from_millis(1000);
+    let stt_config = SttServeConfig {
+        step_gather: GATHER,
+        ..SttServeConfig::default()
+    };
+    let server = server_with(ServerConfig::default(), stt_config).await;
+    let (mut a, _) = open(&server, "f32").await;
+    step_at(&mut a, 0).await;
+    let (mut b, _) = open(&server, "f32").await;
+    step_at(&mut b, 0).await;
+    let pcm = speech(0);
+    let sent = std::time::Instant::now();
+    send_audio(&mut a, &pcm[..FRAME_SAMPLES], FRAME_SAMPLES).await;
+    let waited = step_at(&mut a, 1).await - sent;
+    assert!(
+        waited >= GATHER * 7 / 10,
+        "a lone frame went after {waited:?}, before the gather of {GATHER:?}"
+    );
+    let sent = std::time::Instant::now();
+    send_audio(
+        &mut a,
+        &pcm[FRAME_SAMPLES..2 * FRAME_SAMPLES],
+        FRAME_SAMPLES,
+    )
+    .await;
+    send_audio(&mut b, &pcm[..FRAME_SAMPLES], FRAME_SAMPLES).await;
+    let (ta, tb) = (step_at(&mut a, 2).await, step_at(&mut b, 1).await);
+    let waited = ta.max(tb) - sent;
+    assert!(
+        waited < GATHER / 2,
+        "frames of every stream waited {waited:?}: they should go at once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_is_refused_at_once_on_both_endpoints() {
     let server = stt_server().await;

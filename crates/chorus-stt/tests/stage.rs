@@ -176,3 +176,46 @@ fn a_reset_stream_starts_over_as_a_fresh_one() {
     let e = st.reset(id).unwrap_err().to_string();
     assert!(e.contains("no running stream"), "{e}");
 }
+
+#[test]
+fn reading_the_step_in_flight_launches_nothing_and_a_gathered_step_equals_its_solo_runs() {
+    let m = model();
+    // Alone: each stream's tokens over 6 frames.
+    let solo: Vec<Vec<u32>> = (0..2)
+        .map(|salt| {
+            let mut st = stage(&m, 1);
+            let id = st.add(StreamRequest::default()).unwrap();
+            tokens_of(&mut st, id, 6, salt)
+        })
+        .collect();
+    let mut st = stage(&m, 2);
+    let ids = [
+        st.add(StreamRequest::default()).unwrap(),
+        st.add(StreamRequest::default()).unwrap(),
+    ];
+    let mut got: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+    let mut sink = |e: StreamEvent<'_>| {
+        if let StreamEvent::Token { stream, token, .. } = e {
+            got[usize::from(stream == ids[1])].push(token);
+        }
+    };
+    // Both position 0s are queued at admission.
+    assert_eq!(st.queued_streams(), 2);
+    assert_eq!(st.step(&mut sink).unwrap(), 2);
+    assert!(st.step_in_flight());
+    for k in 0..6 {
+        // Stream 0's frame comes first; the step in flight is read while it waits for company.
+        st.push_frame(ids[0], &frame(k, 0)).unwrap();
+        assert_eq!(st.queued_streams(), 1);
+        st.read_in_flight(&mut sink).unwrap();
+        assert!(!st.step_in_flight(), "the read launched nothing");
+        assert_eq!(st.queued_streams(), 1, "the queued frame stays queued");
+        st.push_frame(ids[1], &frame(k, 1)).unwrap();
+        assert_eq!(st.step(&mut sink).unwrap(), 2, "one step for both streams");
+    }
+    for id in ids {
+        st.end(id).unwrap();
+    }
+    st.drain(&mut sink).unwrap();
+    assert_eq!(got, [solo[0].clone(), solo[1].clone()]);
+}

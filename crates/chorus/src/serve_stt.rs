@@ -59,6 +59,11 @@ pub struct SttServeArgs {
     /// a scale per head vector: half the memory, about twice the streams per GPU).
     #[arg(long, default_value = "bf16", value_parser = crate::music::parse_kv_cache, requires = "stt_model")]
     pub stt_kv_cache: chorus_lm::KvCache,
+    /// Milliseconds a step may wait, after the last one, for streams whose frame has not come
+    /// yet (it goes at once when every stream has one): fuller steps read the weights fewer
+    /// times a frame, at up to this much more delay. 0: each step takes what has arrived.
+    #[arg(long, default_value_t = chorus_server::stt::DEFAULT_STEP_GATHER.as_millis() as u64, requires = "stt_model")]
+    pub stt_step_gather_ms: u64,
 }
 
 /// Starts the transcription engine when `--stt-model` is given.
@@ -118,6 +123,7 @@ pub fn start_stt(
     };
     let config = SttServeConfig {
         text_seed: draws.map(|_| args.stt_seed),
+        step_gather: std::time::Duration::from_millis(args.stt_step_gather_ms),
         ..SttServeConfig::default()
     };
     let engine = if on_cuda(devices) {

@@ -7,9 +7,10 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use chorus_core::{Error, Result};
 
@@ -47,6 +48,11 @@ pub(crate) trait Owner {
     /// Jobs that only produce (songs, utterances) always have work.
     fn has_work(&self) -> bool {
         self.has_jobs()
+    }
+    /// While it has no work: when it will have some without a command (input held back to
+    /// gather a fuller step); `None`: only a command brings work.
+    fn wake_at(&self) -> Option<Instant> {
+        None
     }
     /// One step of every active job.
     fn step(&mut self);
@@ -217,12 +223,21 @@ fn serve<O: Owner>(
     owner.publish();
     loop {
         let mut commands = Vec::new();
-        // Idle: sleep until a command comes. Busy: take what has arrived and step on.
+        // Idle: sleep until a command comes (or the owner's deadline). Busy: take what has
+        // arrived and step on.
         if !owner.has_work() {
-            match rx.recv() {
-                Ok(c) => commands.push(c),
-                Err(_) => return,
-            }
+            let got = match owner.wake_at() {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                },
+            };
+            commands.extend(got);
         }
         let mut stop = false;
         loop {

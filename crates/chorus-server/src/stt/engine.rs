@@ -8,7 +8,7 @@ use chorus_stt::{SttConfig, SttOptions, SttStage, SttTokenizer};
 
 use super::job::{SttJob, SttOutcome};
 use super::metrics::SttMetrics;
-use super::worker::{StartJob, Worker};
+use super::worker::{StartJob, Worker, WorkerSettings};
 use crate::stage::error::{StageError, StageErrorCode};
 use crate::stage::input::input_channel;
 use crate::stage::job::Job;
@@ -21,6 +21,9 @@ use crate::stage::pool::{
 /// Default bound on start requests waiting for the owner thread (it takes them all between two
 /// steps, so this only fills when many arrive within one step).
 pub const DEFAULT_MAX_QUEUED_STARTS: usize = 64;
+/// The default [`SttServeConfig::step_gather`]: a quarter of a frame, so a frame waits at most
+/// 20 ms more for company.
+pub const DEFAULT_STEP_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 /// Default bound on a stream's events its client has not read: each step sends one, so about
 /// 20 s of steps with their words.
 pub const DEFAULT_MAX_UNDELIVERED_EVENTS: usize = 512;
@@ -48,6 +51,10 @@ pub struct SttServeConfig {
     /// engine admits draws with `Sampling::Seeded(base + n)`, a seed of its own that replays;
     /// `None`: greedy.
     pub text_seed: Option<u64>,
+    /// How long a step may wait, after the last one launched, for streams whose frames have not
+    /// arrived yet (it goes at once when every stream has one): a step of many streams reads the
+    /// weights once for all of them. Zero: each step takes whatever has arrived.
+    pub step_gather: std::time::Duration,
 }
 
 impl Default for SttServeConfig {
@@ -58,6 +65,7 @@ impl Default for SttServeConfig {
             max_queued_input: DEFAULT_MAX_QUEUED_INPUT,
             max_frames_per_message: DEFAULT_MAX_FRAMES_PER_MESSAGE,
             text_seed: None,
+            step_gather: DEFAULT_STEP_GATHER,
         }
     }
 }
@@ -90,7 +98,10 @@ impl SttDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(SttMetrics::default());
         let thread_metrics = metrics.clone();
-        let text_seed = config.text_seed;
+        let settings = WorkerSettings {
+            text_seed: config.text_seed,
+            step_gather: config.step_gather,
+        };
         let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "stt",
@@ -112,7 +123,7 @@ impl SttDevice {
                     flush_frames: stage.flush_frames(),
                     device: stage.backend().device_description(),
                 };
-                let worker = Worker::new(stage, info.clone(), thread_metrics, text_seed, device);
+                let worker = Worker::new(stage, info.clone(), thread_metrics, settings, device);
                 Ok((worker, info))
             },
         )?;

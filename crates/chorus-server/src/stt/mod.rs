@@ -24,6 +24,7 @@ pub(crate) mod ws;
 pub use engine::{
     SttEngine, SttInfo, SttServeConfig, SttStageFactory, DEFAULT_MAX_FRAMES_PER_MESSAGE,
     DEFAULT_MAX_QUEUED_INPUT, DEFAULT_MAX_QUEUED_STARTS, DEFAULT_MAX_UNDELIVERED_EVENTS,
+    DEFAULT_STEP_GATHER,
 };
 pub use job::{StreamEnded, SttEvent, SttInput, SttJob, SttOutcome, SttStarted, SttUpdate};
 pub use metrics::SttMetrics;

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chorus_core::{LmOps, FRAME_SAMPLES};
 use chorus_lm::Sampling;
@@ -100,6 +100,10 @@ pub(crate) struct Worker<B: LmOps> {
     step_streams: usize,
     /// `SttServeConfig::text_seed`.
     text_seed: Option<u64>,
+    /// `SttServeConfig::step_gather`.
+    step_gather: Duration,
+    /// When the last step that launched streams started.
+    last_launch: Instant,
     /// Streams admitted so far (the per-stream seed's counter).
     admitted: u64,
     /// The device, as errors name it.
@@ -113,14 +117,25 @@ fn slow_consumer() -> StageError {
     )
 }
 
+/// What the engine's configuration tells each device's worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WorkerSettings {
+    pub text_seed: Option<u64>,
+    pub step_gather: Duration,
+}
+
 impl<B: LmOps> Worker<B> {
     pub(crate) fn new(
         stage: SttStage<B>,
         info: SttInfo,
         metrics: Arc<SttMetrics>,
-        text_seed: Option<u64>,
+        settings: WorkerSettings,
         device: usize,
     ) -> Self {
+        let WorkerSettings {
+            text_seed,
+            step_gather,
+        } = settings;
         let silence = vec![0.0; stage.flush_frames() * FRAME_SAMPLES];
         Self {
             device,
@@ -131,6 +146,8 @@ impl<B: LmOps> Worker<B> {
             silence,
             step_streams: 0,
             text_seed,
+            step_gather,
+            last_launch: Instant::now(),
             admitted: 0,
         }
     }
@@ -274,12 +291,24 @@ impl<B: LmOps> Worker<B> {
         Ok(())
     }
 
-    /// One step of every stream with a frame queued.
+    /// Whether the next step should launch the streams with a frame queued now: every stream
+    /// has one, or the gather time since the last launch is over (or nothing is queued: the
+    /// step only reads what is in flight and retires ended streams).
+    fn launch_due(&self) -> bool {
+        let queued = self.stage.queued_streams();
+        queued == 0
+            || queued >= self.stage.active()
+            || self.last_launch.elapsed() >= self.step_gather
+    }
+
+    /// One step of every stream with a frame queued, or, while streams are being gathered for
+    /// the next one, the read of the step in flight alone.
     fn step_streams(&mut self) {
         let start = Instant::now();
+        let launch = self.launch_due();
         let (mut frames, mut slow, mut ended) = (0usize, Vec::new(), Vec::new());
         let jobs = &mut self.jobs;
-        let result = self.stage.step(&mut |ev| match ev {
+        let mut sink = |ev: StreamEvent<'_>| match ev {
             StreamEvent::Token {
                 stream,
                 position,
@@ -332,11 +361,25 @@ impl<B: LmOps> Worker<B> {
                 hand(r, ev, stream, &mut slow);
             }
             StreamEvent::Ended { stream, positions } => ended.push((stream, positions)),
-        });
-        self.metrics.observe_step(start.elapsed().as_secs_f64());
+        };
+        let result = if launch {
+            self.stage.step(&mut sink)
+        } else {
+            self.stage.read_in_flight(&mut sink).map(|()| 0)
+        };
+        if launch {
+            self.metrics.observe_step(start.elapsed().as_secs_f64());
+        }
         self.metrics.frames(frames);
         match result {
-            Ok(n) => self.step_streams = n,
+            Ok(n) => {
+                if n > 0 {
+                    self.last_launch = start;
+                }
+                if launch {
+                    self.step_streams = n;
+                }
+            }
             Err(e) => {
                 self.fail_all(StageError::internal(format!(
                     "the transcription step failed on device {}: {e}",
@@ -445,7 +488,12 @@ impl<B: LmOps> Owner for Worker<B> {
     }
 
     fn has_work(&self) -> bool {
-        self.stage.has_work()
+        self.stage.step_in_flight() || (self.stage.has_work() && self.launch_due())
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        (self.stage.queued_streams() > 0 && !self.launch_due())
+            .then(|| self.last_launch + self.step_gather)
     }
 
     fn step(&mut self) {

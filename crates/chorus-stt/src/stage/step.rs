@@ -20,6 +20,24 @@ impl<B: LmOps> SttStage<B> {
         Ok(launched)
     }
 
+    /// Reads the step in flight, if any, and launches nothing: a server gathering streams for a
+    /// fuller next step. Ended streams whose last position it read leave.
+    pub fn read_in_flight(&mut self, sink: &mut dyn FnMut(StreamEvent<'_>)) -> Result<()> {
+        pipeline::read_pending(self, sink)?;
+        self.retire_ended(sink);
+        Ok(())
+    }
+
+    /// Whether a launched step has not been read yet.
+    pub fn step_in_flight(&self) -> bool {
+        self.pipe.pending().is_some()
+    }
+
+    /// Streams with an input queued: the next step's rows.
+    pub fn queued_streams(&self) -> usize {
+        self.streams.iter().filter(|s| !s.queue.is_empty()).count()
+    }
+
     /// Captures every bucket's step on padding alone, before any stream is admitted.
     pub fn warmup(&mut self) -> Result<()> {
         pipeline::warm_up(self, "SttStage::warmup")
