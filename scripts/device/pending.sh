@@ -15,8 +15,8 @@
 #   stt_tests  the STT stage's CUDA tests (the 8-bit rings among them);
 #   stt_side   scripts/device/stt_side_by_side.sh (the LM step, Chorus and transformers);
 #   stt_1b     scripts/device/stt_capacity.sh, stt-1b-en_fr at 1,300 streams, bf16 rings;
-#   stt_fp8    the same at 2,500 streams over 8-bit rings;
-#   stt_2b6    stt-2.6b-en at 850 streams;
+#   stt_fp8    the same at 2,500 streams over 8-bit rings (STT_FP8_STREAMS);
+#   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
 # PENDING_PARTS picks some of them (default: retest stt_tests stt_side stt_1b stt_fp8 stt_2b6,
@@ -79,9 +79,9 @@ for p in ${PENDING_PARTS:-retest stt_tests stt_side stt_1b stt_fp8 stt_2b6}; do
     retest) part retest 40 bash -c retest ;;
     stt_tests) part stt_tests 60 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
-    stt_1b) part stt_1b 80 env STT_STREAMS=1300 bash scripts/device/stt_capacity.sh ;;
-    stt_fp8) part stt_fp8 70 env STT_STREAMS=2500 STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
-    stt_2b6) part stt_2b6 70 env STT_STREAMS=850 STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
+    stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
+    stt_fp8) part stt_fp8 120 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
 done

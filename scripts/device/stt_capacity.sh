@@ -56,6 +56,7 @@ for n in $COUNTS; do
     continue
   fi
   grep -E "^stt:" "$OUT/serve_$n.log"
+  echo "GPU memory with $n streams' slots: $(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader)"
   report="$OUT/loadgen_$n.json"
   "$BIN"/chorus loadgen --url "ws://127.0.0.1:$PORT" --input audio --stt-endpoint "${STT_ENDPOINT:-v1}" \
     --streams "$n" --duration "${STT_SECONDS:-20}" --json > "$report" 2> "$OUT/loadgen_$n.err" || status=1
