@@ -19,8 +19,8 @@
 #   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: retest stt_tests stt_side stt_1b stt_fp8 stt_2b6,
-# in this order).
+# PENDING_PARTS picks some of them (default: stt_tests stt_2b6 stt_1b stt_fp8 retest, in this
+# order: the STT step gather and the host snapshots not yet run on a GPU first).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -69,14 +69,14 @@ retest() {
 }
 export -f codec lm_attn retest
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-retest stt_tests stt_side stt_1b stt_fp8 stt_2b6}; do
+for p in ${PENDING_PARTS:-stt_tests stt_2b6 stt_1b stt_fp8 retest}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
     fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
-    retest) part retest 40 bash -c retest ;;
+    retest) part retest 90 bash -c retest ;;
     stt_tests) part stt_tests 60 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;

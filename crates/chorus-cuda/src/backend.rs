@@ -105,6 +105,10 @@ pub struct CudaOptions {
     /// kernel (`lm_qk_norm_rope_kv`, `LmOps::rope_paged_attention`): one launch fewer per call.
     /// Off by default until measured on the GPU; `CHORUS_FUSED_ROPE_KV=1` turns it on.
     pub fused_rope_kv: bool,
+    /// Warm-up runs keep the buffers they must leave as they were on the host, not in device
+    /// copies. The backend falls back to it by itself for a buffer whose copy does not fit (the
+    /// GPU filled with slot state); on, it is taken for every buffer (its tests).
+    pub host_snapshots: bool,
 }
 
 impl Default for CudaOptions {
@@ -132,6 +136,7 @@ impl Default for CudaOptions {
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
             fused_rope_kv: std::env::var(FUSED_ROPE_KV_ENV).is_ok_and(|v| v == "1"),
+            host_snapshots: false,
         }
     }
 }
@@ -219,6 +224,13 @@ pub(crate) struct Scratch {
     retired: Vec<DevMem>,
 }
 
+/// One buffer's contents kept across warm-up runs ([`CudaBackend::capture`]).
+enum Saved {
+    Device(DevMem),
+    /// Pageable host memory, for a copy that did not fit on the device.
+    Host(Vec<u8>),
+}
+
 /// One captured bucket program.
 pub(crate) struct Captured {
     pub graph: CudaGraph,
@@ -296,6 +308,8 @@ pub struct CudaBackend {
     pub(crate) profiling: AtomicBool,
     pub(crate) profile: Mutex<Vec<(&'static str, CudaEvent, CudaEvent)>>,
     warmup_runs: usize,
+    /// See [`CudaOptions::host_snapshots`].
+    host_snapshots: bool,
     description: String,
 }
 
@@ -436,6 +450,7 @@ impl CudaBackend {
             profiling: AtomicBool::new(false),
             profile: Mutex::new(Vec::new()),
             warmup_runs: options.warmup_runs,
+            host_snapshots: options.host_snapshots,
             description,
         };
         if let Some(fc) = &be.fused_combine {
@@ -658,25 +673,49 @@ impl CudaBackend {
         )
     }
 
-    /// Copies every registered buffer aside (device to device) before warm-up runs.
-    fn snapshot(&self) -> Result<Vec<(sys::CUdeviceptr, DevMem)>> {
+    /// Copies every registered buffer aside before warm-up runs: device to device, or to the
+    /// host for a buffer whose copy no longer fits on the device (slot state sized to fill the
+    /// GPU: thousands of streams' rings beside their codec state).
+    fn snapshot(&self) -> Result<Vec<(sys::CUdeviceptr, Saved)>> {
         let entries: Vec<(sys::CUdeviceptr, usize)> =
             lock(&self.registry).iter().map(|(&p, &b)| (p, b)).collect();
         let mut saved = Vec::with_capacity(entries.len());
         for (ptr, bytes) in entries {
-            let copy = DevMem::new(&self.ctx, bytes, None)?;
-            self.copy_dtod(copy.ptr(), ptr, bytes)?;
+            let on_device = if self.host_snapshots {
+                None
+            } else {
+                DevMem::new(&self.ctx, bytes, None).ok()
+            };
+            let copy = match on_device {
+                Some(copy) => {
+                    self.copy_dtod(copy.ptr(), ptr, bytes)?;
+                    Saved::Device(copy)
+                }
+                None => {
+                    let mut host = vec![0u8; bytes];
+                    self.copy_dtoh(host.as_mut_ptr(), ptr, bytes)?;
+                    // Pageable memory: the copy must be done before `host` may move.
+                    self.sync()?;
+                    Saved::Host(host)
+                }
+            };
             saved.push((ptr, copy));
         }
         Ok(saved)
     }
 
     /// Writes a snapshot back, so that warm-up runs leave no trace in slot state.
-    fn restore(&self, saved: Vec<(sys::CUdeviceptr, DevMem)>) -> Result<()> {
+    fn restore(&self, saved: Vec<(sys::CUdeviceptr, Saved)>) -> Result<()> {
         for (ptr, copy) in &saved {
-            self.copy_dtod(*ptr, copy.ptr(), copy.bytes())?;
+            match copy {
+                Saved::Device(copy) => self.copy_dtod(*ptr, copy.ptr(), copy.bytes())?,
+                Saved::Host(host) => self.copy_htod(*ptr, host.as_ptr(), host.len())?,
+            }
         }
-        self.sync()
+        // Host copies are read until the stream passes them: `saved` outlives the sync.
+        let done = self.sync();
+        drop(saved);
+        done
     }
 
     /// Warm-up runs, capture and first replay of a new program.

@@ -99,6 +99,31 @@ fn cuda_8bit_rings_match_the_cpus_and_stay_near_the_oracle() {
 }
 
 #[test]
+fn warm_ups_kept_on_the_host_give_the_same_bits() {
+    // Regression: with thousands of slots the device copies of the state warm-ups must leave
+    // untouched did not fit beside it (out of memory at start-up); those copies now go to the
+    // host, forced here for every buffer.
+    if !chorus_cuda::cuda_available() {
+        eprintln!("skipped: no CUDA device on this machine");
+        return;
+    }
+    let f = fixture();
+    let forced = ints(&f, "forced");
+    let run = |host_snapshots: bool| {
+        let be = CudaBackend::new(CudaOptions {
+            precision: Precision::F32,
+            host_snapshots,
+            ..Default::default()
+        })
+        .unwrap();
+        let r = run_on(be, SttConfig::random_small(), Some(forced.clone()), 2);
+        let bits: Vec<u32> = r.logits.concat().iter().map(|x| x.to_bits()).collect();
+        (r.tokens, bits)
+    };
+    assert_eq!(run(true), run(false), "host snapshots change the run");
+}
+
+#[test]
 fn cuda_f32_greedy_tokens_equal_the_oracle() {
     let f = fixture();
     let Some(be) = cuda(Precision::F32) else {
