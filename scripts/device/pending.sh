@@ -80,7 +80,7 @@ for p in ${PENDING_PARTS:-stt_tests stt_2b6 stt_1b stt_fp8 retest}; do
     stt_tests) part stt_tests 60 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
-    stt_fp8) part stt_fp8 120 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
