@@ -224,6 +224,10 @@ pub(crate) struct Scratch {
     retired: Vec<DevMem>,
 }
 
+/// Device memory a warm-up snapshot leaves free for what the capture after it allocates
+/// (the graph, its upload); copies past it go to the host.
+const SNAPSHOT_HEADROOM: usize = 2 << 30;
+
 /// One buffer's contents kept across warm-up runs ([`CudaBackend::capture`]).
 enum Saved {
     Device(DevMem),
@@ -681,11 +685,10 @@ impl CudaBackend {
             lock(&self.registry).iter().map(|(&p, &b)| (p, b)).collect();
         let mut saved = Vec::with_capacity(entries.len());
         for (ptr, bytes) in entries {
-            let on_device = if self.host_snapshots {
-                None
-            } else {
-                DevMem::new(&self.ctx, bytes, None).ok()
-            };
+            let fits = !self.host_snapshots && self.free_bytes()? >= bytes + SNAPSHOT_HEADROOM;
+            let on_device = fits
+                .then(|| DevMem::new(&self.ctx, bytes, None).ok())
+                .flatten();
             let copy = match on_device {
                 Some(copy) => {
                     self.copy_dtod(copy.ptr(), ptr, bytes)?;
@@ -702,6 +705,18 @@ impl CudaBackend {
             saved.push((ptr, copy));
         }
         Ok(saved)
+    }
+
+    /// Device memory not allocated yet.
+    fn free_bytes(&self) -> Result<usize> {
+        self.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both are valid out-pointers; the context is bound.
+        check(
+            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+            "cuMemGetInfo",
+        )?;
+        Ok(free)
     }
 
     /// Writes a snapshot back, so that warm-up runs leave no trace in slot state.

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chorus_core::{Error, Result};
 
@@ -189,6 +189,26 @@ impl<S> Drop for OwnerThread<S> {
     }
 }
 
+/// How often a gathering owner looks at the input that arrived meanwhile (whether every job
+/// now has some).
+const GATHER_POLL: Duration = Duration::from_millis(2);
+
+/// Waits until `until` for a start or a stop, dropping wake-ups (the caller takes the input
+/// they announce when it returns); `None` at `until`, `Err` once every sender is gone.
+fn next_start_or_stop<S>(
+    rx: &Receiver<Command<S>>,
+    until: Instant,
+) -> std::result::Result<Option<Command<S>>, ()> {
+    loop {
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(Command::Wake) => continue,
+            Ok(c) => return Ok(Some(c)),
+            Err(RecvTimeoutError::Timeout) => return Ok(None),
+            Err(RecvTimeoutError::Disconnected) => return Err(()),
+        }
+    }
+}
+
 /// The owner's loop until it ends; a panic in it ends every job with an error naming the device
 /// and marks the device failed.
 fn run<O: Owner>(
@@ -227,10 +247,11 @@ fn serve<O: Owner>(
         // arrived and step on.
         if !owner.has_work() {
             let got = match owner.wake_at() {
-                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                    Ok(c) => Some(c),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return,
+                // Gathering: input wake-ups are looked at every GATHER_POLL at most, so that
+                // thousands of streams' frames do not each cost a pass over every job.
+                Some(at) => match next_start_or_stop(rx, at.min(Instant::now() + GATHER_POLL)) {
+                    Ok(c) => c,
+                    Err(()) => return,
                 },
                 None => match rx.recv() {
                     Ok(c) => Some(c),
@@ -376,6 +397,67 @@ mod tests {
             s.admitted.load(Ordering::SeqCst) == seats + 1
         });
         drop(s.open);
+    }
+
+    /// Gathers until `due`: no work before it, then none at all.
+    struct Gathering {
+        due: Instant,
+        inputs_taken: Arc<AtomicUsize>,
+    }
+
+    impl Owner for Gathering {
+        type Start = u32;
+        fn admit(&mut self, _job: u32) {}
+        fn sweep(&mut self) {}
+        fn has_jobs(&self) -> bool {
+            true
+        }
+        fn take_input(&mut self) {
+            self.inputs_taken.fetch_add(1, Ordering::SeqCst);
+        }
+        fn has_work(&self) -> bool {
+            false
+        }
+        fn wake_at(&self) -> Option<Instant> {
+            (Instant::now() < self.due).then_some(self.due)
+        }
+        fn step(&mut self) {}
+        fn publish(&self) {}
+        fn stop(&mut self) {}
+        fn abort(&mut self, _why: &str) {}
+    }
+
+    #[test]
+    fn a_gathering_thread_looks_at_input_every_poll_not_every_wake_up() {
+        // Regression: while a step gathered streams, every stream's frame woke the thread for
+        // a pass over all jobs (thousands a second at 850 streams: the thread fell behind).
+        const GATHER: Duration = Duration::from_millis(200);
+        let inputs_taken = Arc::new(AtomicUsize::new(0));
+        let owner = Gathering {
+            due: Instant::now() + GATHER,
+            inputs_taken: inputs_taken.clone(),
+        };
+        let watch = Watch {
+            device: 0,
+            health: Arc::new(Health::default()),
+            fault: None,
+        };
+        let (thread, ()) =
+            OwnerThread::spawn("owner-gather", |_| 1, watch, move || Ok((owner, ()))).unwrap();
+        let waker = thread.waker();
+        let start = Instant::now();
+        let mut wakes = 0;
+        while start.elapsed() < GATHER {
+            waker.wake();
+            wakes += 1;
+            std::thread::yield_now();
+        }
+        let passes = inputs_taken.load(Ordering::SeqCst);
+        let most = (GATHER.as_millis() / GATHER_POLL.as_millis()) as usize * 2 + 10;
+        assert!(
+            passes <= most,
+            "{passes} passes over the input for {wakes} wake-ups in {GATHER:?} (at most {most})"
+        );
     }
 
     #[test]
