@@ -77,7 +77,7 @@ for p in ${PENDING_PARTS:-stt_tests stt_2b6 stt_1b stt_fp8 retest}; do
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     retest) part retest 90 bash -c retest ;;
-    stt_tests) part stt_tests 60 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
+    stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
     stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
