@@ -77,6 +77,7 @@ pub fn start_stt(
         return Ok(None);
     };
     let mut model = crate::load_stt(spec)?;
+    let ring_config = model.config.clone();
     let mimi_spec = args.stt_mimi.clone().unwrap_or_else(|| {
         if model.is_random() {
             chorus_mimi::checkpoint::RANDOM_SPEC
@@ -155,7 +156,13 @@ pub fn start_stt(
             .collect();
         SttEngine::start_on(stages, config, tokenizer)
     }
-    .context("starting the STT stage")?;
+    .map_err(|e| {
+        out_of_memory_fix(
+            anyhow::Error::from(e).context("starting the STT stage"),
+            args,
+            &ring_config,
+        )
+    })?;
     let info = engine.info();
     let draw = draws.map_or_else(
         || "greedy".to_string(),
@@ -187,4 +194,78 @@ fn not_built(device: &str) -> chorus_core::Error {
         "serve::start_stt",
         format!("the STT stage was not built on the {device} backend asked for"),
     )
+}
+
+/// A stage whose slots did not fit in GPU memory, with the fix: what each stream's KV ring takes.
+fn out_of_memory_fix(
+    e: anyhow::Error,
+    args: &SttServeArgs,
+    c: &chorus_stt::SttConfig,
+) -> anyhow::Error {
+    if !e
+        .chain()
+        .any(|cause| cause.to_string().contains("CUDA_ERROR_OUT_OF_MEMORY"))
+    {
+        return e;
+    }
+    // A position's k or v: bf16 values, or bytes and an f32 scale per head.
+    let (per_position, other) = match args.stt_kv_cache {
+        chorus_lm::KvCache::Native => (2 * c.kv_width(), ", or --stt-kv-cache fp8 (half the ring)"),
+        chorus_lm::KvCache::Fp8 => (c.kv_width() + 4 * c.num_key_value_heads, ""),
+    };
+    let ring = c.num_hidden_layers * c.sliding_window * 2 * per_position;
+    let total = (ring * args.stt_streams) as f64 / 1e9;
+    anyhow::anyhow!(
+        "{e:#} (fix: {} streams' KV rings alone take {total:.1} GB, {:.0} MB a stream, beside \
+         the model and Mimi's state for every slot: lower --stt-streams{other})",
+        args.stt_streams,
+        ring as f64 / 1e6
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        stt: SttServeArgs,
+    }
+
+    fn args(extra: &[&str]) -> SttServeArgs {
+        let base = ["chorus", "--stt-model", "random", "--stt-streams", "2500"];
+        Cli::parse_from(base.iter().chain(extra)).stt
+    }
+
+    #[test]
+    fn an_out_of_memory_start_says_what_the_slots_take_and_the_fix() {
+        let c = chorus_stt::SttConfig::stt_1b_en_fr();
+        let oom = || {
+            anyhow::anyhow!("cuMemAlloc: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")")
+                .context("starting the STT stage")
+        };
+        let bf16 = out_of_memory_fix(oom(), &args(&[]), &c).to_string();
+        assert!(
+            bf16.contains("starting the STT stage: cuMemAlloc"),
+            "{bf16}"
+        );
+        assert!(
+            bf16.contains("2500 streams' KV rings alone take 245.8 GB, 98 MB a stream"),
+            "{bf16}"
+        );
+        assert!(
+            bf16.contains("lower --stt-streams, or --stt-kv-cache fp8"),
+            "{bf16}"
+        );
+        let fp8 = out_of_memory_fix(oom(), &args(&["--stt-kv-cache", "fp8"]), &c).to_string();
+        assert!(fp8.contains("126.7 GB, 51 MB a stream"), "{fp8}");
+        assert!(!fp8.contains("--stt-kv-cache"), "{fp8}");
+        let other = anyhow::anyhow!("no such file");
+        assert_eq!(
+            out_of_memory_fix(other, &args(&[]), &c).to_string(),
+            "no such file"
+        );
+    }
 }
