@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET=${PENDING_BUDGET:-570}
 # Lines of a log worth printing: results, failures, figures.
-KEEP='test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback'
+KEEP='test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback|missed by'
 # part NAME SECONDS CMD...: CMD under min(SECONDS, the time left), its log in $OUT/NAME.log.
 part() {
   local name=$1 limit=$2

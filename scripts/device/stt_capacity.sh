@@ -77,6 +77,9 @@ ok = (r["errors"] == {} and r["streams_completed"] == n and r["frames_sent"] > 0
 print(f"{'PASS' if ok else 'FAIL'} streams {n}: p50 {d['p50']:.1f} p99 {d['p99']:.1f} max {d['max']:.1f} ms, "
       f"missed {r['missed_deadlines']}, steps {r['steps_timed']}/{r['frames_sent']}, "
       f"completed {r['streams_completed']}, errors {r['errors']}, client CPU {r['client_cpu_cores']:.2f} cores")
+if r["missed_deadlines"]:
+    by = r.get("missed_by_second", [])
+    print("  missed by second: " + " ".join(f"{s}:{n}" for s, n in enumerate(by) if n))
 PY
 )
   echo "$verdict"

@@ -64,6 +64,8 @@ pub struct SttLoadConfig {
 struct Listener {
     frames: u64,
     delays_ms: Vec<f64>,
+    /// When each step output past the deadline arrived.
+    missed_at: Vec<Instant>,
     words: u64,
     completed: bool,
     errors: Vec<String>,
@@ -84,6 +86,9 @@ pub struct SttLoadReport {
     pub delay_ms: Latency,
     pub deadline_ms: f64,
     pub missed_deadlines: u64,
+    /// Missed deadlines in each whole second since the load started (a burst at the start, a
+    /// steady rate, or a stall tell different stories).
+    pub missed_by_second: Vec<u64>,
     pub words: u64,
     pub words_per_second: f64,
     /// Refusals and failures by error code (`busy`, `unauthorized`, `connect`, ...).
@@ -139,7 +144,26 @@ impl SttLoadReport {
             self.words_per_second,
             if self.real_time() { "yes" } else { "no" },
             self.client_cpu_cores,
-        )
+        ) + &self.misses_line()
+    }
+
+    /// `second:count` for each second with a missed deadline, or nothing when none missed.
+    fn misses_line(&self) -> String {
+        let seconds: Vec<String> = self
+            .missed_by_second
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(s, n)| format!("{s}:{n}"))
+            .collect();
+        if seconds.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\nmissed deadlines by second since the start: {}",
+                seconds.join(" ")
+            )
+        }
     }
 }
 
@@ -178,10 +202,15 @@ pub async fn run_stt(config: SttLoadConfig) -> Result<SttLoadReport> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu_before;
-    Ok(report(&config, &listeners, elapsed, cpu))
+    Ok(report(&config, &listeners, (started, elapsed), cpu))
 }
 
-fn report(cfg: &SttLoadConfig, ls: &[Listener], elapsed: f64, cpu: f64) -> SttLoadReport {
+fn report(
+    cfg: &SttLoadConfig,
+    ls: &[Listener],
+    (started, elapsed): (Instant, f64),
+    cpu: f64,
+) -> SttLoadReport {
     let mut delays: Vec<f64> = ls
         .iter()
         .flat_map(|l| l.delays_ms.iter().copied())
@@ -191,6 +220,14 @@ fn report(cfg: &SttLoadConfig, ls: &[Listener], elapsed: f64, cpu: f64) -> SttLo
     let mut errors = BTreeMap::new();
     for e in ls.iter().flat_map(|l| &l.errors) {
         *errors.entry(e.clone()).or_insert(0) += 1;
+    }
+    let mut missed_by_second = vec![0u64; elapsed.ceil() as usize];
+    for at in ls.iter().flat_map(|l| &l.missed_at) {
+        let second = at.saturating_duration_since(started).as_secs() as usize;
+        if second >= missed_by_second.len() {
+            missed_by_second.resize(second + 1, 0);
+        }
+        missed_by_second[second] += 1;
     }
     let words = ls.iter().map(|l| l.words).sum();
     let per_second = |n: u64| {
@@ -209,6 +246,7 @@ fn report(cfg: &SttLoadConfig, ls: &[Listener], elapsed: f64, cpu: f64) -> SttLo
         frames_sent: ls.iter().map(|l| l.frames).sum(),
         steps_timed: delays.len() as u64,
         missed_deadlines: delays.iter().filter(|&&d| d > deadline_ms).count() as u64,
+        missed_by_second,
         delay_ms: Latency::of_sorted(&delays),
         deadline_ms,
         words,
@@ -289,7 +327,11 @@ async fn listen(
             Heard::Step(p) if (1..=frames).contains(&p) => {
                 let sent = lock(&sent_at).get(p - 1).copied();
                 if let Some(t) = sent {
-                    l.delays_ms.push((now - t).as_secs_f64() * 1e3);
+                    let delay = now - t;
+                    if delay > cfg.deadline {
+                        l.missed_at.push(now);
+                    }
+                    l.delays_ms.push(delay.as_secs_f64() * 1e3);
                 }
             }
             Heard::Word => l.words += 1,
@@ -478,6 +520,41 @@ fn frame_message(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missed_deadlines_are_counted_by_the_second_they_came() {
+        let started = Instant::now();
+        let at = |ms: u64| started + Duration::from_millis(ms);
+        let cfg = SttLoadConfig {
+            url: "127.0.0.1:1".into(),
+            streams: 2,
+            duration: Duration::from_secs(3),
+            endpoint: SttEndpoint::V1,
+            format: PcmFormat::F32,
+            seed: 0,
+            deadline: Duration::from_millis(80),
+            wait_ready: Duration::from_secs(1),
+            api_key: None,
+        };
+        let ls = [
+            Listener {
+                delays_ms: vec![10.0, 90.0, 95.0],
+                missed_at: vec![at(100), at(2_500)],
+                ..Listener::default()
+            },
+            Listener {
+                delays_ms: vec![120.0],
+                missed_at: vec![at(2_900)],
+                ..Listener::default()
+            },
+        ];
+        let r = report(&cfg, &ls, (started, 3.2), 0.0);
+        assert_eq!(r.missed_deadlines, 3);
+        assert_eq!(r.missed_by_second, vec![1, 0, 2, 0]);
+        assert!(r
+            .summary()
+            .ends_with("missed deadlines by second since the start: 0:1 2:2"));
+    }
 
     #[test]
     fn error_messages_reduce_to_their_code() {
