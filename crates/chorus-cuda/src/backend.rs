@@ -727,10 +727,8 @@ impl CudaBackend {
                 Saved::Host(host) => self.copy_htod(*ptr, host.as_ptr(), host.len())?,
             }
         }
-        // Host copies are read until the stream passes them: `saved` outlives the sync.
-        let done = self.sync();
-        drop(saved);
-        done
+        // Host copies are read until the stream passes them: `saved` lives past the sync.
+        self.sync()
     }
 
     /// Warm-up runs, capture and first replay of a new program.

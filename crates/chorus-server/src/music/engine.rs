@@ -16,8 +16,8 @@ use super::worker::{song_blocks, StartJob, Worker};
 use crate::stage::job::Job;
 use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
-    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
-    Tried, DEFAULT_DEVICE,
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, Seated,
+    StagePool, Tried, DEFAULT_DEVICE,
 };
 
 /// Default bound on start requests waiting for the engine thread (it takes them all between two
@@ -60,6 +60,12 @@ pub struct MusicInfo {
     pub kv_usable: usize,
 }
 
+impl Seated for MusicInfo {
+    fn seats(&self) -> usize {
+        self.max_songs
+    }
+}
+
 /// One device's engine thread.
 struct MusicDevice {
     owner: OwnerThread<StartJob>,
@@ -75,11 +81,9 @@ impl MusicDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(MusicMetrics::default());
         let thread_metrics = metrics.clone();
-        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "music",
-            // A seat for every job that waits: none is refused for a full queue.
-            move |info: &MusicInfo| queued.max(info.max_songs),
+            config.max_queued_starts,
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;
@@ -142,7 +146,7 @@ impl MusicEngine {
         let pool = start_pool(devices, |d, health| {
             let m = MusicDevice::start(d, &config, health)?;
             let capacity = Capacity {
-                seats: m.info.max_songs,
+                seats: m.info.seats(),
                 blocks: m.info.kv_usable,
             };
             Ok((m, capacity))

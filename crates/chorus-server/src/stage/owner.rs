@@ -301,7 +301,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;
-    use std::time::{Duration, Instant};
 
     /// Admits every start; while it has jobs each step waits for the gate.
     struct Gated {

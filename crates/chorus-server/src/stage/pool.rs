@@ -40,11 +40,13 @@ impl<F> DeviceStage<F> {
     }
 
     /// Starts this device's owner thread `chorus-{kind}-{device}`, watched for failure with
-    /// `health`; `build` makes its owner there from the factory and the device number.
+    /// `health`; `build` makes its owner there from the factory and the device number. Its
+    /// queue holds `queued` starts, and at least one for each of the device's seats, so that a
+    /// job holding a seat is never refused for a full queue.
     pub(crate) fn spawn_owner<S, O, I>(
         self,
         kind: &str,
-        queue: impl FnOnce(&I) -> usize + Send + 'static,
+        queued: usize,
         health: Arc<Health>,
         build: impl FnOnce(F, usize) -> Result<(O, I)> + Send + 'static,
     ) -> Result<(super::owner::OwnerThread<S>, I)>
@@ -52,7 +54,7 @@ impl<F> DeviceStage<F> {
         F: Send + 'static,
         S: Send + 'static,
         O: super::owner::Owner<Start = S>,
-        I: Send + 'static,
+        I: Seated + Send + 'static,
     {
         let Self {
             device,
@@ -66,11 +68,16 @@ impl<F> DeviceStage<F> {
         };
         super::owner::OwnerThread::spawn(
             &format!("chorus-{kind}-{device}"),
-            queue,
+            move |info: &I| queued.max(info.seats()),
             watch,
             move || build(factory, device),
         )
     }
+}
+
+/// What a device's stage reports at start-up: how many jobs it runs at once.
+pub(crate) trait Seated {
+    fn seats(&self) -> usize;
 }
 
 /// Trips a device's owner thread: it panics before its next step, which ends that device's jobs

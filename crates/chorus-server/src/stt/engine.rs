@@ -14,8 +14,8 @@ use crate::stage::input::input_channel;
 use crate::stage::job::Job;
 use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
-    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
-    Tried, DEFAULT_DEVICE,
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, Seated,
+    StagePool, Tried, DEFAULT_DEVICE,
 };
 
 /// Default bound on start requests waiting for the owner thread (it takes them all between two
@@ -83,6 +83,12 @@ pub struct SttInfo {
     pub device: String,
 }
 
+impl Seated for SttInfo {
+    fn seats(&self) -> usize {
+        self.max_streams
+    }
+}
+
 /// One device's owner thread.
 struct SttDevice {
     owner: OwnerThread<StartJob>,
@@ -102,11 +108,9 @@ impl SttDevice {
             text_seed: config.text_seed,
             step_gather: config.step_gather,
         };
-        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "stt",
-            // A seat for every job that waits: none is refused for a full queue.
-            move |info: &SttInfo| queued.max(info.max_streams),
+            config.max_queued_starts,
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;
@@ -184,7 +188,7 @@ impl SttEngine {
         let pool = start_pool(devices, |d, health| {
             let m = SttDevice::start(d, &config, health)?;
             let capacity = Capacity {
-                seats: m.info.max_streams,
+                seats: m.info.seats(),
                 blocks: 0,
             };
             Ok((m, capacity))

@@ -16,8 +16,8 @@ use super::{TtsError, TtsErrorCode};
 use crate::stage::job::Job;
 use crate::stage::owner::{OwnerThread, SubmitFailed};
 use crate::stage::pool::{
-    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, StagePool,
-    Tried, DEFAULT_DEVICE,
+    start_pool, unplaced_error, Capacity, DeviceStage, Health, MemberStatus, Seat, Seated,
+    StagePool, Tried, DEFAULT_DEVICE,
 };
 
 /// Default bound on start requests waiting for the owner thread (it takes them all between two
@@ -77,6 +77,12 @@ pub struct TtsInfo {
     pub device: String,
 }
 
+impl Seated for TtsInfo {
+    fn seats(&self) -> usize {
+        self.max_utterances
+    }
+}
+
 /// One device's owner thread.
 struct TtsDevice {
     owner: OwnerThread<StartJob>,
@@ -92,11 +98,9 @@ impl TtsDevice {
     ) -> Result<Self> {
         let metrics = Arc::new(TtsMetrics::default());
         let thread_metrics = metrics.clone();
-        let queued = config.max_queued_starts;
         let (owner, info) = stage.spawn_owner(
             "tts",
-            // A seat for every job that waits: none is refused for a full queue.
-            move |info: &TtsInfo| queued.max(info.max_utterances),
+            config.max_queued_starts,
             health,
             move |factory, device| {
                 let (stage, opts) = factory()?;
@@ -164,7 +168,7 @@ impl TtsEngine {
         let pool = start_pool(devices, |d, health| {
             let m = TtsDevice::start(d, &config, health)?;
             let capacity = Capacity {
-                seats: m.info.max_utterances,
+                seats: m.info.seats(),
                 blocks: m.info.kv_usable,
             };
             Ok((m, capacity))
