@@ -377,6 +377,66 @@ async fn flush_delivers_the_last_words_and_the_stream_goes_on() {
     );
 }
 
+/// A stream that ends beside a live one steps its flush silence at the audio's pace (one frame
+/// per 80 ms), not all at once in back-to-back steps of every stream; alone, at once. Either way
+/// its tokens and words are its solo run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_beside_a_live_stream_steps_its_silence_at_the_audio_pace() {
+    let server = stt_server().await;
+    let flush = flush_frames();
+    let frame = Duration::from_millis(chorus_core::FRAME_MS);
+    let (mut live, _) = open(&server, "f32").await;
+    let live_audio = audio(6, (flush + 12) * FRAME_SAMPLES);
+    let keep_live = tokio::spawn(async move {
+        let mut next = tokio::time::Instant::now();
+        for f in live_audio.chunks(FRAME_SAMPLES) {
+            live.send(Message::Binary(f32_bytes(f).into()))
+                .await
+                .unwrap();
+            next += frame;
+            tokio::time::sleep_until(next).await;
+        }
+        live
+    });
+    // The live stream is under way before the other ends.
+    tokio::time::sleep(3 * frame).await;
+    let pcm = speech(WORDY);
+    let (mut ws, _) = open(&server, "f32").await;
+    send_audio(&mut ws, &pcm, 24_000).await;
+    let mut h = Heard::default();
+    // Every frame of the audio stepped: what is left is the silence.
+    let audio_steps = pcm.len() / FRAME_SAMPLES;
+    while h.tokens.len() <= audio_steps {
+        read_until(&mut ws, "step", &mut h).await;
+    }
+    let ended_at = std::time::Instant::now();
+    send_text(&mut ws, r#"{"type":"end"}"#).await;
+    let mut rest = Heard::default();
+    read_until(&mut ws, "end", &mut rest).await;
+    let took = ended_at.elapsed();
+    // The silence (the partial frame's completion and `flush` frames) enters one frame per 80 ms
+    // after its first: at least (flush - 1) frames' time.
+    assert!(
+        took >= frame * (flush as u32 - 1),
+        "{flush} frames of silence stepped in {took:?} beside a live stream"
+    );
+    h.tokens.extend(rest.tokens);
+    h.words.extend(rest.words);
+    h.stops.extend(rest.stops);
+    let want = direct(&pcm, flush, true);
+    assert_eq!(h, want);
+    let mut live = keep_live.await.unwrap();
+    send_text(&mut live, r#"{"type":"cancel"}"#).await;
+    // Alone, the same end takes far less than the paced silence would.
+    let alone = std::time::Instant::now();
+    assert_eq!(transcribe(&server, &pcm, 24_000).await, want);
+    assert!(
+        alone.elapsed() < frame * (flush as u32 - 1),
+        "alone: {:?}",
+        alone.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_thread_sleeps_while_no_stream_has_a_whole_frame() {
     let server = stt_server().await;
