@@ -146,12 +146,11 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
     const KE* k_head = k_cache + h * D;
     const KE* v_head = v_cache + h * D;
 
-    // A step's loads: keys k0 + 8 j + g (score tiles) with the key scales of the lane's score
-    // columns, then the values and value scales of those columns (keys 2t, 2t + 1, 2t + 8, 2t + 9).
-    // Keys past the split reload its last key and are masked below.
-    uint4 kr[2][KL], vr[4][VL];
-    float ksc[4], vsc[4];
-    auto load_keys = [&](int k0) {
+    for (int k0 = k_begin + warp * PAM_KEYS; k0 < k_end; k0 += PAM_WARPS * PAM_KEYS) {
+        // Every load of the step before any use. Keys past the split reload its last key and are
+        // masked below.
+        uint4 kr[2][KL], vr[4][VL];
+        float ksc[4], vsc[4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             const long long e = pa_entry(table, min(k0 + 8 * j + g, k_end - 1), d);
@@ -160,17 +159,9 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
                 kr[j][w] = *reinterpret_cast<const uint4*>(k_head + e + (D / 4) * t + w * PER);
             }
         }
-        if constexpr (KV8) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int key = k0 + 2 * t + (u & 1) + 8 * (u >> 1);
-                ksc[u] = k_scale[pa_entry(table, min(key, k_end - 1), d) / D + h];
-            }
-        }
-    };
-    auto load_values = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
+            // This lane's score columns and value rows: keys 2t, 2t + 1, 2t + 8, 2t + 9.
             const int key = k0 + 2 * t + (u & 1) + 8 * (u >> 1);
             const long long e = pa_entry(table, min(key, k_end - 1), d);
 #pragma unroll
@@ -178,23 +169,11 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
                 vr[u][w] = *reinterpret_cast<const uint4*>(v_head + e + (D / 8) * g + w * PER);
             }
             if constexpr (KV8) {
+                ksc[u] = k_scale[e / D + h];
                 vsc[u] = v_scale[e / D + h];
             }
         }
-    };
 
-    // Software pipelined: the next step's keys are requested as soon as this step's scores are
-    // taken, its values as soon as this step's outputs are, so every warp always has a step's
-    // half in flight (loading all of a step, then using it, left the loads idle half the time:
-    // 2.2 TB/s over 8-bit caches at 128 rows).
-    constexpr int STRIDE = PAM_WARPS * PAM_KEYS;
-    int k0 = k_begin + warp * PAM_KEYS;
-    if (k0 < k_end) {
-        load_keys(k0);
-        load_values(k0);
-    }
-    for (; k0 < k_end; k0 += STRIDE) {
-        const bool more = k0 + STRIDE < k_end;
         // Scores: sc[j][0..1] = S[head g][keys k0 + 8 j + 2 t, + 1] (entries 2, 3: the zero rows).
         float sc[2][4];
 #pragma unroll
@@ -227,9 +206,6 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
             }
             x[u] = key < k_end ? v : NEG_INF;
             mt = fmaxf(mt, x[u]);
-        }
-        if (more) {
-            load_keys(k0 + STRIDE);
         }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
@@ -282,9 +258,6 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
                 }
             }
             pam_mma<KV8>(acc[i], a, pb0, pb1);
-        }
-        if (more) {
-            load_values(k0 + STRIDE);
         }
     }
 
