@@ -5,7 +5,7 @@
 # matching KERNELS (a regex) after skipping SKIP of them (past the warm-up), those with a grid of
 # at least MIN_GRID blocks printed (the LM's launches, not the depth decoder's), e.g.
 # `KERNELS=lm_paged_attention SONGS=64 MODEL=random EXTRA="--kv-cache fp8" bash
-# scripts/device/ncu_music.sh`. Expects .device-bin/chorus.
+# scripts/device/ncu_music.sh`. Expects .device-bin/chorus (CHORUS_BIN: another binary).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -15,7 +15,7 @@ M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
 ncu --clock-control none --csv --metrics "$M" --kernel-name "regex:${KERNELS:-lm_paged_attention}" \
   --launch-skip "${SKIP:-72}" --launch-count "${COUNT:-8}" \
-  "$BIN"/chorus music-bench --device cuda --model "${MODEL:-random}" --songs "${SONGS:-64}" \
+  "${CHORUS_BIN:-$BIN/chorus}" music-bench --device cuda --model "${MODEL:-random}" --songs "${SONGS:-64}" \
   --context 1000 --frames 2 ${EXTRA:-} >/tmp/ncu_music.csv 2>/dev/null || true
 python3 - <<'PY'
 import csv, collections

@@ -16,11 +16,15 @@
 #   stt_side   scripts/device/stt_side_by_side.sh (the LM step, Chorus and transformers);
 #   stt_1b     scripts/device/stt_capacity.sh, stt-1b-en_fr at 1,300 streams, bf16 rings;
 #   stt_fp8    the same at 2,400 and 2,500 streams over 8-bit rings (STT_FP8_STREAMS);
+#   stt_fp8_plain the 1B's LM step over 8-bit rings, plain decode against tensor cores;
 #   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
+#   attn_pf    scripts/device/attention_pipeline_ab.sh (the pipelined tensor-core decode: its
+#              tests, then music-bench and stt-bench before and after it);
+#   music_tests the music stage's CUDA tests but the full-size ones;
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: stt_2b6 stt_fp8 stt_1b stt_tests, in this order:
-# the gathering thread's 2 ms poll and the snapshots' headroom not yet run on a GPU first).
+# PENDING_PARTS picks some of them (default: stt_2b6 stt_fp8_plain stt_fp8: the paced flush
+# silence through the server, then the 8-bit rings' step and capacity).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -29,7 +33,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET=${PENDING_BUDGET:-570}
 # Lines of a log worth printing: results, failures, figures.
-KEEP='test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback|missed by'
+KEEP='^=====|test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback|missed by'
 # part NAME SECONDS CMD...: CMD under min(SECONDS, the time left), its log in $OUT/NAME.log.
 part() {
   local name=$1 limit=$2
@@ -67,9 +71,17 @@ retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
   "$BIN"/lm_attention --test-threads=1 --nocapture combine 2>&1
 }
-export -f codec lm_attn retest
+# The LM step over 8-bit rings on the plain and the tensor-core decode (STT's groups of 1).
+stt_fp8_plain() {
+  for mma in 0 1; do
+    echo "== CHORUS_LM_ATTENTION_MMA=$mma"
+    CHORUS_LM_ATTENTION_MMA=$mma "$BIN"/chorus stt-bench --device cuda --steps 10 --model random \
+      --kv-cache fp8 --streams ${STT_FP8_BENCH:-2000,2500} 2>&1
+  done
+}
+export -f codec lm_attn retest stt_fp8_plain
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_1b stt_tests}; do
+for p in ${PENDING_PARTS:-stt_2b6 stt_fp8_plain stt_fp8}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
@@ -81,6 +93,9 @@ for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_1b stt_tests}; do
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
     stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2400 2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    attn_pf) part attn_pf 400 bash scripts/device/attention_pipeline_ab.sh ;;
+    music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
+    stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
