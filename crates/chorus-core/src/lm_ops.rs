@@ -606,6 +606,13 @@ pub trait LmOps: Backend {
         program(self)
     }
 
+    /// Queues `program` behind the work already queued and returns without waiting for it: for
+    /// programs that read only device memory (a slot's reset at admission), so that admitting a
+    /// stream never waits for the step in flight.
+    fn run_queued(&self, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
+        program(self)
+    }
+
     /// Program op: see [`GatherArgs`].
     fn gather_rows(&self, args: GatherArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`ScatterArgs`].

@@ -320,57 +320,58 @@ pub fn step_program<B: LmOps>(
     be.copy_out_ints(&inputs.tokens.dev, &mut outputs.tokens, n)
 }
 
-/// The I/O of a stream's reset: its slot, the initial token, one row of scratch.
-pub struct ResetIo<B: LmOps> {
-    /// `[1]`: the slot to reset.
-    pub slot: chorus_lm::IntInput<B>,
-    /// `[1]`: the initial text token (set once).
-    pub initial: chorus_lm::IntInput<B>,
+/// The text-state row every stream starts from: the initial text token's embedding, computed
+/// once at construction.
+pub struct InitialRow<B: LmOps> {
     /// `[hidden]`.
     pub row: B::Buf,
 }
 
-impl<B: LmOps> ResetIo<B> {
-    pub fn new(be: &B, c: &SttConfig) -> Result<Self> {
+impl<B: LmOps> InitialRow<B> {
+    /// Gathers the initial token's row (an eager program: one sync, at construction).
+    pub fn new(be: &B, w: &DeviceWeights<B>, c: &SttConfig) -> Result<Self> {
         let mut initial = chorus_lm::IntInput::new(be, 1)?;
         initial.host(be)?[0] = c.ids.initial_text as i32;
-        Ok(Self {
-            slot: chorus_lm::IntInput::new(be, 1)?,
-            initial,
-            row: be.zeros(c.hidden_size, BufRole::Activation)?,
-        })
+        let mut row = be.zeros(c.hidden_size, BufRole::Activation)?;
+        be.run_eager(&mut |b: &B| {
+            initial.stage(b)?;
+            b.gather_rows(GatherArgs {
+                table: &w.text_emb,
+                ids: &initial.dev,
+                out: &mut row,
+                rows: 1,
+                dim: c.hidden_size,
+                rows_per_id: 1,
+                ids_stride: 1,
+                ids_col: 0,
+                offset: 0,
+                scale: 1.0,
+            })
+        })?;
+        Ok(Self { row })
     }
 }
 
-/// Program: the slot's next text input becomes the initial token's row (a stream's reset; its
-/// ring needs nothing: a query never reads past its own position).
+/// Program: slot `slot`'s next text input becomes the initial token's row (a stream's reset; its
+/// ring needs nothing: a query never reads past its own position). It reads device memory only,
+/// so it is queued ([`LmOps::run_queued`]) without a host sync.
 pub fn reset_program<B: LmOps>(
     be: &B,
-    w: &DeviceWeights<B>,
     c: &SttConfig,
-    io: &mut ResetIo<B>,
+    initial: &InitialRow<B>,
+    slot: usize,
     text_state: &mut B::Buf,
 ) -> Result<()> {
-    io.slot.stage(be)?;
-    io.initial.stage(be)?;
-    be.gather_rows(GatherArgs {
-        table: &w.text_emb,
-        ids: &io.initial.dev,
-        out: &mut io.row,
+    let h = c.hidden_size;
+    be.copy_rows(CopyRowsArgs {
+        src: &initial.row,
+        dst: text_state,
         rows: 1,
-        dim: c.hidden_size,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
-    be.scatter_rows(ScatterArgs {
-        src: &io.row,
-        ids: &io.slot.dev,
-        table: text_state,
-        rows: 1,
-        dim: c.hidden_size,
+        len: h,
+        src_offset: 0,
+        src_stride: h,
+        dst_offset: slot * h,
+        dst_stride: h,
     })
 }
 

@@ -187,6 +187,11 @@ impl LmOps for CudaBackend {
         self.sync()
     }
 
+    fn run_queued(&self, program: &mut dyn FnMut(&Self) -> Result<()>) -> Result<()> {
+        self.bind()?;
+        program(self)
+    }
+
     fn gather_rows(&self, a: GatherArgs<'_, Self>) -> Result<()> {
         rows::gather_rows(self, a)
     }
