@@ -36,6 +36,30 @@ pub struct GatherArgs<'a, B: Backend + ?Sized> {
     pub scale: f32,
 }
 
+impl<'a, B: Backend + ?Sized> GatherArgs<'a, B> {
+    /// The plain lookup `out[r, :] = table[ids[r], :]` for `r` in `0..rows`: one row per id, ids
+    /// contiguous, no offset, no scale.
+    pub fn lookup(
+        table: &'a B::Buf,
+        ids: &'a B::Ints,
+        out: &'a mut B::Buf,
+        (rows, dim): (usize, usize),
+    ) -> Self {
+        Self {
+            table,
+            ids,
+            out,
+            rows,
+            dim,
+            rows_per_id: 1,
+            ids_stride: 1,
+            ids_col: 0,
+            offset: 0,
+            scale: 1.0,
+        }
+    }
+}
+
 /// `table[ids[r], :] = src[r, :]` for `r` in `0..rows`, in row order (padded rows may all name
 /// the dummy row; the last write wins).
 pub struct ScatterArgs<'a, B: Backend + ?Sized> {

@@ -232,18 +232,12 @@ pub fn frame_program<B: LmOps>(
     if let Some(ch) = chunk.as_deref_mut() {
         ch.stage(be)?;
     }
-    be.gather_rows(GatherArgs {
-        table: hidden_state,
-        ids: &inputs.slots.dev,
-        out: &mut bufs.h,
-        rows: n,
-        dim: h,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        hidden_state,
+        &inputs.slots.dev,
+        &mut bufs.h,
+        (n, h),
+    ))?;
     // Codebook 0 from the backbone hidden.
     let io = LinearIo::new(
         &bufs.h,

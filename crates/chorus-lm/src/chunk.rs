@@ -186,18 +186,12 @@ pub fn embed_chunk<B: LmOps>(
     bufs: &mut ChunkBufs<B>,
     (residual, first_row, hidden): (&mut B::Buf, usize, usize),
 ) -> Result<()> {
-    be.gather_rows(GatherArgs {
-        table: embed_tokens,
-        ids: &c.ids.dev,
-        out: &mut bufs.embed,
-        rows: c.rows * c.chunk,
-        dim: hidden,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        embed_tokens,
+        &c.ids.dev,
+        &mut bufs.embed,
+        (c.rows * c.chunk, hidden),
+    ))?;
     place_chunk(be, c, bufs, (residual, first_row, hidden))
 }
 
@@ -230,18 +224,12 @@ pub fn store_chunk<B: LmOps>(
     bufs: &mut ChunkBufs<B>,
     (normed, state, hidden): (&B::Buf, &mut B::Buf, usize),
 ) -> Result<()> {
-    be.gather_rows(GatherArgs {
-        table: normed,
-        ids: &c.pick.dev,
-        out: &mut bufs.last,
-        rows: c.rows,
-        dim: hidden,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        normed,
+        &c.pick.dev,
+        &mut bufs.last,
+        (c.rows, hidden),
+    ))?;
     be.scatter_rows(ScatterArgs {
         src: &bufs.last,
         ids: &c.slot.dev,

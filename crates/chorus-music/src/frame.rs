@@ -134,18 +134,12 @@ pub fn frame_program<B: LmOps>(
         c.stage(be)?;
     }
     // Each song's last hidden, both rows: state row `slot` is `[2, hidden]`.
-    be.gather_rows(GatherArgs {
-        table: hidden_state,
-        ids: &inputs.slots.dev,
-        out: &mut bufs.h,
-        rows: songs,
-        dim: 2 * h,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        hidden_state,
+        &inputs.slots.dev,
+        &mut bufs.h,
+        (songs, 2 * h),
+    ))?;
     // 1-5: audio logits, CFG restricted to the conditional top 50, top-50 draw of c0.
     be.fused_linear(FusedLinearArgs {
         x: &bufs.h,

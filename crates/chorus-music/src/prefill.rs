@@ -70,18 +70,12 @@ pub fn prefill_program<B: LmOps>(
     bufs.ids.stage(be)?;
     bufs.tables.stage(be)?;
     bufs.slot.stage(be)?;
-    be.gather_rows(GatherArgs {
-        table: &m.w.embed_tokens,
-        ids: &bufs.ids.dev,
-        out: &mut bufs.acts.residual,
-        rows: 2 * len,
-        dim: h,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        &m.w.embed_tokens,
+        &bufs.ids.dev,
+        &mut bufs.acts.residual,
+        (2 * len, h),
+    ))?;
     lm_forward(
         be,
         m.lm,

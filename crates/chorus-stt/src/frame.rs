@@ -196,33 +196,21 @@ pub fn step_program<B: LmOps>(
             let stride = a.mimi.cfg.num_quantizers;
             let codes = a.mimi.step(be, a.staging, n)?;
             audio_rows(codes, a.table, stride)?;
-            be.gather_rows(GatherArgs {
-                table: a.table,
-                ids: &a.select.dev,
-                out: &mut bufs.acts.residual,
-                rows: n,
-                dim: h,
-                rows_per_id: 1,
-                ids_stride: 1,
-                ids_col: 0,
-                offset: 0,
-                scale: 1.0,
-            })?;
+            be.gather_rows(GatherArgs::lookup(
+                a.table,
+                &a.select.dev,
+                &mut bufs.acts.residual,
+                (n, h),
+            ))?;
             be.copy_out_ints(codes, a.codes_out, n * stride)?;
         }
     }
-    be.gather_rows(GatherArgs {
-        table: text_state,
-        ids: &inputs.slots.dev,
-        out: &mut bufs.text_in,
-        rows: n,
-        dim: h,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        text_state,
+        &inputs.slots.dev,
+        &mut bufs.text_in,
+        (n, h),
+    ))?;
     // The fused residual add of RMSNorm is the op's one row-wise add; its normed output is
     // scratch the first layer overwrites.
     be.rms_norm(RmsNormArgs {
@@ -295,18 +283,12 @@ pub fn step_program<B: LmOps>(
         be.copy_out_floats(&bufs.vad, out, n * width)?;
     }
     // 5. The token's embedding is the slot's next text input.
-    be.gather_rows(GatherArgs {
-        table: &w.text_emb,
-        ids: &inputs.tokens.dev,
-        out: &mut bufs.text_next,
-        rows: n,
-        dim: h,
-        rows_per_id: 1,
-        ids_stride: 1,
-        ids_col: 0,
-        offset: 0,
-        scale: 1.0,
-    })?;
+    be.gather_rows(GatherArgs::lookup(
+        &w.text_emb,
+        &inputs.tokens.dev,
+        &mut bufs.text_next,
+        (n, h),
+    ))?;
     be.scatter_rows(ScatterArgs {
         src: &bufs.text_next,
         ids: &inputs.slots.dev,
@@ -335,18 +317,12 @@ impl<B: LmOps> InitialRow<B> {
         let mut row = be.zeros(c.hidden_size, BufRole::Activation)?;
         be.run_eager(&mut |b: &B| {
             initial.stage(b)?;
-            b.gather_rows(GatherArgs {
-                table: &w.text_emb,
-                ids: &initial.dev,
-                out: &mut row,
-                rows: 1,
-                dim: c.hidden_size,
-                rows_per_id: 1,
-                ids_stride: 1,
-                ids_col: 0,
-                offset: 0,
-                scale: 1.0,
-            })
+            b.gather_rows(GatherArgs::lookup(
+                &w.text_emb,
+                &initial.dev,
+                &mut row,
+                (1, c.hidden_size),
+            ))
         })?;
         Ok(Self { row })
     }

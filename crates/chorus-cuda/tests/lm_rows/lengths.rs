@@ -12,18 +12,7 @@ fn length_errors_name_op_and_buffer() {
         let ids = be.ints(4, 0).unwrap();
         let mut out = be.zeros(3 * 16, BufRole::Activation).unwrap();
         let err = be
-            .gather_rows(GatherArgs {
-                table: &table,
-                ids: &ids,
-                out: &mut out,
-                rows: 4,
-                dim: 16,
-                rows_per_id: 1,
-                ids_stride: 1,
-                ids_col: 0,
-                offset: 0,
-                scale: 1.0,
-            })
+            .gather_rows(GatherArgs::lookup(&table, &ids, &mut out, (4, 16)))
             .expect_err("out holds 3 rows, 4 needed");
         let msg = err.to_string();
         eprintln!("error [{}]: {msg}", precision.name());
@@ -59,18 +48,7 @@ fn length_errors_name_op_and_buffer() {
             let f32_table = be.zeros(10 * 16, BufRole::Table).unwrap();
             let mut out = be.zeros(4 * 16, BufRole::Activation).unwrap();
             let err = be
-                .gather_rows(GatherArgs {
-                    table: &f32_table,
-                    ids: &ids,
-                    out: &mut out,
-                    rows: 4,
-                    dim: 16,
-                    rows_per_id: 1,
-                    ids_stride: 1,
-                    ids_col: 0,
-                    offset: 0,
-                    scale: 1.0,
-                })
+                .gather_rows(GatherArgs::lookup(&f32_table, &ids, &mut out, (4, 16)))
                 .expect_err("f32 table in bf16 mode");
             eprintln!("error [bf16]: {err}");
         }
