@@ -136,6 +136,11 @@ pub(crate) struct Worker<B: LmOps> {
     device: usize,
 }
 
+/// A stage refusal of a stream's input, as the client's `bad_request`.
+fn bad_input(e: chorus_core::Error) -> StageError {
+    StageError::bad_request(e.to_string())
+}
+
 fn slow_consumer() -> StageError {
     StageError::new(
         StageErrorCode::SlowConsumer,
@@ -313,7 +318,6 @@ impl<B: LmOps> Worker<B> {
         now: Instant,
         paced: bool,
     ) -> std::result::Result<bool, StageError> {
-        let bad = |e: chorus_core::Error| StageError::bad_request(e.to_string());
         let Some(r) = self.jobs.get_mut(&id) else {
             return Ok(false);
         };
@@ -326,7 +330,7 @@ impl<B: LmOps> Worker<B> {
             (true, false) => 0,
         };
         for _ in 0..n {
-            self.stage.push_pcm(id, &self.silence).map_err(bad)?;
+            self.stage.push_pcm(id, &self.silence).map_err(bad_input)?;
             r.pushed += 1;
             r.arrivals.push_back(now);
         }
@@ -338,7 +342,7 @@ impl<B: LmOps> Worker<B> {
             return Ok(false);
         }
         if r.end_after_silence {
-            self.stage.end(id).map_err(bad)?;
+            self.stage.end(id).map_err(bad_input)?;
         }
         Ok(true)
     }
@@ -357,13 +361,12 @@ impl<B: LmOps> Worker<B> {
     /// One input message of stream `id`.
     fn apply(&mut self, id: StreamId, msg: SttInput) -> std::result::Result<(), StageError> {
         let delay = self.info.config.text_delay_frames;
-        let bad = |e: chorus_core::Error| StageError::bad_request(e.to_string());
         let (stage, flush_frames) = (&mut self.stage, self.flush_frames);
         let Some(r) = self.jobs.get_mut(&id) else {
             return Ok(());
         };
         let push = |stage: &mut SttStage<B>, r: &mut Running, pcm: &[f32], at: Instant| {
-            stage.push_pcm(id, pcm).map_err(bad)?;
+            stage.push_pcm(id, pcm).map_err(bad_input)?;
             let frames = pcm.len() / FRAME_SAMPLES;
             r.pushed += frames;
             r.arrivals.extend(std::iter::repeat_n(at, frames));
@@ -380,7 +383,7 @@ impl<B: LmOps> Worker<B> {
             }
             SttInput::Marker(m) => r.markers.push_back((r.pushed + r.silence_due + delay, m)),
             SttInput::Reset => {
-                stage.reset(id).map_err(bad)?;
+                stage.reset(id).map_err(bad_input)?;
                 r.restart();
                 let _ = r.side.events.try_send(SttEvent::ResetDone);
             }
