@@ -18,9 +18,13 @@
 #   stt_fp8    the same at 2,200 and 2,400 streams over 8-bit rings (STT_FP8_STREAMS);
 #   stt_fp8_plain the 1B's LM step over 8-bit rings, plain decode against tensor cores;
 #   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
-#   attn_pf    scripts/device/attention_pipeline_ab.sh (the pipelined tensor-core decode: its
-#              tests, then music-bench and stt-bench before and after it);
+#   attn_ab    scripts/device/attention_ab.sh (a decode attention change: its tests, then
+#              music-bench and stt-bench before and after it, then ncu on the 8-bit decode);
 #   music_tests the music stage's CUDA tests but the full-size ones;
+#   stt_ab     `chorus stt-bench`'s LM step over 8-bit rings (STT_AB_STREAMS, default 2,500) with
+#              the binary before a change (chorus_base) and after it (chorus);
+#   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
+#              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
 # PENDING_PARTS picks some of them (default: stt_2b6 stt_fp8 stt_tests: the paced silence's
@@ -33,7 +37,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET=${PENDING_BUDGET:-570}
 # Lines of a log worth printing: results, failures, figures.
-KEEP='^=====|test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback|missed by'
+KEEP='^=====|test result|panick|FAILED|did not|ms/frame|songs|utterances|GB/s|rel L2|gemv |identical|parity|streams|real time|x real|exit status|Error|error:|^ +[0-9]|PASS|FAIL|largest|transformers|out of memory|Traceback|missed by|ncu|Duration|Throughput|Occupancy|Stall|stall|Warp Cycles|Eligible|Issued|Hit|Registers|Waves|Ipc|==PROF==|==ERROR=='
 # part NAME SECONDS CMD...: CMD under min(SECONDS, the time left), its log in $OUT/NAME.log.
 part() {
   local name=$1 limit=$2
@@ -79,7 +83,15 @@ stt_fp8_plain() {
       --kv-cache fp8 --streams ${STT_FP8_BENCH:-2000,2500} 2>&1
   done
 }
-export -f codec lm_attn retest stt_fp8_plain
+stt_ab() {
+  for b in chorus_base chorus; do
+    [ -x "$BIN/$b" ] || continue
+    echo "== $b"
+    "$BIN/$b" stt-bench --device cuda --steps 10 --model random --kv-cache fp8 \
+      --streams ${STT_AB_STREAMS:-2500} 2>&1 | grep -v '^warning'
+  done
+}
+export -f codec lm_attn retest stt_fp8_plain stt_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_tests}; do
   case $p in
@@ -93,9 +105,11 @@ for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_tests}; do
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
     stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2200 2400}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
-    attn_pf) part attn_pf 400 bash scripts/device/attention_pipeline_ab.sh ;;
+    attn_ab) part attn_ab 330 bash scripts/device/attention_ab.sh ;;
     music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
+    stt_ab) part stt_ab 120 bash -c stt_ab ;;
+    ncu_attn) part ncu_attn 200 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac

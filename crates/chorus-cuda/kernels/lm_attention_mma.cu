@@ -3,12 +3,12 @@
 // head vector, sm_89+). The blocks, splits, partials and combine are lm_paged_attention's; only
 // the inner loop differs. The plain decode kernel spends 8 FMAs per key channel and lane on a
 // group of 4 (and 3 conversions per 2 values over 8-bit caches): at the copy bandwidth that is
-// the SMs' whole issue rate. Here the products are mma.m16n8k16, so the loop is loads and
-// conversions.
+// the SMs' whole issue rate. Here the products are mma, so the loop is loads.
 //
 // One block of PAM_WARPS warps per (row, kv head, split); warp w takes the split's keys in steps
-// of PAM_KEYS (16), steps w, w + PAM_WARPS, ..., each with its own streaming softmax (base 2);
-// the warps merge through shared memory (pa_merge_store). Lane (g = lane / 4, t = lane % 4):
+// of PAM_KEYS (16; PAM8_KEYS, 32, over 8-bit caches), steps w, w + PAM_WARPS, ..., each with its
+// own streaming softmax (base 2); the warps merge through shared memory (pa_merge_store). Lane
+// (g = lane / 4, t = lane % 4). Over caches in the storage type (mma.m16n8k16, bf16):
 // - scores S = Q K^T as two n8 tiles of keys: A = the group's queries (rows = heads, zero past
 //   G), B = K^T. A lane loads channels 32 t .. 32 t + 31 of keys k0 + g and k0 + 8 + g, and k-step
 //   s takes chunk channels 4 s .. 4 s + 3 (a permutation of the channels applied to Q and K
@@ -20,22 +20,47 @@
 //   of keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9 (the keys of its scores) and pairs two keys' values of
 //   one channel into a fragment register with a byte permute. Its accumulators are O[heads 2 t,
 //   2 t + 1][those channels].
-// - 8-bit caches: E4M3 becomes f16 exactly (cvt.rn.f16x2.e4m3x2), the products are f16 with the
-//   queries rounded to f16; a key's scale multiplies its scores, a value's scale its weight in P
-//   (after the sum of weights is taken).
-// Weights enter the products rounded to bf16 (f16 over 8-bit caches); sums are f32.
+// Over 8-bit caches the products are mma.m16n8k32 in E4M3 (pam8_decode), so the cache bytes are
+// fragments as loaded and nothing is converted per key: the queries and the weights enter as two
+// E4M3 terms each (hi + lo, about 8 bits, as bf16 carries; pam_split2), scaled by powers of two
+// into E4M3's range. Keys are consumed 32 at a time, four n8 score tiles; the value fragment
+// takes four keys' bytes of one channel, a 4 x 4 byte transpose of the loaded words (pam_t4).
+// Sums are f32; each step's products start from zero and are added to the running accumulators.
+//
+// Addresses: a lane's keys in a step are fixed offsets from the step's first key, whose (table
+// index, offset in block) advance with the step (PamCursor): no division per key.
 
 #define PAM_WARPS 4
 #define PAM_KEYS 16
+#define PAM8_KEYS 32
 #define PAM_D 128
 
 #if MMA_ENABLED
-__device__ __forceinline__ void pam_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// A step's first key: its block's index in the row's table (the ring's, ring = max_blocks *
+// block_size) and its offset in that block.
+struct PamCursor {
+    int b, o;
+};
+
+__device__ __forceinline__ PamCursor pam_cursor(int kp, const PagedDims& d) {
+    const int i = pa_ring(kp, d);
+    return {i / d.block_size, i % d.block_size};
+}
+
+__device__ __forceinline__ void pam_advance(PamCursor& c, int by, const PagedDims& d) {
+    c.o += by;
+    while (c.o >= d.block_size) {
+        c.o -= d.block_size;
+        c.b = c.b + 1 == d.max_blocks ? 0 : c.b + 1;
+    }
+}
+
+// Element offset of the entry `off` keys past the cursor (kv head 0), as pa_entry computes it.
+__device__ __forceinline__ long long pam_entry(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
+    pam_advance(c, off, d);
+    int blk = table[c.b];
+    blk = min(max(blk, 0), d.num_blocks - 1);
+    return ((long long)blk * d.block_size + c.o) * (long long)(d.kv_heads * PAM_D);
 }
 
 // f16x2 of (lo, hi), rounded to nearest even: lo in the low half.
@@ -45,59 +70,23 @@ __device__ __forceinline__ unsigned pam_f16x2(float lo, float hi) {
     return r;
 }
 
-// The two E4M3 values of the low 16 bits (low byte first) as an f16x2, exactly.
-__device__ __forceinline__ unsigned pam_e4m3x2(unsigned v) {
-#if __CUDA_ARCH__ >= 890
-    unsigned h2;
-    unsigned short b = (unsigned short)(v & 0xffffu);
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(b));
-    return h2;
-#else
-    __trap();
-    return 0u;
-#endif
-}
-
-// A pair of weights as the products' input type.
-template <bool KV8>
-__device__ __forceinline__ unsigned pam_pack(float lo, float hi) {
-    if constexpr (KV8) {
-        return pam_f16x2(lo, hi);
-    } else {
-        return bf16x2_rn(lo, hi);
-    }
-}
-
-template <bool KV8>
-__device__ __forceinline__ void pam_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    if constexpr (KV8) {
-        pam_mma_f16(c, a, b0, b1);
-    } else {
-        mma_bf16(c, a, b0, b1);
-    }
-}
-
 __device__ __forceinline__ unsigned pam_word(const uint4* v, int i) {
     const uint4 x = v[i / 4];
     const int k = i % 4;
     return k == 0 ? x.x : k == 1 ? x.y : k == 2 ? x.z : x.w;
 }
 
-template <int G, bool KV8>
-__device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const typename KvT<KV8>::elem* __restrict__ k_cache,
-                                           const typename KvT<KV8>::elem* __restrict__ v_cache,
-                                           const int* __restrict__ tables, const int* __restrict__ start,
-                                           T* __restrict__ out, float* __restrict__ part,
-                                           const float* __restrict__ k_scale, const float* __restrict__ v_scale,
-                                           const PagedDims& d) {
-    typedef typename KvT<KV8>::elem KE;
+template <int G>
+__device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const T* __restrict__ k_cache,
+                                           const T* __restrict__ v_cache, const int* __restrict__ tables,
+                                           const int* __restrict__ start, T* __restrict__ out,
+                                           float* __restrict__ part, const PagedDims& d) {
     constexpr int D = PAM_D;
-    constexpr int KS = D / 16;                    // k-steps of a score tile
-    constexpr int EB = KV8 ? 1 : 2;               // bytes per cache element
-    constexpr int KL = D / 4 * EB / 16;           // 16-byte loads of a lane's key chunk
-    constexpr int VL = D / 8 * EB / 16;           // 16-byte loads of a lane's value chunk
-    constexpr int PER = 16 / EB;                  // elements per 16-byte load
-    constexpr int MT = D / 16;                    // output tiles (16 channels each)
+    constexpr int KS = D / 16;  // k-steps of a score tile
+    constexpr int KL = D / 4 * 2 / 16;  // 16-byte loads of a lane's key chunk
+    constexpr int VL = D / 8 * 2 / 16;  // 16-byte loads of a lane's value chunk
+    constexpr int PER = 8;              // elements per 16-byte load
+    constexpr int MT = D / 16;          // output tiles (16 channels each)
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -126,11 +115,7 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
             const unsigned wd[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                unsigned x = wd[i];
-                if constexpr (KV8) {
-                    x = pam_f16x2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
-                }
-                qa[(4 * w + i) / 2][(4 * w + i) % 2] = x;
+                qa[(4 * w + i) / 2][(4 * w + i) % 2] = wd[i];
             }
         }
     }
@@ -143,17 +128,18 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
     }
-    const KE* k_head = k_cache + h * D;
-    const KE* v_head = v_cache + h * D;
+    const T* k_head = k_cache + h * D;
+    const T* v_head = v_cache + h * D;
 
     for (int k0 = k_begin + warp * PAM_KEYS; k0 < k_end; k0 += PAM_WARPS * PAM_KEYS) {
         // Every load of the step before any use. Keys past the split reload its last key and are
         // masked below.
+        const int last = k_end - 1 - k0;
+        const PamCursor cur = pam_cursor(k0, d);
         uint4 kr[2][KL], vr[4][VL];
-        float ksc[4], vsc[4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            const long long e = pa_entry(table, min(k0 + 8 * j + g, k_end - 1), d);
+            const long long e = pam_entry(table, cur, min(8 * j + g, last), d);
 #pragma unroll
             for (int w = 0; w < KL; ++w) {
                 kr[j][w] = *reinterpret_cast<const uint4*>(k_head + e + (D / 4) * t + w * PER);
@@ -162,15 +148,10 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             // This lane's score columns and value rows: keys 2t, 2t + 1, 2t + 8, 2t + 9.
-            const int key = k0 + 2 * t + (u & 1) + 8 * (u >> 1);
-            const long long e = pa_entry(table, min(key, k_end - 1), d);
+            const long long e = pam_entry(table, cur, min(2 * t + (u & 1) + 8 * (u >> 1), last), d);
 #pragma unroll
             for (int w = 0; w < VL; ++w) {
                 vr[u][w] = *reinterpret_cast<const uint4*>(v_head + e + (D / 8) * g + w * PER);
-            }
-            if constexpr (KV8) {
-                ksc[u] = k_scale[e / D + h];
-                vsc[u] = v_scale[e / D + h];
             }
         }
 
@@ -182,29 +163,16 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
             for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
-                unsigned b0, b1;
-                if constexpr (KV8) {
-                    const unsigned w = pam_word(kr[j], ks);
-                    b0 = pam_e4m3x2(w);
-                    b1 = pam_e4m3x2(w >> 16);
-                } else {
-                    b0 = pam_word(kr[j], 2 * ks);
-                    b1 = pam_word(kr[j], 2 * ks + 1);
-                }
                 const unsigned a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
-                pam_mma<KV8>(sc[j], a, b0, b1);
+                mma_bf16(sc[j], a, pam_word(kr[j], 2 * ks), pam_word(kr[j], 2 * ks + 1));
             }
         }
         float x[4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9 (u order)
         float mt = NEG_INF;
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-            const int key = k0 + 2 * t + (u & 1) + 8 * (u >> 1);
-            float v = sc[u >> 1][u & 1] * d.scale;
-            if constexpr (KV8) {
-                v *= ksc[u];
-            }
-            x[u] = key < k_end ? v : NEG_INF;
+            const int key = 2 * t + (u & 1) + 8 * (u >> 1);
+            x[u] = key <= last ? sc[u >> 1][u & 1] * d.scale : NEG_INF;
             mt = fmaxf(mt, x[u]);
         }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
@@ -230,12 +198,8 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
             acc[i][2] *= a0;
             acc[i][3] *= a1;
         }
-        if constexpr (KV8) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u) p[u] *= vsc[u];
-        }
-        const unsigned pb0 = pam_pack<KV8>(p[0], p[1]);
-        const unsigned pb1 = pam_pack<KV8>(p[2], p[3]);
+        const unsigned pb0 = bf16x2_rn(p[0], p[1]);
+        const unsigned pb1 = bf16x2_rn(p[2], p[3]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             // Rows g and g + 8 of tile i: chunk channels i and 8 + i of the four keys.
@@ -245,19 +209,11 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
                 const int c = i + 8 * half;
 #pragma unroll
                 for (int kp = 0; kp < 2; ++kp) {
-                    const uint4* va = vr[2 * kp];
-                    const uint4* vb = vr[2 * kp + 1];
-                    unsigned f;
-                    if constexpr (KV8) {
-                        const int b = c % 4;
-                        f = pam_e4m3x2(__byte_perm(pam_word(va, c / 4), pam_word(vb, c / 4), b | ((4 + b) << 4)));
-                    } else {
-                        f = __byte_perm(pam_word(va, c / 2), pam_word(vb, c / 2), (c % 2) ? 0x7632 : 0x5410);
-                    }
-                    a[half + 2 * kp] = f;
+                    a[half + 2 * kp] = __byte_perm(pam_word(vr[2 * kp], c / 2), pam_word(vr[2 * kp + 1], c / 2),
+                                                   (c % 2) ? 0x7632 : 0x5410);
                 }
             }
-            pam_mma<KV8>(acc[i], a, pb0, pb1);
+            mma_bf16(acc[i], a, pb0, pb1);
         }
     }
 
@@ -287,17 +243,278 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const type
 }
 #endif
 
-#if MMA_ENABLED
-#define PAM_CASES(KV8, KS_, VS_)                                                                          \
-    switch (d.q_heads / d.kv_heads) {                                                                     \
-        case 1: pam_decode<1, KV8>(qkv, k_cache, v_cache, tables, start, out, part, KS_, VS_, d); break;  \
-        case 2: pam_decode<2, KV8>(qkv, k_cache, v_cache, tables, start, out, part, KS_, VS_, d); break;  \
-        case 4: pam_decode<4, KV8>(qkv, k_cache, v_cache, tables, start, out, part, KS_, VS_, d); break;  \
-        default: pam_decode<8, KV8>(qkv, k_cache, v_cache, tables, start, out, part, KS_, VS_, d); break; \
-    }
+#if MMA_ENABLED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define PAM8_ENABLED 1
 #else
-#define PAM_CASES(KV8, KS_, VS_)
+#define PAM8_ENABLED 0
 #endif
+
+#if PAM8_ENABLED
+__device__ __forceinline__ void pam_mma_e4m3(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (x0, x1) as two E4M3 pairs hi + lo (x0 in the low bytes): hi the nearest E4M3 of the f16 of each
+// value, lo the nearest of what hi leaves (exact in f16), so the pair carries about 8 bits. The
+// callers scale their values into (2^-6, 448) by powers of two first.
+__device__ __forceinline__ void pam_split2(float x0, float x1, unsigned& hi, unsigned& lo) {
+    const unsigned h16 = pam_f16x2(x0, x1);
+    unsigned short h8, l8;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(h8) : "r"(h16));
+    unsigned back, rest;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(back) : "h"(h8));
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(rest) : "r"(h16), "r"(back));
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(l8) : "r"(rest));
+    hi = h8;
+    lo = l8;
+}
+
+// 2^e for a biased exponent e in [1, 254].
+__device__ __forceinline__ float pam_pow2(int biased) { return __int_as_float(biased << 23); }
+
+// Bytes b of four words x0..x3 gathered into y[b] = (x0.b, x1.b, x2.b, x3.b), low byte first.
+__device__ __forceinline__ void pam_t4(unsigned x0, unsigned x1, unsigned x2, unsigned x3, unsigned* y) {
+    const unsigned t0 = __byte_perm(x0, x1, 0x5140), t1 = __byte_perm(x0, x1, 0x7362);
+    const unsigned t2 = __byte_perm(x2, x3, 0x5140), t3 = __byte_perm(x2, x3, 0x7362);
+    y[0] = __byte_perm(t0, t2, 0x5410);
+    y[1] = __byte_perm(t0, t2, 0x7632);
+    y[2] = __byte_perm(t1, t3, 0x5410);
+    y[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// Over 8-bit caches, m16n8k32 in E4M3. Per step of 32 keys k0 ..: score tile j (keys 8 j ..
+// 8 j + 7) takes key k0 + 8 j + g's channels 32 t .. 32 t + 31 (k-step ks: chunk words 2 ks and
+// 2 ks + 1, the queries' words alike); the lane's scores are keys 8 j + 2 t, 8 j + 2 t + 1 of head
+// g, which the weight fragment takes at k positions 4 t .. 4 t + 3 (tiles 0, 1) and 16 + 4 t ..
+// (tiles 2, 3): the value fragment's k positions are the same keys. Output tile i, row g is
+// channel 16 g + 2 i, row g + 8 channel 16 g + 2 i + 1: the lane loads channels 16 g .. 16 g + 15
+// of its eight keys.
+template <int G>
+__device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
+                                            const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
+                                            const int* __restrict__ start, T* __restrict__ out,
+                                            float* __restrict__ part, const float* __restrict__ k_scale,
+                                            const float* __restrict__ v_scale, const PagedDims& d) {
+    constexpr int D = PAM_D;
+    constexpr int KS = D / 32;  // k-steps of a score tile
+    constexpr int MT = D / 16;  // output tiles (16 channels each)
+    extern __shared__ float pa_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int s = blockIdx.x % d.splits;
+    const int pair = blockIdx.x / d.splits;
+    const int h = pair % d.kv_heads;
+    const int r = pair / d.kv_heads;
+    const int n = start[r] + 1;
+    const int lo = pa_first_key(start[r], d);
+    const int split_len = pa_split_len(n - lo, d);
+    const int k_begin = lo + s * split_len;
+    if (k_begin >= n) {
+        return;  // the whole block: no barrier is reached
+    }
+    const int k_end = min(n, k_begin + split_len);
+    const int width = (d.q_heads + 2 * d.kv_heads) * D;
+    const int* table = tables + (long long)r * d.max_blocks;
+
+    // Head g's channels 32 t .. 32 t + 31 (zero past the group), scaled by 2^e so that the head's
+    // largest lies in [128, 256), as hi + lo words: word w holds chunk channels 4 w .. 4 w + 3.
+    // Kept in shared memory after the merge's area, [k-step][lane][hi 2, lo 2 words] (registers
+    // are the loop's: its loads and accumulators take them all).
+    uint4* sq = reinterpret_cast<uint4*>(pa_smem + PAM_WARPS * G * (D + 2)) + lane;
+    float qf;  // d.scale / 2^e: a score's factor besides its key's scale
+    {
+        float qv[32];
+        const T* q = qkv + (long long)r * width + (h * G + min(g, G - 1)) * D + 32 * t;
+        float amax = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const uint4 v = g < G ? *reinterpret_cast<const uint4*>(q + 8 * w) : make_uint4(0u, 0u, 0u, 0u);
+            const unsigned wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                qv[8 * w + 2 * i] = __uint_as_float(wd[i] << 16);
+                qv[8 * w + 2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(qv[i]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        // amax = 2^(eb - 127) x 1.f: 2^(134 - eb) puts it in [128, 256). Tiny or zero heads keep 2^0.
+        const int eb = (__float_as_int(amax) >> 23) & 0xff;
+        const bool scaled = eb > 7 && eb < 254;
+        const float up = scaled ? pam_pow2(261 - eb) : 1.f;
+        qf = scaled ? d.scale * pam_pow2(eb - 7) : d.scale;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) {
+            unsigned h0, l0, h1, l1;
+            pam_split2(qv[4 * w] * up, qv[4 * w + 1] * up, h0, l0);
+            pam_split2(qv[4 * w + 2] * up, qv[4 * w + 3] * up, h1, l1);
+            // Word w is k-step w / 2's hi word w % 2 (and lo word w % 2).
+            unsigned* q4 = reinterpret_cast<unsigned*>(sq + 32 * (w / 2));
+            if (warp == 0) {
+                q4[w % 2] = h0 | (h1 << 16);
+                q4[2 + w % 2] = l0 | (l1 << 16);
+            }
+        }
+        __syncthreads();
+    }
+
+    float m = NEG_INF;  // head g's running maximum (the same in its four lanes)
+    float l = 0.f;      // this lane's share of head g's sum of weights
+    int ev = 8;         // biased exponent bounding every value scale seen (2^-119 to start)
+    float acc[MT][4];   // the outputs times 2^(8 - (ev - 127))
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+    }
+    const unsigned char* k_head = k_cache + h * D;
+    const unsigned char* v_head = v_cache + h * D;
+
+    PamCursor cur = pam_cursor(k_begin + warp * PAM8_KEYS, d);
+    for (int k0 = k_begin + warp * PAM8_KEYS; k0 < k_end; k0 += PAM_WARPS * PAM8_KEYS) {
+        // Every load of the step before any use. Keys past the split reload its last key and are
+        // masked below.
+        const int last = k_end - 1 - k0;
+        uint4 kr[4][2], vr[8];
+        float ksc[8], vsc[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long e = pam_entry(table, cur, min(8 * j + g, last), d);
+            kr[j][0] = *reinterpret_cast<const uint4*>(k_head + e + 32 * t);
+            kr[j][1] = *reinterpret_cast<const uint4*>(k_head + e + 32 * t + 16);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            // The lane's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t, 16 + 2t, ... (u order).
+            const long long e = pam_entry(table, cur, min(2 * t + (u & 1) + 8 * (u >> 1), last), d);
+            vr[u] = *reinterpret_cast<const uint4*>(v_head + e + 16 * g);
+            ksc[u] = k_scale[e / D + h];
+            vsc[u] = v_scale[e / D + h];
+        }
+        pam_advance(cur, PAM_WARPS * PAM8_KEYS, d);
+
+        // Scores: tile j's sc[j][0..1] = S[head g][keys 8 j + 2 t, + 1] (entries 2, 3: zero rows).
+        float sc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                const unsigned b0 = pam_word(kr[j], 2 * ks), b1 = pam_word(kr[j], 2 * ks + 1);
+                const uint4 q = sq[32 * ks];
+                const unsigned ah[4] = {q.x, 0u, q.y, 0u};
+                const unsigned al[4] = {q.z, 0u, q.w, 0u};
+                pam_mma_e4m3(sc[j], ah, b0, b1);
+                pam_mma_e4m3(sc[j], al, b0, b1);
+            }
+        }
+        float x[8];  // the lane's eight keys, u order
+        float mt = NEG_INF, vmax = 0.f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int key = 2 * t + (u & 1) + 8 * (u >> 1);
+            x[u] = key <= last ? sc[u >> 1][u & 1] * qf * ksc[u] : NEG_INF;
+            mt = fmaxf(mt, x[u]);
+            vmax = fmaxf(vmax, vsc[u]);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
+        vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));
+        const float mn = fmaxf(m, mt);
+        // Nothing seen yet (every key masked): keep everything at zero.
+        const float ref = mn == NEG_INF ? 0.f : mn;
+        const float alpha = exp2f(m - ref);
+        m = mn;
+        // Every value scale of the step is below 2^(ev' - 127): the weights times their value
+        // scales times 2^(8 - (ev' - 127)) lie in [0, 256].
+        const int ev_new = max(ev, min(((__float_as_int(vmax) >> 23) & 0xff) + 1, 254));
+        const int sh = 127 + ev - ev_new;  // the accumulators' factor 2^(ev - ev'), 0 when that underflows
+        const float shrink = sh >= 1 ? pam_pow2(sh) : 0.f;
+        ev = ev_new;
+        const float wf = pam_pow2(262 - ev);
+        float p[8];
+        float psum = 0.f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            p[u] = g < G ? exp2f(x[u] - ref) : 0.f;
+            psum += p[u];
+        }
+        l = l * alpha + psum;
+        unsigned ph[2], pl[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            unsigned h0, l0, h1, l1;
+            pam_split2(p[4 * k] * vsc[4 * k] * wf, p[4 * k + 1] * vsc[4 * k + 1] * wf, h0, l0);
+            pam_split2(p[4 * k + 2] * vsc[4 * k + 2] * wf, p[4 * k + 3] * vsc[4 * k + 3] * wf, h1, l1);
+            ph[k] = h0 | (h1 << 16);
+            pl[k] = l0 | (l1 << 16);
+        }
+        // The accumulators are heads 2t and 2t + 1: their factors live in lanes 8t and 8t + 4.
+        const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t) * shrink;
+        const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4) * shrink;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            // Channels 16 g + 4 w .. + 3 of the lane's keys, transposed: tiles 2 w and 2 w + 1.
+            unsigned ya[4], yb[4];
+            pam_t4(pam_word(&vr[0], w), pam_word(&vr[1], w), pam_word(&vr[2], w), pam_word(&vr[3], w), ya);
+            pam_t4(pam_word(&vr[4], w), pam_word(&vr[5], w), pam_word(&vr[6], w), pam_word(&vr[7], w), yb);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int i = 2 * w + half;
+                const unsigned a[4] = {ya[2 * half], ya[2 * half + 1], yb[2 * half], yb[2 * half + 1]};
+                float c[4] = {0.f, 0.f, 0.f, 0.f};
+                pam_mma_e4m3(c, a, ph[0], ph[1]);
+                pam_mma_e4m3(c, a, pl[0], pl[1]);
+                acc[i][0] = fmaf(acc[i][0], a0, c[0]);
+                acc[i][1] = fmaf(acc[i][1], a1, c[1]);
+                acc[i][2] = fmaf(acc[i][2], a0, c[2]);
+                acc[i][3] = fmaf(acc[i][3], a1, c[3]);
+            }
+        }
+    }
+
+    // To shared memory as pa_merge_store reads it: [warp][head][D], then maxima and sums.
+    const float unit = ev > 8 ? pam_pow2(ev - 8) : 0.f;  // 2^((ev - 127) - 8)
+    float* sacc = pa_smem;
+    float* sm = sacc + PAM_WARPS * G * D;
+    float* sl = sm + PAM_WARPS * G;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int head = 2 * t + (e & 1);
+            const int c = 16 * g + 2 * i + (e >> 1);
+            if (head < G) {
+                sacc[(warp * G + head) * D + c] = acc[i][e] * unit;
+            }
+        }
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0 && g < G) {
+        sm[warp * G + g] = m;
+        sl[warp * G + g] = l;
+    }
+    __syncthreads();
+    pa_merge_store<D, G, PAM_WARPS>(pa_smem, r, h, s, n - 1, out, part, d);
+}
+#endif
+
+#define PAM_SWITCH(F, ...)                                        \
+    switch (d.q_heads / d.kv_heads) {                             \
+        case 1: F<1>(__VA_ARGS__); break;                         \
+        case 2: F<2>(__VA_ARGS__); break;                         \
+        case 4: F<4>(__VA_ARGS__); break;                         \
+        default: F<8>(__VA_ARGS__); break;                        \
+    }
 
 // Decode (time == 1, head_dim 128, groups of 1, 2, 4 or 8) over caches in the storage type; the
 // host launches it in bf16 storage on sm_80+ only.
@@ -306,15 +523,19 @@ extern "C" __global__ void __launch_bounds__(PAM_WARPS * 32, 3)
                            const int* __restrict__ tables, const int* __restrict__ start, T* __restrict__ out,
                            float* __restrict__ part, PagedDims d) {
     pdl_enter();
-    PAM_CASES(false, nullptr, nullptr)
+#if MMA_ENABLED
+    PAM_SWITCH(pam_decode, qkv, k_cache, v_cache, tables, start, out, part, d)
+#endif
 }
 
 // The same over 8-bit caches (sm_89+).
-extern "C" __global__ void __launch_bounds__(PAM_WARPS * 32, 3)
+extern "C" __global__ void __launch_bounds__(PAM_WARPS * 32, 2)
     lm_paged_attention_mma8(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
                             const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
                             const int* __restrict__ start, T* __restrict__ out, float* __restrict__ part,
                             const float* __restrict__ k_scale, const float* __restrict__ v_scale, PagedDims d) {
     pdl_enter();
-    PAM_CASES(true, k_scale, v_scale)
+#if PAM8_ENABLED
+    PAM_SWITCH(pam8_decode, qkv, k_cache, v_cache, tables, start, out, part, k_scale, v_scale, d)
+#endif
 }

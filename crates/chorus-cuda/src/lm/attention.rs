@@ -33,6 +33,9 @@ const GENERAL_THREADS: u32 = 128;
 /// The tensor-core decode kernel's head size (`PAM_D`) and warps per block (`PAM_WARPS`).
 const MMA_HEAD_DIM: usize = 128;
 const MMA_WARPS: usize = 4;
+/// Shared memory the tensor-core decode over 8-bit caches adds for its queries (hi and lo E4M3
+/// words of every lane and k-step: 32 lanes, `PAM_D / 32` k-steps, 16 bytes each).
+const MMA8_QUERY_SMEM: usize = 32 * (MMA_HEAD_DIM / 32) * 16;
 /// Keys a decode lane group loads at once (`PA_UNROLL`; `PA_UNROLL8` over 8-bit caches).
 const DECODE_UNROLL: usize = 4;
 const DECODE_UNROLL8: usize = 8;
@@ -479,7 +482,8 @@ fn paged_attention_with(
             let cfg = Launch {
                 grid: blocks,
                 block: 32 * MMA_WARPS as u32,
-                smem: (MMA_WARPS * group * (hd + 2) * 4) as u32,
+                smem: (MMA_WARPS * group * (hd + 2) * 4 + if kv8 { MMA8_QUERY_SMEM } else { 0 })
+                    as u32,
             };
             be.lm_attention_mma_launches.fetch_add(1, Ordering::Relaxed);
             if kv8 {
