@@ -5,7 +5,7 @@
 # bf16 caches (AB_SONGS, default 1,64,128, context 1,000; AB_CONTEXTS adds a `--contexts` sweep)
 # and `chorus stt-bench`'s LM step (the 1B over 8-bit rings at AB_STT_FP8, default 2,500 streams;
 # bf16 rings at AB_STT_BF16, 1,300). AB_KV picks the music caches (default "fp8 bf16"); then
-# Nsight Compute on the 8-bit decode (AB_NCU=0 skips it).
+# Nsight Compute on the 8-bit decode (AB_NCU=0 skips it). AB_BINS lists other binaries to compare.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -13,8 +13,8 @@ section "lm_attention (mma, decode, window)"
 for t in mma fp8 decode window; do
   "$BIN"/lm_attention --test-threads=1 --nocapture $t 2>&1 | grep -E "^test |test result|panick|rel L2" || status=1
 done
-bins=chorus
-[ -x "$BIN/chorus_base" ] && bins="chorus_base chorus"
+bins=${AB_BINS:-chorus}
+[ -z "${AB_BINS:-}" ] && [ -x "$BIN/chorus_base" ] && bins="chorus_base chorus"
 for kv in ${AB_KV:-fp8 bf16}; do
   for b in $bins; do
     section "$b music-bench --kv-cache $kv"

@@ -22,7 +22,7 @@
 #              music-bench and stt-bench before and after it, then ncu on the 8-bit decode);
 #   music_tests the music stage's CUDA tests but the full-size ones;
 #   stt_ab     `chorus stt-bench`'s LM step over 8-bit rings (STT_AB_STREAMS, default 2,500) with
-#              the binary before a change (chorus_base) and after it (chorus);
+#              the binary before a change (chorus_base) and after it (chorus), or AB_BINS;
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -84,7 +84,7 @@ stt_fp8_plain() {
   done
 }
 stt_ab() {
-  for b in chorus_base chorus; do
+  for b in ${AB_BINS:-chorus_base chorus}; do
     [ -x "$BIN/$b" ] || continue
     echo "== $b"
     "$BIN/$b" stt-bench --device cuda --steps 10 --model random --kv-cache fp8 \

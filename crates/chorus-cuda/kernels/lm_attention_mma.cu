@@ -26,6 +26,9 @@
 // into E4M3's range. Keys are consumed 32 at a time, four n8 score tiles; the value fragment
 // takes four keys' bytes of one channel, a 4 x 4 byte transpose of the loaded words (pam_t4).
 // Sums are f32; each step's products start from zero and are added to the running accumulators.
+// Each warp copies its steps into shared memory (cp.async) two steps ahead of the one it
+// computes: the bytes in flight take no registers, so copies are in flight while the warp
+// computes (the loads in registers were in flight only between a step's start and its use).
 //
 // Addresses: a lane's keys in a step are fixed offsets from the step's first key, whose (table
 // index, offset in block) advance with the step (PamCursor): no division per key.
@@ -286,13 +289,81 @@ __device__ __forceinline__ void pam_t4(unsigned x0, unsigned x1, unsigned x2, un
     y[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-// Over 8-bit caches, m16n8k32 in E4M3. Per step of 32 keys k0 ..: score tile j (keys 8 j ..
-// 8 j + 7) takes key k0 + 8 j + g's channels 32 t .. 32 t + 31 (k-step ks: chunk words 2 ks and
-// 2 ks + 1, the queries' words alike); the lane's scores are keys 8 j + 2 t, 8 j + 2 t + 1 of head
-// g, which the weight fragment takes at k positions 4 t .. 4 t + 3 (tiles 0, 1) and 16 + 4 t ..
-// (tiles 2, 3): the value fragment's k positions are the same keys. Output tile i, row g is
-// channel 16 g + 2 i, row g + 8 channel 16 g + 2 i + 1: the lane loads channels 16 g .. 16 g + 15
-// of its eight keys.
+// Shared-memory reads kept where they are written (volatile: the compiler would hoist a step's
+// reads together and run out of registers for them; the stage's copies land behind an asm
+// wait the compiler cannot see through otherwise).
+__device__ __forceinline__ uint4 pam_lds128(const void* p) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+    return v;
+}
+
+// 4-byte asynchronous copy global -> shared, and waiting for all but the N newest groups.
+__device__ __forceinline__ void pam_cp4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src));
+}
+template <int N>
+__device__ __forceinline__ void pam_wait_all_but_newest() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// A warp's stage of 32 keys in shared memory: keys' bytes (16-byte chunk c of key k at chunk
+// c ^ swizzle, so that the fragment reads below hit 8 distinct chunks of 128 bytes per quarter
+// warp), values' likewise, then the keys' and values' scales.
+#define PAM8_STAGE_K 0
+#define PAM8_STAGE_V (PAM8_KEYS * PAM_D)
+#define PAM8_STAGE_KS (2 * PAM8_KEYS * PAM_D)
+#define PAM8_STAGE_VS (PAM8_STAGE_KS + 4 * PAM8_KEYS)
+#define PAM8_STAGE_BYTES (PAM8_STAGE_VS + 4 * PAM8_KEYS)
+// Stages per warp: the next two steps' keys load while a step is computed (mirrors MMA8_STAGES).
+#define PAM8_STAGES 3
+// Key rows are read by lanes (g, t) at chunks t and t + 4 of key g: their swizzle sends odd
+// keys to the other half of the line. Value rows are read at chunk g of key 2 t + e: XOR with
+// the key's low bits.
+__device__ __forceinline__ int pam8_k_chunk(int c, int key) { return c ^ (((key & 1) << 2) | ((key >> 1) & 3)); }
+__device__ __forceinline__ int pam8_v_chunk(int c, int key) { return c ^ (key & 7); }
+
+// Where lane l's copies land in a stage: chunk l % 8 of keys l / 8 + 4 i, i < 8, at
+// dst[i % 2] + 512 i (keys) and dst[2 + i % 2] + 512 i (values); the swizzle depends on the key's
+// low three bits, which only i % 2 changes.
+__device__ __forceinline__ void pam8_issue_offsets(int lane, int* dst) {
+    const int a = lane / 8, c = lane % 8;
+#pragma unroll
+    for (int odd = 0; odd < 2; ++odd) {
+        const int key = a + 4 * odd;
+        dst[odd] = PAM8_STAGE_K + a * PAM_D + 16 * pam8_k_chunk(c, key);
+        dst[2 + odd] = PAM8_STAGE_V + a * PAM_D + 16 * pam8_v_chunk(c, key);
+    }
+}
+
+// Starts copying the step of 32 keys from the cursor (those past the split, `last` keys on,
+// repeat its last key) into a stage: lane l copies chunk l % 8 of keys l / 8 + 4 i (i < 8) of the
+// keys and the values, and key l's two scales.
+__device__ __forceinline__ void pam8_issue(unsigned char* stage, const int* dst, const unsigned char* __restrict__ k_head,
+                                           const unsigned char* __restrict__ v_head,
+                                           const float* __restrict__ k_scale, const float* __restrict__ v_scale,
+                                           const int* __restrict__ table, PamCursor cur, int last, int h, int lane,
+                                           const PagedDims& d) {
+    const int c = lane % 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const long long e = pam_entry(table, cur, min(lane / 8 + 4 * i, last), d);
+        cp_async16(stage + dst[i % 2] + 512 * i, k_head + e + 16 * c);
+        cp_async16(stage + dst[2 + i % 2] + 512 * i, v_head + e + 16 * c);
+    }
+    const long long e = pam_entry(table, cur, min(lane, last), d);
+    pam_cp4(stage + PAM8_STAGE_KS + 4 * lane, k_scale + e / PAM_D + h);
+    pam_cp4(stage + PAM8_STAGE_VS + 4 * lane, v_scale + e / PAM_D + h);
+}
+
+// Over 8-bit caches, m16n8k32 in E4M3, each warp streaming its steps of 32 keys through
+// PAM8_STAGES stages of shared memory (cp.async: the bytes in flight hold no registers). Per
+// step from k0: score tile j (keys 8 j .. 8 j + 7) takes key 8 j + g's chunks t and t + 4 (k-step
+// ks: chunk t + 4 (ks / 2), words 2 (ks % 2) and + 1, the queries' words alike); the lane's
+// scores are keys 8 j + 2 t, 8 j + 2 t + 1 of head g, which the weight fragment takes at k
+// positions 4 t .. 4 t + 3 (tiles 0, 1) and 16 + 4 t .. (tiles 2, 3): the value fragment's k
+// positions are the same keys. Output tile i, row g is channel 16 g + 2 i, row g + 8 channel
+// 16 g + 2 i + 1: the lane reads chunk g of its eight keys' values.
 template <int G>
 __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
                                             const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
@@ -319,20 +390,43 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     const int k_end = min(n, k_begin + split_len);
     const int width = (d.q_heads + 2 * d.kv_heads) * D;
     const int* table = tables + (long long)r * d.max_blocks;
+    const unsigned char* k_head = k_cache + h * D;
+    const unsigned char* v_head = v_cache + h * D;
+    // Shared memory: every warp's stages, then the queries; the merge reuses the stages.
+    unsigned char* stages = reinterpret_cast<unsigned char*>(pa_smem) + warp * PAM8_STAGES * PAM8_STAGE_BYTES;
+    uint4* sq = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(pa_smem) +
+                                         PAM_WARPS * PAM8_STAGES * PAM8_STAGE_BYTES) +
+                lane;
 
-    // Head g's channels 32 t .. 32 t + 31 (zero past the group), scaled by 2^e so that the head's
-    // largest lies in [128, 256), as hi + lo words: word w holds chunk channels 4 w .. 4 w + 3.
-    // Kept in shared memory after the merge's area, [k-step][lane][hi 2, lo 2 words] (registers
-    // are the loop's: its loads and accumulators take them all).
-    uint4* sq = reinterpret_cast<uint4*>(pa_smem + PAM_WARPS * G * (D + 2)) + lane;
+    // The first steps' copies start before anything else; `cur` is the next step to copy.
+    const int first = k_begin + warp * PAM8_KEYS;
+    constexpr int STEP = PAM_WARPS * PAM8_KEYS;
+    PamCursor cur = pam_cursor(first, d);
+    int dst[4];
+    pam8_issue_offsets(lane, dst);
+#pragma unroll
+    for (int p = 0; p < PAM8_STAGES - 1; ++p) {
+        const int kp = first + p * STEP;
+        if (kp < k_end) {
+            pam8_issue(stages + p * PAM8_STAGE_BYTES, dst, k_head, v_head, k_scale, v_scale, table, cur, k_end - 1 - kp,
+                       h, lane, d);
+        }
+        cp_async_commit();
+        pam_advance(cur, STEP, d);
+    }
+
+    // Head g's channels of the lane's chunks t and t + 4 (zero past the group), scaled by 2^e so
+    // that the head's largest lies in [128, 256), as hi + lo words in shared memory,
+    // [k-step][lane][hi 2, lo 2 words].
     float qf;  // d.scale / 2^e: a score's factor besides its key's scale
     {
-        float qv[32];
-        const T* q = qkv + (long long)r * width + (h * G + min(g, G - 1)) * D + 32 * t;
+        float qv[32];  // chunk t's 16 channels, then chunk t + 4's
+        const T* q = qkv + (long long)r * width + (h * G + min(g, G - 1)) * D;
         float amax = 0.f;
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
-            const uint4 v = g < G ? *reinterpret_cast<const uint4*>(q + 8 * w) : make_uint4(0u, 0u, 0u, 0u);
+            const int ch = 16 * (t + 4 * (w / 2)) + 8 * (w % 2);
+            const uint4 v = g < G ? *reinterpret_cast<const uint4*>(q + ch) : make_uint4(0u, 0u, 0u, 0u);
             const unsigned wd[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -351,10 +445,10 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
         qf = scaled ? d.scale * pam_pow2(eb - 7) : d.scale;
 #pragma unroll
         for (int w = 0; w < 8; ++w) {
+            // Word w: channels 4 w .. 4 w + 3 of qv, k-step w / 2's word w % 2.
             unsigned h0, l0, h1, l1;
             pam_split2(qv[4 * w] * up, qv[4 * w + 1] * up, h0, l0);
             pam_split2(qv[4 * w + 2] * up, qv[4 * w + 3] * up, h1, l1);
-            // Word w is k-step w / 2's hi word w % 2 (and lo word w % 2).
             unsigned* q4 = reinterpret_cast<unsigned*>(sq + 32 * (w / 2));
             if (warp == 0) {
                 q4[w % 2] = h0 | (h1 << 16);
@@ -362,6 +456,15 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
             }
         }
         __syncthreads();
+    }
+
+    // The lane's reads in a stage: key 8 j + g's chunk t + 4 h at k_at[h] + 1024 j; value key
+    // 2 t + e + 8 m's chunk g at v_at[e] + 1024 m, its scales at 4 (2 t + e) + 32 m.
+    int k_at[2], v_at[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        k_at[e] = PAM8_STAGE_K + g * D + 16 * pam8_k_chunk(t + 4 * e, g);
+        v_at[e] = PAM8_STAGE_V + (2 * t + e) * D + 16 * pam8_v_chunk(g, 2 * t + e);
     }
 
     float m = NEG_INF;  // head g's running maximum (the same in its four lanes)
@@ -373,61 +476,61 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
     }
-    const unsigned char* k_head = k_cache + h * D;
-    const unsigned char* v_head = v_cache + h * D;
 
-    PamCursor cur = pam_cursor(k_begin + warp * PAM8_KEYS, d);
-    for (int k0 = k_begin + warp * PAM8_KEYS; k0 < k_end; k0 += PAM_WARPS * PAM8_KEYS) {
-        // Every load of the step before any use. Keys past the split reload its last key and are
-        // masked below.
+    int stage = 0;  // the stage of the step at k0
+    for (int k0 = first; k0 < k_end; k0 += STEP) {
+        // The copies PAM8_STAGES - 1 steps ahead, then this step's wait (a group per step, empty
+        // past the split).
+        const int ahead = k0 + (PAM8_STAGES - 1) * STEP;
+        const int into = stage == 0 ? PAM8_STAGES - 1 : stage - 1;
+        if (ahead < k_end) {
+            pam8_issue(stages + into * PAM8_STAGE_BYTES, dst, k_head, v_head, k_scale, v_scale, table, cur,
+                       k_end - 1 - ahead, h, lane, d);
+        }
+        cp_async_commit();
+        pam_advance(cur, STEP, d);
+        pam_wait_all_but_newest<PAM8_STAGES - 1>();
+        __syncwarp();
+        const unsigned char* st = stages + stage * PAM8_STAGE_BYTES;
+        stage = stage + 1 == PAM8_STAGES ? 0 : stage + 1;
+        const float* sks = reinterpret_cast<const float*>(st + PAM8_STAGE_KS);
+        const float* svs = reinterpret_cast<const float*>(st + PAM8_STAGE_VS);
         const int last = k_end - 1 - k0;
-        uint4 kr[4][2], vr[8];
-        float ksc[8], vsc[8];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const long long e = pam_entry(table, cur, min(8 * j + g, last), d);
-            kr[j][0] = *reinterpret_cast<const uint4*>(k_head + e + 32 * t);
-            kr[j][1] = *reinterpret_cast<const uint4*>(k_head + e + 32 * t + 16);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            // The lane's keys: 2t, 2t + 1, 8 + 2t, 9 + 2t, 16 + 2t, ... (u order).
-            const long long e = pam_entry(table, cur, min(2 * t + (u & 1) + 8 * (u >> 1), last), d);
-            vr[u] = *reinterpret_cast<const uint4*>(v_head + e + 16 * g);
-            ksc[u] = k_scale[e / D + h];
-            vsc[u] = v_scale[e / D + h];
-        }
-        pam_advance(cur, PAM_WARPS * PAM8_KEYS, d);
 
         // Scores: tile j's sc[j][0..1] = S[head g][keys 8 j + 2 t, + 1] (entries 2, 3: zero rows).
+        uint4 q[KS];  // k-step ks: hi words x, y, lo words z, w
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) q[ks] = pam_lds128(sq + 32 * ks);
         float sc[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
+            const uint4 kr[2] = {pam_lds128(st + k_at[0] + 1024 * j), pam_lds128(st + k_at[1] + 1024 * j)};
 #pragma unroll
             for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
-                const unsigned b0 = pam_word(kr[j], 2 * ks), b1 = pam_word(kr[j], 2 * ks + 1);
-                const uint4 q = sq[32 * ks];
-                const unsigned ah[4] = {q.x, 0u, q.y, 0u};
-                const unsigned al[4] = {q.z, 0u, q.w, 0u};
+                const unsigned b0 = pam_word(kr, 2 * ks), b1 = pam_word(kr, 2 * ks + 1);
+                const unsigned ah[4] = {q[ks].x, 0u, q[ks].y, 0u};
+                const unsigned al[4] = {q[ks].z, 0u, q[ks].w, 0u};
                 pam_mma_e4m3(sc[j], ah, b0, b1);
                 pam_mma_e4m3(sc[j], al, b0, b1);
             }
         }
-        float x[8];  // the lane's eight keys, u order
-        float mt = NEG_INF, vmax = 0.f;
+        float x[8], vsc[8];  // the lane's eight keys, u order: 2t, 2t + 1, 8 + 2t, 9 + 2t, 16 + 2t, ...
+        float mt = NEG_INF;
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
             const int key = 2 * t + (u & 1) + 8 * (u >> 1);
-            x[u] = key <= last ? sc[u >> 1][u & 1] * qf * ksc[u] : NEG_INF;
+            x[u] = key <= last ? sc[u >> 1][u & 1] * qf * sks[key] : NEG_INF;
+            vsc[u] = svs[key];  // key = 2 t + (u & 1) + 8 (u >> 1): an immediate past 2 t
             mt = fmaxf(mt, x[u]);
-            vmax = fmaxf(vmax, vsc[u]);
         }
+        // The step's largest value scale: every lane's own key (a key past the split repeats the last).
+        float vmax = svs[lane];
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-        vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 1));
-        vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 2));
         const float mn = fmaxf(m, mt);
         // Nothing seen yet (every key masked): keep everything at zero.
         const float ref = mn == NEG_INF ? 0.f : mn;
@@ -460,6 +563,9 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
         // The accumulators are heads 2t and 2t + 1: their factors live in lanes 8t and 8t + 4.
         const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t) * shrink;
         const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4) * shrink;
+        uint4 vr[8];  // chunk g of the lane's eight keys' values (u order)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) vr[u] = pam_lds128(st + v_at[u & 1] + 1024 * (u >> 1));
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
             // Channels 16 g + 4 w .. + 3 of the lane's keys, transposed: tiles 2 w and 2 w + 1.
@@ -479,7 +585,12 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
                 acc[i][3] = fmaf(acc[i][3], a1, c[3]);
             }
         }
+        // Every lane has read the stage before the next step's copies overwrite it.
+        __syncwarp();
     }
+    cp_async_wait_all();
+    // The merge's area overlaps the stages: every warp is past its loop.
+    __syncthreads();
 
     // To shared memory as pa_merge_store reads it: [warp][head][D], then maxima and sums.
     const float unit = ev > 8 ? pam_pow2(ev - 8) : 0.f;  // 2^((ev - 127) - 8)
@@ -528,7 +639,7 @@ extern "C" __global__ void __launch_bounds__(PAM_WARPS * 32, 3)
 #endif
 }
 
-// The same over 8-bit caches (sm_89+).
+// The same over 8-bit caches (sm_89+): two blocks per multiprocessor (registers and stages).
 extern "C" __global__ void __launch_bounds__(PAM_WARPS * 32, 2)
     lm_paged_attention_mma8(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
                             const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,

@@ -276,6 +276,8 @@ pub struct CudaBackend {
     pub(crate) fused_norm_rotation: bool,
     /// See [`CudaOptions::lm_attention_mma`] (false without tensor cores or in f32 storage).
     pub(crate) lm_attention_mma: bool,
+    /// The tensor-core decode over 8-bit caches (sm_90's shared memory per block; false on sm_89).
+    pub(crate) lm_attention_mma8: bool,
     /// LM decode attentions enqueued on the tensor-core kernel so far.
     pub(crate) lm_attention_mma_launches: AtomicUsize,
     /// Blocks of the bulk-copy GEMV ([`CudaOptions::gemv_tma`]): as many as the device holds at
@@ -373,6 +375,17 @@ impl CudaBackend {
         if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
             crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
         }
+        // The 8-bit tensor-core decode's stages need more shared memory than sm_89 lets a block
+        // have: there, 8-bit caches take the plain decode kernel.
+        let lm_attention_mma8 = options.lm_attention_mma
+            && arch >= FP8_MIN_ARCH
+            && usize::try_from(optin).is_ok_and(|b| b >= crate::lm::attention::MMA8_SMEM);
+        if lm_attention_mma8 {
+            kernels.allow_dynamic_smem(
+                Kernel::LmPagedAttentionMma8,
+                crate::lm::attention::MMA8_SMEM,
+            )?;
+        }
         let fused_combine = if options.fused_combine {
             Some(crate::lm::attention::FusedCombine::new(&ctx)?)
         } else {
@@ -433,6 +446,7 @@ impl CudaBackend {
             lm_attention_mma: options.lm_attention_mma
                 && options.precision == Precision::Bf16
                 && arch.0 >= MMA_MIN_MAJOR,
+            lm_attention_mma8: lm_attention_mma8 && options.precision == Precision::Bf16,
             lm_attention_mma_launches: AtomicUsize::new(0),
             gemv_tma_grid,
             gemv_tma_launches: AtomicUsize::new(0),

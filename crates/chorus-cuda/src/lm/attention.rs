@@ -33,9 +33,14 @@ const GENERAL_THREADS: u32 = 128;
 /// The tensor-core decode kernel's head size (`PAM_D`) and warps per block (`PAM_WARPS`).
 const MMA_HEAD_DIM: usize = 128;
 const MMA_WARPS: usize = 4;
-/// Shared memory the tensor-core decode over 8-bit caches adds for its queries (hi and lo E4M3
-/// words of every lane and k-step: 32 lanes, `PAM_D / 32` k-steps, 16 bytes each).
-const MMA8_QUERY_SMEM: usize = 32 * (MMA_HEAD_DIM / 32) * 16;
+/// Shared memory of the tensor-core decode over 8-bit caches (`lm_paged_attention_mma8`): each
+/// warp's `PAM8_STAGES` stages of 32 keys (their keys' and values' bytes, then their scales),
+/// then the queries (hi and lo E4M3 words of every lane and k-step: 32 lanes, `PAM_D / 32`
+/// k-steps, 16 bytes each); the merge reuses the stages.
+const MMA8_STAGES: usize = 3;
+const MMA8_STAGE_BYTES: usize = 2 * 32 * MMA_HEAD_DIM + 2 * 4 * 32;
+pub(crate) const MMA8_SMEM: usize =
+    MMA_WARPS * MMA8_STAGES * MMA8_STAGE_BYTES + 32 * (MMA_HEAD_DIM / 32) * 16;
 /// Keys a decode lane group loads at once (`PA_UNROLL`; `PA_UNROLL8` over 8-bit caches).
 const DECODE_UNROLL: usize = 4;
 const DECODE_UNROLL8: usize = 8;
@@ -363,6 +368,7 @@ fn paged_attention_with(
     // instance for.
     let group = g.q_heads / g.kv_heads;
     let mma = be.lm_attention_mma
+        && (!kv8 || be.lm_attention_mma8)
         && g.time == 1
         && hd == MMA_HEAD_DIM
         && g.q_heads.is_multiple_of(g.kv_heads)
@@ -482,8 +488,11 @@ fn paged_attention_with(
             let cfg = Launch {
                 grid: blocks,
                 block: 32 * MMA_WARPS as u32,
-                smem: (MMA_WARPS * group * (hd + 2) * 4 + if kv8 { MMA8_QUERY_SMEM } else { 0 })
-                    as u32,
+                smem: if kv8 {
+                    MMA8_SMEM.max(MMA_WARPS * group * (hd + 2) * 4)
+                } else {
+                    MMA_WARPS * group * (hd + 2) * 4
+                } as u32,
             };
             be.lm_attention_mma_launches.fetch_add(1, Ordering::Relaxed);
             if kv8 {
