@@ -66,6 +66,61 @@ __device__ __forceinline__ long long pam_entry(const int* __restrict__ table, Pa
     return ((long long)blk * d.block_size + c.o) * (long long)(d.kv_heads * PAM_D);
 }
 
+// The (row, kv head, split) of a decode block and its keys [k_begin, k_end) of the row's n.
+struct PamBlock {
+    int s, h, r, n, k_begin, k_end;
+};
+
+__device__ __forceinline__ PamBlock pam_block(const int* __restrict__ start, const PagedDims& d) {
+    PamBlock b;
+    b.s = blockIdx.x % d.splits;
+    const int pair = blockIdx.x / d.splits;
+    b.h = pair % d.kv_heads;
+    b.r = pair / d.kv_heads;
+    b.n = start[b.r] + 1;
+    const int lo = pa_first_key(start[b.r], d);
+    const int split_len = pa_split_len(b.n - lo, d);
+    b.k_begin = lo + b.s * split_len;
+    b.k_end = min(b.n, b.k_begin + split_len);
+    return b;
+}
+
+// The end of a block: each warp's accumulators (times `unit`), maxima and sums to shared memory
+// as pa_merge_store reads them ([warp][head][D], then maxima and sums), then the merge. Output
+// tile i's row g holds channel 16 g + RI * i, row g + 8 channel 16 g + RI * i + R8; the
+// accumulators hold heads 2 t and 2 t + 1.
+template <int G, int R8, int RI>
+__device__ __forceinline__ void pam_finish(const float (&acc)[PAM_D / 16][4], float unit, float m, float l,
+                                           const PamBlock& b, T* __restrict__ out, float* __restrict__ part,
+                                           const PagedDims& d) {
+    constexpr int D = PAM_D;
+    extern __shared__ float pa_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    float* sacc = pa_smem;
+    float* sm = sacc + PAM_WARPS * G * D;
+    float* sl = sm + PAM_WARPS * G;
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int head = 2 * t + (e & 1);
+            const int c = 16 * g + RI * i + R8 * (e >> 1);
+            if (head < G) {
+                sacc[(warp * G + head) * D + c] = acc[i][e] * unit;
+            }
+        }
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0 && g < G) {
+        sm[warp * G + g] = m;
+        sl[warp * G + g] = l;
+    }
+    __syncthreads();
+    pa_merge_store<D, G, PAM_WARPS>(pa_smem, b.r, b.h, b.s, b.n - 1, out, part, d);
+}
+
 // f16x2 of (lo, hi), rounded to nearest even: lo in the low half.
 __device__ __forceinline__ unsigned pam_f16x2(float lo, float hi) {
     unsigned r;
@@ -93,18 +148,11 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const T* _
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int s = blockIdx.x % d.splits;
-    const int pair = blockIdx.x / d.splits;
-    const int h = pair % d.kv_heads;
-    const int r = pair / d.kv_heads;
-    const int n = start[r] + 1;
-    const int lo = pa_first_key(start[r], d);
-    const int split_len = pa_split_len(n - lo, d);
-    const int k_begin = lo + s * split_len;
-    if (k_begin >= n) {
+    const PamBlock b = pam_block(start, d);
+    if (b.k_begin >= b.n) {
         return;  // the whole block: no barrier is reached
     }
-    const int k_end = min(n, k_begin + split_len);
+    const int h = b.h, r = b.r, k_begin = b.k_begin, k_end = b.k_end;
     const int width = (d.q_heads + 2 * d.kv_heads) * D;
     const int* table = tables + (long long)r * d.max_blocks;
 
@@ -220,29 +268,8 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const T* _
         }
     }
 
-    // To shared memory as pa_merge_store reads it: [warp][head][D], then maxima and sums.
-    float* sacc = pa_smem;
-    float* sm = sacc + PAM_WARPS * G * D;
-    float* sl = sm + PAM_WARPS * G;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int head = 2 * t + (e & 1);
-            const int c = 16 * g + i + 8 * (e >> 1);
-            if (head < G) {
-                sacc[(warp * G + head) * D + c] = acc[i][e];
-            }
-        }
-    }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t == 0 && g < G) {
-        sm[warp * G + g] = m;
-        sl[warp * G + g] = l;
-    }
-    __syncthreads();
-    pa_merge_store<D, G, PAM_WARPS>(pa_smem, r, h, s, n - 1, out, part, d);
+    // Tile i's rows g and g + 8 are channels 16 g + i and 16 g + 8 + i.
+    pam_finish<G, 8, 1>(acc, 1.f, m, l, b, out, part, d);
 }
 #endif
 
@@ -376,18 +403,11 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int s = blockIdx.x % d.splits;
-    const int pair = blockIdx.x / d.splits;
-    const int h = pair % d.kv_heads;
-    const int r = pair / d.kv_heads;
-    const int n = start[r] + 1;
-    const int lo = pa_first_key(start[r], d);
-    const int split_len = pa_split_len(n - lo, d);
-    const int k_begin = lo + s * split_len;
-    if (k_begin >= n) {
+    const PamBlock b = pam_block(start, d);
+    if (b.k_begin >= b.n) {
         return;  // the whole block: no barrier is reached
     }
-    const int k_end = min(n, k_begin + split_len);
+    const int h = b.h, r = b.r, k_begin = b.k_begin, k_end = b.k_end;
     const int width = (d.q_heads + 2 * d.kv_heads) * D;
     const int* table = tables + (long long)r * d.max_blocks;
     const unsigned char* k_head = k_cache + h * D;
@@ -592,30 +612,9 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     // The merge's area overlaps the stages: every warp is past its loop.
     __syncthreads();
 
-    // To shared memory as pa_merge_store reads it: [warp][head][D], then maxima and sums.
-    const float unit = ev > 8 ? pam_pow2(ev - 8) : 0.f;  // 2^((ev - 127) - 8)
-    float* sacc = pa_smem;
-    float* sm = sacc + PAM_WARPS * G * D;
-    float* sl = sm + PAM_WARPS * G;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int head = 2 * t + (e & 1);
-            const int c = 16 * g + 2 * i + (e >> 1);
-            if (head < G) {
-                sacc[(warp * G + head) * D + c] = acc[i][e] * unit;
-            }
-        }
-    }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t == 0 && g < G) {
-        sm[warp * G + g] = m;
-        sl[warp * G + g] = l;
-    }
-    __syncthreads();
-    pa_merge_store<D, G, PAM_WARPS>(pa_smem, r, h, s, n - 1, out, part, d);
+    // Tile i's rows g and g + 8 are channels 16 g + 2 i and 16 g + 2 i + 1; the accumulators are
+    // in units of 2^(8 - (ev - 127)).
+    pam_finish<G, 1, 2>(acc, ev > 8 ? pam_pow2(ev - 8) : 0.f, m, l, b, out, part, d);
 }
 #endif
 
