@@ -15,7 +15,7 @@
 #   stt_tests  the STT stage's CUDA tests (the 8-bit rings among them);
 #   stt_side   scripts/device/stt_side_by_side.sh (the LM step, Chorus and transformers);
 #   stt_1b     scripts/device/stt_capacity.sh, stt-1b-en_fr at 1,300 streams, bf16 rings;
-#   stt_fp8    the same at 2,200 and 2,400 streams over 8-bit rings (STT_FP8_STREAMS);
+#   stt_fp8    the same at 2,500 streams over 8-bit rings (STT_FP8_STREAMS);
 #   stt_fp8_plain the 1B's LM step over 8-bit rings, plain decode against tensor cores;
 #   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
 #   attn_ab    scripts/device/attention_ab.sh (a decode attention change: its tests, then
@@ -27,8 +27,9 @@
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: stt_2b6 stt_fp8 stt_tests: the paced silence's
-# start a frame after the last audio and the admission without a sync, through the server).
+# PENDING_PARTS picks some of them (default: stt_fp8 ncu_attn attn_ab: the staged 8-bit decode
+# through the server at 2,500 streams, where its time goes, then 128 songs beside the kernel
+# before it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -93,7 +94,7 @@ stt_ab() {
 }
 export -f codec lm_attn retest stt_fp8_plain stt_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_tests}; do
+for p in ${PENDING_PARTS:-stt_fp8 ncu_attn attn_ab}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
@@ -104,7 +105,7 @@ for p in ${PENDING_PARTS:-stt_2b6 stt_fp8 stt_tests}; do
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
-    stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2200 2400}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
     attn_ab) part attn_ab 330 bash scripts/device/attention_ab.sh ;;
     music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
