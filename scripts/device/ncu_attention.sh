@@ -3,10 +3,10 @@
 # of NCU_BINS (default: chorus_base, when packed, and chorus): speed of light, memory workload,
 # warp state (the stall reasons), scheduler, occupancy and launch statistics. NCU_KERNEL (a
 # regex, default lm_paged_attention_mma8) picks the kernel, NCU_SKIP launches of it are skipped
-# (past the warm-up: the stage's first steps have few rows), NCU_BENCH is the benchmark's arguments
-# (default: the STT 1B's LM step over 8-bit rings at 500 streams; ncu backs up the device memory
-# the process holds before each replay, so thousands of streams take minutes per launch). Each full report goes to $OUT/ncu-BINARY.txt; the lines that
-# carry figures are printed.
+# (past the warm-up: the stage's first steps have few rows), NCU_BENCH is the benchmark's
+# arguments (default: the STT 1B's LM step over 8-bit rings at 500 streams; ncu backs up the
+# device memory the process holds before each replay, so thousands of streams take minutes per
+# launch). Each full report goes to $OUT/ncu-BINARY.txt; the lines that carry figures are printed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh

@@ -66,12 +66,18 @@ __device__ __forceinline__ long long pam_entry(const int* __restrict__ table, Pa
     return ((long long)blk * d.block_size + c.o) * (long long)(d.kv_heads * PAM_D);
 }
 
-// The (row, kv head, split) of a decode block and its keys [k_begin, k_end) of the row's n.
+// The (row, kv head, split) of a decode block, its keys [k_begin, k_end) of the row's n, the
+// row's block table and the lane's query head (head g of the group, its last past G).
 struct PamBlock {
     int s, h, r, n, k_begin, k_end;
+    const int* table;
+    const T* q;
 };
 
-__device__ __forceinline__ PamBlock pam_block(const int* __restrict__ start, const PagedDims& d) {
+template <int G>
+__device__ __forceinline__ PamBlock pam_block(const T* __restrict__ qkv, const int* __restrict__ tables,
+                                              const int* __restrict__ start, const PagedDims& d) {
+    const int g = threadIdx.x % 32 / 4;
     PamBlock b;
     b.s = blockIdx.x % d.splits;
     const int pair = blockIdx.x / d.splits;
@@ -82,6 +88,9 @@ __device__ __forceinline__ PamBlock pam_block(const int* __restrict__ start, con
     const int split_len = pa_split_len(b.n - lo, d);
     b.k_begin = lo + b.s * split_len;
     b.k_end = min(b.n, b.k_begin + split_len);
+    b.table = tables + (long long)b.r * d.max_blocks;
+    const int width = (d.q_heads + 2 * d.kv_heads) * PAM_D;
+    b.q = qkv + (long long)b.r * width + (b.h * G + min(g, G - 1)) * PAM_D;
     return b;
 }
 
@@ -148,18 +157,17 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const T* _
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const PamBlock b = pam_block(start, d);
+    const PamBlock b = pam_block<G>(qkv, tables, start, d);
     if (b.k_begin >= b.n) {
         return;  // the whole block: no barrier is reached
     }
-    const int h = b.h, r = b.r, k_begin = b.k_begin, k_end = b.k_end;
-    const int width = (d.q_heads + 2 * d.kv_heads) * D;
-    const int* table = tables + (long long)r * d.max_blocks;
+    const int h = b.h, k_begin = b.k_begin, k_end = b.k_end;
+    const int* table = b.table;
 
     // Query fragments of head g (zero past the group): k-step ks takes chunk words 2 ks, 2 ks + 1.
     unsigned qa[KS][2];
     {
-        const T* q = qkv + (long long)r * width + (h * G + min(g, G - 1)) * D + (D / 4) * t;
+        const T* q = b.q + (D / 4) * t;
 #pragma unroll
         for (int w = 0; w < D / 32; ++w) {
             const uint4 v = g < G ? *reinterpret_cast<const uint4*>(q + 8 * w) : make_uint4(0u, 0u, 0u, 0u);
@@ -403,13 +411,12 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const PamBlock b = pam_block(start, d);
+    const PamBlock b = pam_block<G>(qkv, tables, start, d);
     if (b.k_begin >= b.n) {
         return;  // the whole block: no barrier is reached
     }
-    const int h = b.h, r = b.r, k_begin = b.k_begin, k_end = b.k_end;
-    const int width = (d.q_heads + 2 * d.kv_heads) * D;
-    const int* table = tables + (long long)r * d.max_blocks;
+    const int h = b.h, k_begin = b.k_begin, k_end = b.k_end;
+    const int* table = b.table;
     const unsigned char* k_head = k_cache + h * D;
     const unsigned char* v_head = v_cache + h * D;
     // Shared memory: every warp's stages, then the queries; the merge reuses the stages.
@@ -441,7 +448,7 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     float qf;  // d.scale / 2^e: a score's factor besides its key's scale
     {
         float qv[32];  // chunk t's 16 channels, then chunk t + 4's
-        const T* q = qkv + (long long)r * width + (h * G + min(g, G - 1)) * D;
+        const T* q = b.q;
         float amax = 0.f;
 #pragma unroll
         for (int w = 0; w < 4; ++w) {

@@ -276,7 +276,8 @@ pub struct CudaBackend {
     pub(crate) fused_norm_rotation: bool,
     /// See [`CudaOptions::lm_attention_mma`] (false without tensor cores or in f32 storage).
     pub(crate) lm_attention_mma: bool,
-    /// The tensor-core decode over 8-bit caches (sm_90's shared memory per block; false on sm_89).
+    /// The tensor-core decode may take 8-bit caches too (sm_90's shared memory per block; false
+    /// on sm_89): it runs when [`Self::lm_attention_mma`] does.
     pub(crate) lm_attention_mma8: bool,
     /// LM decode attentions enqueued on the tensor-core kernel so far.
     pub(crate) lm_attention_mma_launches: AtomicUsize,
@@ -446,7 +447,7 @@ impl CudaBackend {
             lm_attention_mma: options.lm_attention_mma
                 && options.precision == Precision::Bf16
                 && arch.0 >= MMA_MIN_MAJOR,
-            lm_attention_mma8: lm_attention_mma8 && options.precision == Precision::Bf16,
+            lm_attention_mma8,
             lm_attention_mma_launches: AtomicUsize::new(0),
             gemv_tma_grid,
             gemv_tma_launches: AtomicUsize::new(0),
