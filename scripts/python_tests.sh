@@ -7,7 +7,7 @@ venv=target/pyenv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
 "${pip[@]}" -r python/requirements-test.txt
 "${pip[@]}" --force-reinstall --no-deps ./python
 cargo build --release -p chorus --quiet

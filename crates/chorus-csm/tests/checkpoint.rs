@@ -2,7 +2,7 @@
 //! either name or both), Sesame's layout through the inverse mapping (bit for bit equal), the q/k
 //! row permutation, and one named error per failure.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chorus_core::checkpoint::{write_tensors, Dtype, TensorData};
 use chorus_core::HostTensor;
@@ -14,12 +14,12 @@ use chorus_csm::sesame::{
 use chorus_csm::weights::{tensor_specs, CsmWeights, AUDIO_EMBED, DEPTH_AUDIO_EMBED};
 use chorus_csm::CsmConfig;
 
-/// A fresh directory under the system temp dir.
-fn temp_dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-csm-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory under the system temp dir, removed when the test ends.
+fn temp_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-csm-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn small() -> (CsmConfig, CsmWeights) {
@@ -126,7 +126,8 @@ fn sesame_names_map_to_hf_names_and_back() {
 #[test]
 fn sesame_layout_loads_to_the_hf_weights_bit_for_bit() {
     let (c, w) = small();
-    let dir = temp_dir("sesame");
+    let dir_tmp = temp_dir("sesame");
+    let dir = dir_tmp.path();
     let sesame: Vec<(String, HostTensor)> = hf_tensors(&c, &w)
         .into_iter()
         .map(|(name, t)| {
@@ -145,7 +146,7 @@ fn sesame_layout_loads_to_the_hf_weights_bit_for_bit() {
     )
     .unwrap();
     // Sesame's config carries no ids: csm-1b's do not fit an 11-class audio vocabulary.
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(
         e.contains("codebook_pad_token_id 2050 is outside the audio vocabulary of 11"),
         "{e}"
@@ -157,9 +158,9 @@ fn sesame_layout_loads_to_the_hf_weights_bit_for_bit() {
     )
     .unwrap();
     // csm-1b's shapes: the small weights are refused by name and both shapes.
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains("has shape") && e.contains("expected"), "{e}");
-    write_config(&dir);
+    write_config(dir);
     let m = load_csm_model(dir.to_str().unwrap()).unwrap();
     assert_eq!(m.layout, Layout::Sesame);
     assert_same(&m.weights, &w, &c);
@@ -174,15 +175,15 @@ fn sesame_layout_loads_to_the_hf_weights_bit_for_bit() {
             .data,
         w.get(q).unwrap().data
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn hf_layout_loads_from_one_file_or_shards_with_either_table_name() {
     let (c, w) = small();
     let mut tensors = hf_tensors(&c, &w);
-    let dir = temp_dir("hf");
-    write_config(&dir);
+    let dir_tmp = temp_dir("hf");
+    let dir = dir_tmp.path();
+    write_config(dir);
     // The codec's tensors are ignored.
     tensors.push((
         "codec_model.decoder.layers.0.conv.weight".into(),
@@ -206,7 +207,7 @@ fn hf_layout_loads_from_one_file_or_shards_with_either_table_name() {
     let mut differ = both.clone();
     differ.last_mut().unwrap().1.data[3 * c.backbone.hidden_size] += 1.0;
     write(&dir.join("model.safetensors"), &differ);
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains("copies differ at row 3"), "{e}");
     let depth_only: Vec<_> = both
         .iter()
@@ -252,30 +253,30 @@ fn hf_layout_loads_from_one_file_or_shards_with_either_table_name() {
     let mut wrong = index.clone();
     wrong["weight_map"][&a[0].0] = "model-00002-of-00002.safetensors".into();
     std::fs::write(dir.join("model.safetensors.index.json"), wrong.to_string()).unwrap();
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains(&a[0].0) && e.contains("the index puts"), "{e}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn every_bad_checkpoint_gets_a_named_error() {
     let (c, w) = small();
     let good = hf_tensors(&c, &w);
-    let dir = temp_dir("bad");
-    write_config(&dir);
+    let dir_tmp = temp_dir("bad");
+    let dir = dir_tmp.path();
+    write_config(dir);
     let path = dir.join("model.safetensors");
     let q = "backbone_model.layers.1.self_attn.q_proj.weight";
 
     let missing: Vec<_> = good.iter().filter(|(n, _)| n != q).cloned().collect();
     write(&path, &missing);
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains(q) && e.contains("missing"), "{e}");
 
     let mut shaped = good.clone();
     let t = shaped.iter_mut().find(|(n, _)| n == q).unwrap();
     t.1 = HostTensor::zeros(vec![64, 32]);
     write(&path, &shaped);
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(
         e.contains(q) && e.contains("[64, 32]") && e.contains("[64, 64]"),
         "{e}"
@@ -295,7 +296,7 @@ fn every_bad_checkpoint_gets_a_named_error() {
         },
     ));
     write_tensors(&path, &data, &[]).unwrap();
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains(q) && e.contains("dtype I32"), "{e}");
 
     let mut extra = good.clone();
@@ -304,14 +305,14 @@ fn every_bad_checkpoint_gets_a_named_error() {
         HostTensor::zeros(vec![128, 64]),
     ));
     write(&path, &extra);
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains("no place for") && e.contains("layers.2"), "{e}");
 
     write(
         &path,
         &[("encoder.weight".into(), HostTensor::zeros(vec![2]))],
     );
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(
         e.contains("not a CSM checkpoint") && e.contains("encoder.weight"),
         "{e}"
@@ -319,9 +320,8 @@ fn every_bad_checkpoint_gets_a_named_error() {
 
     std::fs::remove_file(&path).unwrap();
     std::fs::write(dir.join("ckpt.pt"), b"pickle").unwrap();
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(e.contains("pickled") && e.contains("save_file"), "{e}");
-    std::fs::remove_dir_all(dir).unwrap();
 
     let e = load_csm_model("/no/such/dir/here").unwrap_err().to_string();
     assert!(e.contains("no such file"), "{e}");
@@ -330,13 +330,13 @@ fn every_bad_checkpoint_gets_a_named_error() {
 #[test]
 fn an_offline_hub_spec_names_the_fix() {
     // A cache that does not hold the repo and no network: the error says how to pass local files.
-    let cache = temp_dir("hub-cache");
-    std::env::set_var("HF_HUB_CACHE", &cache);
+    let cache_tmp = temp_dir("hub-cache");
+    let cache = cache_tmp.path();
+    std::env::set_var("HF_HUB_CACHE", cache);
     std::env::set_var("HF_HUB_OFFLINE", "1");
     let e = load_csm_model("sesame/csm-1b").unwrap_err().to_string();
     assert!(
         e.contains("HF_HUB_OFFLINE") && e.contains("--model DIR"),
         "{e}"
     );
-    std::fs::remove_dir_all(cache).unwrap();
 }

@@ -31,9 +31,12 @@ const SMALL_JSON: &str = r#"{"hidden_size": 64, "num_filters": 8, "codebook_size
 
 #[test]
 fn offline_resolution_uses_the_cache_or_explains_how_to_pass_a_path() {
-    let cache = std::env::temp_dir().join(format!("chorus-hub-{}", std::process::id()));
-    std::fs::create_dir_all(&cache).unwrap();
-    std::env::set_var("HF_HUB_CACHE", &cache);
+    let cache_tmp = tempfile::Builder::new()
+        .prefix("chorus-hub-")
+        .tempdir()
+        .unwrap();
+    let cache = cache_tmp.path();
+    std::env::set_var("HF_HUB_CACHE", cache);
     std::env::set_var("HF_HUB_OFFLINE", "1");
 
     // Empty cache, no network allowed: a fetch error that says how to pass a local file.
@@ -82,5 +85,4 @@ fn offline_resolution_uses_the_cache_or_explains_how_to_pass_a_path() {
     let m = load_model("kyutai/moshiko-pytorch-bf16").unwrap();
     assert_eq!(m.layout, Layout::Kyutai);
     assert!(m.source.contains("tokenizer-e351c8d8"), "{}", m.source);
-    std::fs::remove_dir_all(&cache).ok();
 }

@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chorus_core::{Error, HostTensor};
 use chorus_mimi::checkpoint::hf_layout::{fold_weight_norm, tensor};
@@ -42,15 +41,12 @@ const SMALL_JSON: &str = r#"{"model_type": "mimi", "hidden_size": 64, "num_filte
  "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4,
  "num_key_value_heads": 4}"#;
 
-fn temp_dir() -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "chorus-checkpoint-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory, removed when the test ends.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("chorus-checkpoint-")
+        .tempdir()
+        .unwrap()
 }
 
 fn all_tensors(w: &MimiWeights) -> Vec<(String, &HostTensor)> {
@@ -141,7 +137,8 @@ fn load_small(path: &Path) -> chorus_core::Result<LoadedModel> {
 
 #[test]
 fn writer_round_trips_in_every_dtype() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let tensors = random_tensors(&small(), SEED, Layout::HuggingFace);
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         let path = dir.join(format!("{dtype:?}.safetensors"));
@@ -170,9 +167,10 @@ fn writer_round_trips_in_every_dtype() {
 
 #[test]
 fn hf_file_loads_like_the_in_memory_random_model() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = write_hf(
-        &dir,
+        dir,
         &random_tensors(&small(), SEED, Layout::HuggingFace),
         Dtype::F32,
     );
@@ -190,9 +188,10 @@ fn hf_file_loads_like_the_in_memory_random_model() {
 
 #[test]
 fn bf16_file_loads_to_rounded_weights() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let tensors = random_tensors(&small(), SEED, Layout::HuggingFace);
-    let path = write_hf(&dir, &tensors, Dtype::BF16);
+    let path = write_hf(dir, &tensors, Dtype::BF16);
     let m = load_small(&path).unwrap();
     let fc1 = &m.weights.transformer[1].fc1;
     let raw = &tensors
@@ -223,8 +222,9 @@ fn codebooks_are_divided_by_clamped_usage() {
         .unwrap()
         .1
         .clone();
-    let dir = temp_dir();
-    let m = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let m = load_small(&write_hf(dir, &tensors, Dtype::F32)).unwrap();
     let table = &m.weights.acoustic.codebooks[1];
     let d = c.codebook_dim;
     for j in 0..d {
@@ -236,9 +236,10 @@ fn codebooks_are_divided_by_clamped_usage() {
 #[test]
 fn kyutai_file_converted_from_hf_loads_to_the_same_weights() {
     let c = small();
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let hf = random_tensors(&c, SEED, Layout::HuggingFace);
-    let hf_path = write_hf(&dir, &hf, Dtype::F32);
+    let hf_path = write_hf(dir, &hf, Dtype::F32);
     let kyutai = hf_to_kyutai_tensors(&c, hf).unwrap();
     assert!(kyutai
         .iter()
@@ -266,7 +267,8 @@ fn kyutai_file_converted_from_hf_loads_to_the_same_weights() {
 #[test]
 fn kyutai_in_proj_is_split_and_rows_moved_to_rotate_half() {
     let c = small();
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let tensors = random_tensors(&c, SEED, Layout::Kyutai);
     let in_proj = tensors
         .iter()
@@ -357,8 +359,9 @@ fn weight_norm_pairs_in_the_file_are_folded() {
         ));
         tensors.push((format!("{base}.{}", style.1), v));
     }
-    let dir = temp_dir();
-    let m = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let m = load_small(&write_hf(dir, &tensors, Dtype::F32)).unwrap();
     for (a, b) in [
         (
             &m.weights.decoder.conv_in.weight,
@@ -382,9 +385,10 @@ fn weight_norm_pairs_in_the_file_are_folded() {
 
 #[test]
 fn config_json_beside_the_file_overrides_the_defaults() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = write_hf(
-        &dir,
+        dir,
         &random_tensors(&small(), SEED, Layout::HuggingFace),
         Dtype::F32,
     );
@@ -404,7 +408,8 @@ fn config_json_beside_the_file_overrides_the_defaults() {
 #[test]
 fn directory_with_one_tokenizer_file_loads_it() {
     let c = small();
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("tokenizer-e351c8d8-checkpoint125.safetensors");
     write_safetensors(
         &path,
@@ -432,8 +437,9 @@ fn a_decoder_only_checkpoint_loads_without_an_encoder() {
             !(n.starts_with("encoder") || n.starts_with("downsample") || n.contains("input_proj"))
         })
         .collect();
-    let dir = temp_dir();
-    let m = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let m = load_small(&write_hf(dir, &tensors, Dtype::F32)).unwrap();
     assert!(m.weights.encoder.is_none());
     assert_eq!(
         m.parameter_count,
@@ -455,8 +461,9 @@ fn a_malformed_encoder_tensor_is_named() {
             *t = HostTensor::zeros(vec![2, 2, 4]);
         }
     }
-    let dir = temp_dir();
-    let e = load_small(&write_hf(&dir, &tensors, Dtype::F32))
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let e = load_small(&write_hf(dir, &tensors, Dtype::F32))
         .unwrap_err()
         .to_string();
     assert!(e.contains("downsample.conv.weight"), "{e}");
@@ -464,9 +471,10 @@ fn a_malformed_encoder_tensor_is_named() {
 
 #[test]
 fn truncated_file_is_a_format_error() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = write_hf(
-        &dir,
+        dir,
         &random_tensors(&small(), SEED, Layout::HuggingFace),
         Dtype::F32,
     );
@@ -493,7 +501,8 @@ fn truncated_file_is_a_format_error() {
 
 #[test]
 fn bad_json_header_is_a_format_error() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("bad.safetensors");
     let body = b"{\"decoder.layers.0.conv.bias\": [";
     let mut bytes = (body.len() as u64).to_le_bytes().to_vec();
@@ -506,7 +515,8 @@ fn bad_json_header_is_a_format_error() {
 
 #[test]
 fn unsupported_dtype_names_the_tensor() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("model.safetensors");
     let tensors = random_tensors(&small(), SEED, Layout::HuggingFace);
     let target = "decoder.layers.14.conv.bias";
@@ -537,8 +547,9 @@ fn missing_tensor_is_named() {
     let mut tensors = random_tensors(&small(), SEED, Layout::HuggingFace);
     let target = "decoder_transformer.layers.1.mlp.fc2.weight";
     tensors.retain(|(n, _)| n != target);
-    let dir = temp_dir();
-    let err = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap_err();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let err = load_small(&write_hf(dir, &tensors, Dtype::F32)).unwrap_err();
     match &err {
         Error::MissingTensor {
             name, source_name, ..
@@ -556,7 +567,8 @@ fn missing_kyutai_tensor_is_named_by_its_hf_name() {
     let mut tensors = random_tensors(&c, SEED, Layout::Kyutai);
     tensors
         .retain(|(n, _)| n != "decoder_transformer.transformer.layers.0.self_attn.in_proj_weight");
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("tokenizer-x.safetensors");
     write_safetensors(&path, &tensors, Dtype::F32).unwrap();
     let err = load_small(&path).unwrap_err();
@@ -577,8 +589,9 @@ fn wrong_shape_names_tensor_and_both_shapes() {
         .unwrap()
         .1;
     *t = HostTensor::zeros(vec![64, 1, 3]);
-    let dir = temp_dir();
-    let err = load_small(&write_hf(&dir, &tensors, Dtype::F32)).unwrap_err();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
+    let err = load_small(&write_hf(dir, &tensors, Dtype::F32)).unwrap_err();
     match &err {
         Error::Shape {
             name,
@@ -596,7 +609,8 @@ fn wrong_shape_names_tensor_and_both_shapes() {
 
 #[test]
 fn unknown_layout_lists_names_found() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("other.safetensors");
     let t = HostTensor::zeros(vec![2]);
     write_safetensors(
@@ -616,7 +630,8 @@ fn unknown_layout_lists_names_found() {
 
 #[test]
 fn missing_local_path_is_an_io_error() {
-    let missing = temp_dir().join("nowhere").join("model.safetensors");
+    let dir_tmp = temp_dir();
+    let missing = dir_tmp.path().join("nowhere").join("model.safetensors");
     let err = load_model(missing.to_str().unwrap()).unwrap_err();
     match &err {
         Error::Io { source, path, .. } => {
@@ -629,9 +644,10 @@ fn missing_local_path_is_an_io_error() {
 
 #[test]
 fn shape_check_happens_before_reading() {
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = write_hf(
-        &dir,
+        dir,
         &random_tensors(&small(), SEED, Layout::HuggingFace),
         Dtype::F32,
     );
@@ -649,7 +665,8 @@ fn shape_check_happens_before_reading() {
 #[test]
 fn random_kyutai_model_equals_loading_its_file() {
     let c = small();
-    let dir = temp_dir();
+    let dir_tmp = temp_dir();
+    let dir = dir_tmp.path();
     let path = dir.join("tokenizer-random.safetensors");
     write_safetensors(&path, &random_tensors(&c, SEED, Layout::Kyutai), Dtype::F32).unwrap();
     let from_file = load_small(&path).unwrap();

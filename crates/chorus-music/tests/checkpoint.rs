@@ -59,11 +59,11 @@ fn write_model(dir: &Path, lm_dtype: Dtype, skip: Option<&str>, reshape: Option<
     std::fs::write(dir.join(DEPTH_CONFIG), DEPTH_JSON).unwrap();
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-music-ckpt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-music-ckpt-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// The weights of a dense linear.
@@ -79,8 +79,9 @@ fn bf16_round(x: &[f32]) -> Vec<f32> {
 
 #[test]
 fn a_directory_and_explicit_files_load_to_the_random_weights_they_hold() {
-    let dir = tmp("ok");
-    write_model(&dir, Dtype::BF16, None, None);
+    let dir_tmp = tmp("ok");
+    let dir = dir_tmp.path();
+    write_model(dir, Dtype::BF16, None, None);
     let (lm, depth) = tiny();
     let want = random_model(lm.clone(), depth.clone(), 1.0).unwrap();
     for spec in [
@@ -143,14 +144,14 @@ fn a_directory_and_explicit_files_load_to_the_random_weights_they_hold() {
         want.lm.audio_head.data[SEMANTIC_VOCAB * h..],
         full.data[AUDIO_END_TOKEN * h..(AUDIO_END_TOKEN + 1) * h]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_missing_tensor_is_named() {
-    let dir = tmp("missing");
+    let dir_tmp = tmp("missing");
+    let dir = dir_tmp.path();
     write_model(
-        &dir,
+        dir,
         Dtype::F32,
         Some("model.layers.0.self_attn.k_norm.weight"),
         None,
@@ -162,13 +163,13 @@ fn a_missing_tensor_is_named() {
         e.contains("model.layers.0.self_attn.k_norm.weight") && e.contains("missing"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_wrong_shape_names_the_tensor_and_both_shapes() {
-    let dir = tmp("shape");
-    write_model(&dir, Dtype::F32, None, Some("layers.0.attn.to_k.weight"));
+    let dir_tmp = tmp("shape");
+    let dir = dir_tmp.path();
+    write_model(dir, Dtype::F32, None, Some("layers.0.attn.to_k.weight"));
     let e = load_music_model(&dir.display().to_string())
         .unwrap_err()
         .to_string();
@@ -176,13 +177,13 @@ fn a_wrong_shape_names_the_tensor_and_both_shapes() {
         e.contains("layers.0.attn.to_k.weight") && e.contains("[1024]") && e.contains("[32, 32]"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_wrong_dtype_is_named() {
-    let dir = tmp("dtype");
-    write_model(&dir, Dtype::F32, None, None);
+    let dir_tmp = tmp("dtype");
+    let dir = dir_tmp.path();
+    write_model(dir, Dtype::F32, None, None);
     // Rewrite the depth file with `norm.weight` stored as I32.
     let (lm, depth) = tiny();
     let src = RandomSource::new(&lm, &depth, RANDOM_MUSIC_SEED, 1.0);
@@ -208,13 +209,13 @@ fn a_wrong_dtype_is_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("norm.weight") && e.contains("I32"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_malformed_or_unsupported_config_is_named() {
-    let dir = tmp("config");
-    write_model(&dir, Dtype::F32, None, None);
+    let dir_tmp = tmp("config");
+    let dir = dir_tmp.path();
+    write_model(dir, Dtype::F32, None, None);
     std::fs::write(dir.join(LM_CONFIG), "{\"hidden_size\": 32,").unwrap();
     let e = load_music_model(&dir.display().to_string())
         .unwrap_err()
@@ -242,12 +243,12 @@ fn a_malformed_or_unsupported_config_is_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("hidden_size 64 differs from the LM's 32"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn missing_files_and_specs_are_named() {
-    let dir = tmp("empty");
+    let dir_tmp = tmp("empty");
+    let dir = dir_tmp.path();
     let e = load_music_model(&dir.display().to_string())
         .unwrap_err()
         .to_string();
@@ -258,7 +259,7 @@ fn missing_files_and_specs_are_named() {
     assert!(e.contains("/no/such/lm.safetensors"), "{e}");
     // A hub spec offline names the variable and how to pass local files.
     std::env::set_var("HF_HUB_OFFLINE", "1");
-    std::env::set_var("HF_HUB_CACHE", &dir);
+    std::env::set_var("HF_HUB_CACHE", dir);
     let e = load_music_model("DeepBeepMeep/TTS/MiniMaxMusic3-Qwen3")
         .unwrap_err()
         .to_string();
@@ -266,7 +267,6 @@ fn missing_files_and_specs_are_named() {
         e.contains("HF_HUB_OFFLINE") && e.contains("--model DIR"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

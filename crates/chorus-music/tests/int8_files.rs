@@ -7,7 +7,7 @@
 mod common;
 
 use common::tiny;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chorus_core::checkpoint::{write_tensors, Dtype, TensorData, TensorSource};
 use chorus_core::HostTensor;
@@ -94,10 +94,12 @@ fn write_file(path: &Path, specs: Vec<Spec>, src: &RandomSource, f: Faults<'_>) 
 }
 
 /// Both int8 checkpoints of the tiny model in a fresh folder.
-fn write_model(name: &str, f: Faults<'_>) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("chorus-music-int8-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn write_model(name: &str, f: Faults<'_>) -> tempfile::TempDir {
+    let root = tempfile::Builder::new()
+        .prefix(&format!("chorus-music-int8-{name}-"))
+        .tempdir()
+        .unwrap();
+    let dir = root.path();
     let (lm, depth) = tiny();
     let src = RandomSource::new(&lm, &depth, RANDOM_MUSIC_SEED, 1.0);
     write_file(&dir.join(LM_WEIGHTS_INT8), lm_tensor_specs(&lm), &src, f);
@@ -109,7 +111,7 @@ fn write_model(name: &str, f: Faults<'_>) -> PathBuf {
     );
     std::fs::write(dir.join(LM_CONFIG), LM_JSON).unwrap();
     std::fs::write(dir.join(DEPTH_CONFIG), DEPTH_JSON).unwrap();
-    dir
+    root
 }
 
 /// Every linear of both models, in a fixed order.
@@ -129,7 +131,8 @@ fn load_err(dir: &Path) -> String {
 
 #[test]
 fn int8_files_in_a_directory_load_to_the_random_int8_weights() {
-    let dir = write_model("ok", Faults::default());
+    let dir_tmp = write_model("ok", Faults::default());
+    let dir = dir_tmp.path();
     let got = load_music_model(&dir.display().to_string()).unwrap();
     let (lm, depth) = tiny();
     let want = random_int8_model(lm, depth, 1.0).unwrap();
@@ -142,23 +145,23 @@ fn int8_files_in_a_directory_load_to_the_random_int8_weights() {
     assert_eq!(got.lm.audio_head, want.lm.audio_head);
     // The bf16 names are preferred: a missing pair names them and the int8 fallback.
     let _ = std::fs::remove_file(dir.join(DEPTH_WEIGHTS_INT8));
-    let e = load_err(&dir);
+    let e = load_err(dir);
     assert!(
         e.contains(DEPTH_WEIGHTS) && e.contains("_int8_convrot"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_float_part_makes_its_fused_product_dense() {
-    let dir = write_model(
+    let dir_tmp = write_model(
         "mixed",
         Faults {
             dense: Some("layers.0.attn.to_k.weight"),
             ..Faults::default()
         },
     );
+    let dir = dir_tmp.path();
     let got = load_music_model(&dir.display().to_string()).unwrap();
     let (lm, depth) = tiny();
     let want = random_int8_model(lm, depth, 1.0).unwrap();
@@ -171,7 +174,6 @@ fn a_float_part_makes_its_fused_product_dense() {
     assert_eq!(qkv.data[h * h..2 * h * h], to_k.data[..]);
     let q8_qkv = want.depth.layers[0].qkv.q8().unwrap().dequantize().unwrap();
     assert_eq!(qkv.data[..h * h], q8_qkv.data[..h * h]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -204,10 +206,10 @@ fn broken_int8_entries_are_named() {
         ),
     ];
     for (what, faults, needles) in cases {
-        let dir = write_model(what, faults);
-        let e = load_err(&dir);
+        let dir_tmp = write_model(what, faults);
+        let dir = dir_tmp.path();
+        let e = load_err(dir);
         assert!(needles.iter().all(|n| e.contains(n)), "{what}: {e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -57,22 +57,25 @@ fn tokenizer_json(vocab_specials: &[(&str, u32)], added: &[(&str, u32)]) -> Stri
     .to_string()
 }
 
-/// Writes `json` to a fresh temp file named after the test and returns its path.
-fn write_temp(test: &str, json: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("chorus-prompt-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tokenizer.json");
+/// Writes `json` to `tokenizer.json` in a fresh temp folder named after the test; returns the
+/// folder (removed when dropped) and the file's path.
+fn write_temp(test: &str, json: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("chorus-prompt-{test}-"))
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, json).unwrap();
-    path
+    (dir, path)
 }
 
 fn good_tokenizer(test: &str) -> PromptTokenizer {
-    let path = write_temp(test, &tokenizer_json(&SPECIALS, &SPECIALS));
+    let (_dir, path) = write_temp(test, &tokenizer_json(&SPECIALS, &SPECIALS));
     PromptTokenizer::from_file(&path).unwrap()
 }
 
 fn load_err(test: &str, vocab_specials: &[(&str, u32)], added: &[(&str, u32)]) -> String {
-    let path = write_temp(test, &tokenizer_json(vocab_specials, added));
+    let (_dir, path) = write_temp(test, &tokenizer_json(vocab_specials, added));
     match PromptTokenizer::from_file(&path) {
         Err(e @ Error::Format { .. }) => e.to_string(),
         other => panic!("expected a Format error, got {other:?}"),
@@ -286,7 +289,7 @@ fn post_processor_adding_a_bos_is_rejected_at_encode() {
 
 #[test]
 fn tokenizer_file_errors_name_the_file() {
-    let path = write_temp("malformed", "{ not json");
+    let (_dir, path) = write_temp("malformed", "{ not json");
     match PromptTokenizer::from_file(&path) {
         Err(e @ Error::Format { .. }) => assert!(e.to_string().contains("tokenizer.json")),
         other => panic!("expected a Format error, got {other:?}"),

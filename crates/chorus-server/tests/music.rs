@@ -519,7 +519,12 @@ async fn http_post_returns_the_song_as_safetensors_or_json() {
         .await
         .unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
-    let path = std::env::temp_dir().join(format!("chorus-music-http-{}.st", std::process::id()));
+    let path = tempfile::Builder::new()
+        .prefix("chorus-music-http-")
+        .suffix(".st")
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     std::fs::write(&path, &bytes).unwrap();
     let file = SafetensorsFile::open(&path).unwrap();
     let (shape, codes) = file.load_i32("codes").unwrap();
@@ -586,7 +591,7 @@ async fn caption_and_lyrics_go_through_the_servers_tokenizer() {
 }
 
 /// A tiny WordLevel `tokenizer.json` carrying the checkpoint's special ids.
-fn write_tokenizer() -> std::path::PathBuf {
+fn write_tokenizer() -> tempfile::TempPath {
     use chorus_music::prompt::*;
     let specials = [
         ("<|im_start|>", IM_START),
@@ -626,7 +631,12 @@ fn write_tokenizer() -> std::path::PathBuf {
         "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
         "decoder": null, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
     });
-    let path = std::env::temp_dir().join(format!("chorus-music-tok-{}.json", std::process::id()));
+    let path = tempfile::Builder::new()
+        .prefix("chorus-music-tok-")
+        .suffix(".json")
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     std::fs::write(&path, json.to_string()).unwrap();
     path
 }

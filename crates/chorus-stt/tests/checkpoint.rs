@@ -49,7 +49,8 @@ fn err(spec: &Path) -> String {
 #[test]
 fn kyutai_layout_loads_to_the_seeded_weights() {
     let c = small();
-    let d = temp_dir("kyutai");
+    let d_tmp = temp_dir("kyutai");
+    let d = d_tmp.path();
     write(&d.join("model.safetensors"), &kyutai_tensors(&c));
     write_json(&d.join("config.json"), &kyutai_json(&c));
     let m = load_stt_model(&d.display().to_string()).unwrap();
@@ -69,7 +70,8 @@ fn transformers_layout_loads_to_the_same_weights() {
         extra_heads: 0,
         ..small()
     };
-    let d = temp_dir("hf");
+    let d_tmp = temp_dir("hf");
+    let d = d_tmp.path();
     write(&d.join("model.safetensors"), &hf_tensors(&c));
     write_json(&d.join("config.json"), &hf_json(&c));
     let m = load_stt_model(&d.display().to_string()).unwrap();
@@ -79,9 +81,10 @@ fn transformers_layout_loads_to_the_same_weights() {
 
 #[test]
 fn a_checkpoint_without_config_is_told_from_its_text_table() {
-    let d = temp_dir("noconfig");
+    let d_tmp = temp_dir("noconfig");
+    let d = d_tmp.path();
     write(&d.join("model.safetensors"), &kyutai_tensors(&small()));
-    let e = err(&d);
+    let e = err(d);
     assert!(e.contains("no config.json") && e.contains("41 rows"), "{e}");
 }
 
@@ -90,10 +93,11 @@ fn every_bad_checkpoint_gets_a_named_error() {
     let c = small();
     let good = kyutai_tensors(&c);
     let case = |name: &str, tensors: Vec<(String, HostTensor)>, config: serde_json::Value| {
-        let d = temp_dir(name);
+        let d_tmp = temp_dir(name);
+        let d = d_tmp.path();
         write(&d.join("model.safetensors"), &tensors);
         write_json(&d.join("config.json"), &config);
-        err(&d)
+        err(d)
     };
     let without =
         |drop: &str| -> Vec<_> { good.iter().filter(|(n, _)| n != drop).cloned().collect() };
@@ -178,7 +182,8 @@ fn sp_model(n: usize) -> Vec<u8> {
 #[test]
 fn the_tokenizer_the_config_names_is_found_beside_the_weights() {
     let c = small();
-    let d = temp_dir("tokenizer");
+    let d_tmp = temp_dir("tokenizer");
+    let d = d_tmp.path();
     write(&d.join("model.safetensors"), &kyutai_tensors(&c));
     let mut cfg = kyutai_json(&c);
     cfg["tokenizer_name"] = "tokenizer_test_40.model".into();
@@ -189,7 +194,7 @@ fn the_tokenizer_the_config_names_is_found_beside_the_weights() {
     assert_eq!(tok.decode(&[5, 0, 6]).unwrap(), "w5 w6");
     // A tokenizer of another vocabulary is refused by name.
     std::fs::write(d.join("tokenizer_test_40.model"), sp_model(39)).unwrap();
-    let e = err(&d);
+    let e = err(d);
     assert!(
         e.contains("tokenizer_test_40.model") && e.contains("39 pieces"),
         "{e}"

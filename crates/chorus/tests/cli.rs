@@ -2,7 +2,7 @@
 //! giving a clear error and a non-zero exit (never a panic).
 
 use chorus_core::npy::{write_npy_f32, write_npy_i64};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn chorus(args: &[&str]) -> Output {
@@ -12,10 +12,11 @@ fn chorus(args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn codes_file(d: &Path, name: &str, shape: &[usize], f: impl Fn(usize) -> i64) -> String {
@@ -40,8 +41,9 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn decodes_to_wav_float_wav_and_npy() {
-    let d = dir("ok");
-    let codes = codes_file(&d, "c.npy", &[8, 3], |i| (i * 37 % 2048) as i64);
+    let d_tmp = dir("ok");
+    let d = d_tmp.path();
+    let codes = codes_file(d, "c.npy", &[8, 3], |i| (i * 37 % 2048) as i64);
     let wav = d.join("a.wav");
     let o = decode(&codes, wav.to_str().unwrap(), &[]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -71,31 +73,31 @@ fn decodes_to_wav_float_wav_and_npy() {
         chorus_core::npy::NpyData::Float(floats),
         "npy equals the float WAV"
     );
-    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]
 fn a_batch_writes_one_wav_per_stream() {
-    let d = dir("batch");
-    let codes = codes_file(&d, "b.npy", &[2, 4, 2], |i| (i * 101 % 2048) as i64);
+    let d_tmp = dir("batch");
+    let d = d_tmp.path();
+    let codes = codes_file(d, "b.npy", &[2, 4, 2], |i| (i * 101 % 2048) as i64);
     let o = decode(&codes, d.join("s.wav").to_str().unwrap(), &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     for i in 0..2 {
         let r = hound::WavReader::open(d.join(format!("s-{i}.wav"))).unwrap();
         assert_eq!(r.len(), 2 * 1920);
     }
-    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]
 fn bad_codes_files_fail_cleanly() {
-    let d = dir("bad");
+    let d_tmp = dir("bad");
+    let d = d_tmp.path();
     let out = d.join("o.wav");
     let out = out.to_str().unwrap();
-    let range = codes_file(&d, "r.npy", &[2, 3], |i| if i == 4 { 2048 } else { 1 });
-    let neg = codes_file(&d, "n.npy", &[1, 2], |i| -(i as i64));
-    let rank = codes_file(&d, "k.npy", &[6], |_| 0);
-    let many = codes_file(&d, "m.npy", &[33, 1], |_| 0);
+    let range = codes_file(d, "r.npy", &[2, 3], |i| if i == 4 { 2048 } else { 1 });
+    let neg = codes_file(d, "n.npy", &[1, 2], |i| -(i as i64));
+    let rank = codes_file(d, "k.npy", &[6], |_| 0);
+    let many = codes_file(d, "m.npy", &[33, 1], |_| 0);
     let float = d.join("f.npy");
     std::fs::write(&float, write_npy_f32(&[2, 2], &[0.0; 4])).unwrap();
     let full = write_npy_i64(&[8, 4], &[1; 32]);
@@ -120,7 +122,6 @@ fn bad_codes_files_fail_cleanly() {
         assert!(e.contains(needle), "{file}: expected `{needle}` in: {e}");
         assert!(!e.contains("panicked"), "{file} panicked: {e}");
     }
-    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]

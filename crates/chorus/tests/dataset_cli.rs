@@ -22,11 +22,11 @@ fn model_args() -> Vec<&'static str> {
     vec!["--model", "random", "--device", "cpu"]
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-dataset-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-dataset-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -138,7 +138,8 @@ fn encode_dir(input: &Path, out: &Path) -> Output {
 
 #[test]
 fn a_data_set_encodes_as_each_file_alone_resumes_and_decodes_back() {
-    let d = dir("encode");
+    let d_tmp = dir("encode");
+    let d = d_tmp.path();
     let (input, out) = (d.join("in"), d.join("out"));
     let encoded = data_set(&input);
     // 0.5 s at 24 kHz = 6.25 frames: 7. Zeros are valid codes no encode of this audio makes.
@@ -265,17 +266,18 @@ fn a_data_set_encodes_as_each_file_alone_resumes_and_decodes_back() {
 
 #[test]
 fn bulk_arguments_are_checked() {
-    let d = dir("args");
+    let d_tmp = dir("args");
+    let d = d_tmp.path();
     let mut args = vec!["encode"];
     args.extend(model_args());
-    args.extend(["--audio-dir", s(&d)]);
+    args.extend(["--audio-dir", s(d)]);
     let o = chorus(&args);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--out-dir"), "{}", stderr(&o));
     let missing = d.join("missing");
     let mut args = vec!["encode"];
     args.extend(model_args());
-    args.extend(["--audio-dir", s(&missing), "--out-dir", s(&d)]);
+    args.extend(["--audio-dir", s(&missing), "--out-dir", s(d)]);
     let o = chorus(&args);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a folder"), "{}", stderr(&o));

@@ -12,10 +12,11 @@ fn chorus(args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-encode-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-encode-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -52,7 +53,8 @@ fn read_codes(path: &Path) -> (Vec<usize>, Vec<i64>) {
 
 #[test]
 fn every_format_encodes_and_decodes_back() {
-    let d = dir("formats");
+    let d_tmp = dir("formats");
+    let d = d_tmp.path();
     let data = repo().join("crates/chorus-audio/tests/data");
     for name in [
         "speech_44k1_stereo_s16.wav",
@@ -89,7 +91,8 @@ fn every_format_encodes_and_decodes_back() {
 /// The oracle's speech as a 24 kHz float WAV encodes to transformers' codes, every level.
 #[test]
 fn oracle_audio_encodes_to_the_oracle_codes() {
-    let d = dir("oracle");
+    let d_tmp = dir("oracle");
+    let d = d_tmp.path();
     let fx = repo().join("tests/fixtures/encoder");
     let audio = match read_npy(
         &std::fs::read(fx.join("enc_hf_speech.audio.npy")).unwrap(),
@@ -133,7 +136,8 @@ fn oracle_audio_encodes_to_the_oracle_codes() {
 
 #[test]
 fn bad_and_cut_short_audio_is_refused_clearly() {
-    let d = dir("bad");
+    let d_tmp = dir("bad");
+    let d = d_tmp.path();
     let out = d.join("c.npy");
     let junk = d.join("junk.wav");
     std::fs::write(&junk, b"this is not audio at all, just some text").unwrap();

@@ -3,7 +3,6 @@
 
 use chorus_core::checkpoint::SafetensorsFile;
 use chorus_core::npy::write_npy_i64;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn chorus(args: &[&str]) -> Output {
@@ -13,10 +12,11 @@ fn chorus(args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-music-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("chorus-music-cli-")
+        .tempdir()
+        .unwrap()
 }
 
 /// A `[P]` prompt of ids: the upstream frame of special tokens around random base-vocabulary ids.
@@ -47,8 +47,9 @@ fn music(prompt: &str, out: &str, extra: &[&str]) -> Output {
 
 #[test]
 fn writes_codes_and_frame_hiddens_and_repeats_for_the_same_seed() {
-    let d = dir();
-    let prompt = prompt_file(&d);
+    let d_tmp = dir();
+    let d = d_tmp.path();
+    let prompt = prompt_file(d);
     let (a, b) = (d.join("a.safetensors"), d.join("b.safetensors"));
     for out in [&a, &b] {
         let o = music(
@@ -77,8 +78,9 @@ fn writes_codes_and_frame_hiddens_and_repeats_for_the_same_seed() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let d = dir();
-    let prompt = prompt_file(&d);
+    let d_tmp = dir();
+    let d = d_tmp.path();
+    let prompt = prompt_file(d);
     let out = d.join("x.safetensors");
     let out = out.to_str().unwrap();
     let o = music(&prompt, out, &["--seconds", "0.5"]);

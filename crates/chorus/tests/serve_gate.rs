@@ -4,16 +4,16 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-serve-gate-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn temp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-serve-gate-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn serve_output(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -44,7 +44,8 @@ fn fails_with(args: &[&str], env: &[(&str, &str)], needles: &[&str]) {
 
 #[test]
 fn serve_mistakes_print_the_message_and_the_fix_without_a_trace() {
-    let d = temp("mistakes");
+    let d_tmp = temp("mistakes");
+    let d = d_tmp.path();
     fails_with(
         &["--model", "/nonexistent/mimi.safetensors", "--port", "0"],
         &[],
@@ -134,7 +135,6 @@ fn serve_mistakes_print_the_message_and_the_fix_without_a_trace() {
         &[],
         &["--max-pending-frames 32", "raise --max-ws-message"],
     );
-    std::fs::remove_dir_all(&d).ok();
 }
 
 /// A running `chorus serve --model fake`; SIGTERM and waited for when dropped.
@@ -194,7 +194,8 @@ fn wait_for(what: &str, ok: impl Fn() -> bool) {
 
 #[test]
 fn keys_guard_every_endpoint_but_healthz_and_sighup_reloads_them() {
-    let d = temp("keys");
+    let d_tmp = temp("keys");
+    let d = d_tmp.path();
     let keys = d.join("keys");
     std::fs::write(&keys, "# ops\nold-key\n").unwrap();
     let log = d.join("stderr");
@@ -240,7 +241,6 @@ fn keys_guard_every_endpoint_but_healthz_and_sighup_reloads_them() {
     );
     assert_eq!(get(&open.addr, "/metrics", ""), 200);
     drop(open);
-    std::fs::remove_dir_all(&d).ok();
 }
 
 /// `METHOD path` with a JSON body; the status line's code and the raw answer (headers and body).
@@ -264,7 +264,8 @@ fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, Vec<u8>) {
 
 #[test]
 fn tts_model_serves_v1_tts_and_its_metrics() {
-    let d = temp("tts");
+    let d_tmp = temp("tts");
+    let d = d_tmp.path();
     let log = d.join("stderr");
     let served = serve(
         &[

@@ -2,7 +2,7 @@
 //! frame of the file and of the silence around it, plus position 0; words with times, VAD rows;
 //! the same output twice; bad inputs are named errors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn chorus(args: &[&str]) -> Output {
@@ -12,10 +12,11 @@ fn chorus(args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-stt-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("chorus-stt-cli-")
+        .tempdir()
+        .unwrap()
 }
 
 /// 1.5 s of a modulated tone at 24 kHz.
@@ -54,7 +55,8 @@ fn transcribe(audio: &Path, extra: &[&str]) -> Output {
 
 #[test]
 fn transcribes_with_times_and_vad_and_repeats() {
-    let d = dir();
+    let d_tmp = dir();
+    let d = d_tmp.path();
     let audio = d.join("tone.wav");
     wav(&audio);
     let o = transcribe(&audio, &["--timestamps", "--vad"]);
@@ -87,7 +89,8 @@ fn transcribes_with_times_and_vad_and_repeats() {
 
 #[test]
 fn bad_inputs_are_named_errors() {
-    let d = dir();
+    let d_tmp = dir();
+    let d = d_tmp.path();
     let o = transcribe(&d.join("missing.wav"), &[]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);

@@ -2,7 +2,6 @@
 //! decoded inside the frame program), which equals `chorus decode` of the written codes; the
 //! same seed gives the same codes; bad inputs are named errors.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn chorus(args: &[&str]) -> Output {
@@ -12,10 +11,11 @@ fn chorus(args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-tts-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("chorus-tts-cli-")
+        .tempdir()
+        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -56,8 +56,9 @@ fn samples(p: &std::path::Path) -> Vec<i16> {
 
 #[test]
 fn speech_equals_the_decode_of_its_codes_and_repeats_with_its_seed() {
-    let d = dir();
-    let o = tts(&d, "a", &["--seed", "3"]);
+    let d_tmp = dir();
+    let d = d_tmp.path();
+    let o = tts(d, "a", &["--seed", "3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
@@ -93,8 +94,8 @@ fn speech_equals_the_decode_of_its_codes_and_repeats_with_its_seed() {
         "in-frame and host decode differ by {worst:?} LSB"
     );
     // Same seed, same codes; another seed, other codes.
-    assert!(tts(&d, "b", &["--seed", "3"]).status.success());
-    assert!(tts(&d, "c", &["--seed", "4"]).status.success());
+    assert!(tts(d, "b", &["--seed", "3"]).status.success());
+    assert!(tts(d, "c", &["--seed", "4"]).status.success());
     let read = |n: &str| std::fs::read(d.join(format!("{n}.npy"))).unwrap();
     assert_eq!(read("a"), read("b"));
     assert_ne!(read("a"), read("c"));
@@ -102,7 +103,8 @@ fn speech_equals_the_decode_of_its_codes_and_repeats_with_its_seed() {
 
 #[test]
 fn bad_inputs_are_named() {
-    let d = dir();
+    let d_tmp = dir();
+    let d = d_tmp.path();
     let out = d.join("x.wav");
     let base = [
         "tts",

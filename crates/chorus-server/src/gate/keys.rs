@@ -184,8 +184,13 @@ fn check_key(key: &str, at: &str) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str, text: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("chorus-keys-{name}-{}", std::process::id()));
+    /// A temp file holding `text`, removed when dropped.
+    fn temp(name: &str, text: &str) -> tempfile::TempPath {
+        let p = tempfile::Builder::new()
+            .prefix(&format!("chorus-keys-{name}-"))
+            .tempfile()
+            .unwrap()
+            .into_temp_path();
         std::fs::write(&p, text).unwrap();
         p
     }

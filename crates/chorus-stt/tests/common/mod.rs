@@ -4,7 +4,7 @@
 
 pub mod oracle;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chorus_core::checkpoint::{write_tensors, Dtype, TensorData, TensorSource};
 use chorus_core::HostTensor;
@@ -13,12 +13,12 @@ use chorus_stt::weights::tensor_specs;
 use chorus_stt::SttConfig;
 use serde_json::{json, Value};
 
-/// A fresh directory under the system temp dir.
-pub fn temp_dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("chorus-stt-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory under the system temp dir, removed when the test ends.
+pub fn temp_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chorus-stt-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Kyutai's moshi `config.json` of `c` (the fields `lm.py` reads, and `stt_config`).

@@ -93,15 +93,17 @@ pub fn wav_done(path: &Path, frames: usize, format: WavFormat) -> bool {
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("chorus-files-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("chorus-files-")
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn codes_are_done_only_when_whole_and_of_the_right_shape() {
-        let d = dir();
+        let d_tmp = dir();
+        let d = d_tmp.path();
         let p = d.join("sub/c.npy");
         write_atomic(
             &p,
@@ -121,7 +123,8 @@ mod tests {
 
     #[test]
     fn a_wav_is_done_only_with_every_frame() {
-        let d = dir();
+        let d_tmp = dir();
+        let d = d_tmp.path();
         let p = d.join("w.wav");
         let pcm = vec![0.25f32; 2 * FRAME_SAMPLES];
         let bytes = chorus_server::wav::encode_wav(&pcm, WavFormat::Pcm16).unwrap();
@@ -135,7 +138,8 @@ mod tests {
 
     #[test]
     fn a_wav_header_gives_the_frames_to_expect() {
-        let d = dir();
+        let d_tmp = dir();
+        let d = d_tmp.path();
         let p = d.join("in44.wav");
         let spec = hound::WavSpec {
             channels: 2,

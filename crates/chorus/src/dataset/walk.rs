@@ -146,9 +146,12 @@ fn has_extension(path: &Path, exts: &[&str]) -> bool {
 mod tests {
     use super::*;
 
-    fn tree(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("chorus-walk-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+    fn tree(name: &str) -> tempfile::TempDir {
+        let root = tempfile::Builder::new()
+            .prefix(&format!("chorus-walk-{name}-"))
+            .tempdir()
+            .unwrap();
+        let d = root.path();
         for f in [
             "a.wav",
             "b/c.FLAC",
@@ -161,13 +164,14 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, b"x").unwrap();
         }
-        d
+        root
     }
 
     #[test]
     fn walks_audio_skips_the_output_folder_and_refuses_colliding_outputs() {
-        let d = tree("walk");
-        let found = walk_dir(&d, AUDIO_EXTENSIONS, &d.join("out")).unwrap();
+        let d_tmp = tree("walk");
+        let d = d_tmp.path();
+        let found = walk_dir(d, AUDIO_EXTENSIONS, &d.join("out")).unwrap();
         let names: Vec<&str> = found.relative.iter().map(|p| p.to_str().unwrap()).collect();
         assert_eq!(names, ["a.flac", "a.wav", "b/c.FLAC", "b/d/e.mp3"]);
         let (jobs, failed) = jobs(found, &d.join("out"), "npy");
@@ -177,15 +181,13 @@ mod tests {
         assert!(failed[0].path.ends_with("a.wav"), "{failed:?}");
         assert!(failed[0].reason.contains("a.flac"), "{failed:?}");
         // Outputs beside the inputs: the output folder is the root, and the root is walked.
-        assert_eq!(
-            walk_dir(&d, AUDIO_EXTENSIONS, &d).unwrap().relative.len(),
-            5
-        );
+        assert_eq!(walk_dir(d, AUDIO_EXTENSIONS, d).unwrap().relative.len(), 5);
     }
 
     #[test]
     fn a_list_resolves_against_its_folder_and_refuses_paths_outside_the_root() {
-        let d = tree("list");
+        let d_tmp = tree("list");
+        let d = d_tmp.path();
         let list = d.join("files.txt");
         let outside = std::env::temp_dir().join("elsewhere.wav");
         std::fs::write(
