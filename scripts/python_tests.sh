@@ -10,5 +10,7 @@ fi
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
 "${pip[@]}" -r python/requirements-test.txt
 "${pip[@]}" --force-reinstall --no-deps ./python
-cargo build --release -p chorus --quiet
+# The binary as `cargo test --workspace --release` builds it (a `cargo build -p chorus` would resolve
+# other features and rebuild much of the dependency graph): a no-op after the test run.
+cargo test --workspace --release --no-run --quiet
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests "$@"

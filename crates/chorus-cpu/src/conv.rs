@@ -3,11 +3,14 @@
 //! Each row's input is laid out once as the channels-last concatenation `xin = [history + time,
 //! c_in]` (state columns, then the (ELU'd) new columns). With weights `[c_out, kernel, c_in]`, the
 //! im2col row of output `t` at dilation 1 is the contiguous run of `kernel * c_in` values starting at
-//! row `t` of `xin`, so long convolutions are one GEMM per row whose lhs rows overlap (row stride
-//! `c_in`), with no im2col copy. Short ones (a few time steps) instead copy an explicit im2col
-//! matrix for the whole chunk of rows so that one product reads the weights once for all rows; that
-//! product is `rowdot.rs`, whose per-element summation order does not depend on the row count, so
-//! a row's output is the same in every batch bucket (long ones run one same-shape GEMM per row).
+//! row `t` of `xin`, so long convolutions are GEMMs whose lhs rows overlap (row stride `c_in`), with
+//! no im2col copy. They run as independent tasks of [`time_tile`] outputs: each task builds its own
+//! window of `xin` (history from the state or from the input itself, since a window's history is
+//! input, not output), so a single row keeps every thread busy and the window stays in L2. Short
+//! ones (a few time steps) instead copy an explicit im2col matrix for the whole chunk of rows so
+//! that one product reads the weights once for all rows; that product is `rowdot.rs`, whose
+//! per-element summation order does not depend on the row count, so a row's output is the same in
+//! every batch bucket (long ones run the same tiles of the same shapes for a row in any batch).
 
 use crate::gemm::MatMul;
 use crate::rowdot::RowDot;
@@ -25,6 +28,18 @@ pub(crate) const CHUNK_SCRATCH_ELEMS: usize = 4 << 20;
 const CACHE_CHUNK_ELEMS: usize = 256 << 10;
 /// Elements per task when one row's input is ELU'd in parallel.
 const FILL_GRAIN: usize = 16 << 10;
+/// A long convolution's row is cut into about this many tasks (both cores busy on one row)...
+const TILES_PER_ROW: usize = 4;
+/// ...of at least this many outputs (the product's fixed costs stay small)...
+const TIME_TILE_MIN: usize = 64;
+/// ...and at most this many (a task's window stays in L2).
+const TIME_TILE_MAX: usize = 512;
+
+/// Outputs per task of a long convolution of `time` steps: a function of the length alone, never
+/// of the row or thread count, so that a row is cut into the same products whatever shares its call.
+fn time_tile(time: usize) -> usize {
+    (time.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(TIME_TILE_MIN, TIME_TILE_MAX)
+}
 
 /// Rows per chunk: enough that re-reading the weights per chunk costs no more than the chunk's own
 /// activations, few enough that those activations stay in cache when the weights are small.
@@ -76,8 +91,13 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
     let residual = a.residual.map(|r| &r.0[..rows * time * co]);
 
     let batched = time <= IM2COL_MAX_TIME;
-    let cols_row = if batched { time * kernel * ci } else { 0 };
-    let per_row = len * ci + cols_row;
+    let tt = time_tile(time);
+    let tiles = time.div_ceil(tt);
+    let per_row = if batched {
+        len * ci + time * kernel * ci
+    } else {
+        tiles * (hist + tt) * ci
+    };
     let chunk = chunk_rows(rows, per_row, w.len());
     let ctx = Ctx {
         time,
@@ -93,31 +113,35 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
         be.install(|| -> Result<()> {
             for r0 in (0..rows).step_by(chunk) {
                 let n = chunk.min(rows - r0);
+                let sl = &slots[r0..r0 + n];
+                let xs = &x[r0 * time * ci..(r0 + n) * time * ci];
+                let o = &mut out[r0 * time * co..(r0 + n) * time * co];
+                let res = residual.map(|v| &v[r0 * time * co..(r0 + n) * time * co]);
+                if !batched {
+                    let io = TileIo {
+                        x: xs,
+                        state,
+                        slots: sl,
+                        w,
+                        bias,
+                        residual: res,
+                    };
+                    tiled(&ctx, io, o, &mut scratch[..n * per_row])?;
+                    write_back(&ctx, xs, state, sl);
+                    continue;
+                }
                 let (xin, cols) = scratch.split_at_mut(chunk * len * ci);
                 let xin = &mut xin[..n * len * ci];
-                let sl = &slots[r0..r0 + n];
-                fill_input(
-                    &ctx,
-                    xin,
-                    &x[r0 * time * ci..(r0 + n) * time * ci],
-                    state,
-                    sl,
-                );
+                fill_input(&ctx, xin, xs, state, sl);
                 // Sequential write-back: padded rows share the dummy row, so rows may collide.
                 for (r, &s) in sl.iter().enumerate() {
                     let s = s as usize;
                     let src = &xin[(r * len + time) * ci..(r + 1) * len * ci];
                     state[s * state_row..(s + 1) * state_row].copy_from_slice(src);
                 }
-                let o = &mut out[r0 * time * co..(r0 + n) * time * co];
-                let res = residual.map(|v| &v[r0 * time * co..(r0 + n) * time * co]);
                 let accumulate = prefill(o, bias, res, co);
-                if batched {
-                    let dst = Dst { out: o, accumulate };
-                    gemm_im2col(&ctx, dst, xin, &mut cols[..n * cols_row], w);
-                } else {
-                    gemm_direct(&ctx, o, xin, w, accumulate)?;
-                }
+                let dst = Dst { out: o, accumulate };
+                gemm_im2col(&ctx, dst, xin, &mut cols[..n * time * kernel * ci], w);
             }
             Ok(())
         })
@@ -180,56 +204,114 @@ fn prefill(out: &mut [f32], bias: Option<&[f32]>, residual: Option<&[f32]>, co: 
     }
 }
 
-/// One GEMM per row over the overlapping rows of `xin` (one per tap when dilated).
-fn gemm_direct(c: &Ctx, out: &mut [f32], xin: &[f32], w: &[f32], accumulate: bool) -> Result<()> {
-    let len = c.hist + c.time;
-    let rows = out.len() / (c.time * c.co);
-    let threads = if rows > 1 { 1 } else { c.threads };
-    let one_row = |o: &mut [f32], xr: &[f32]| -> Result<()> {
-        if c.dil == 1 {
-            return MatMul {
-                m: c.time,
-                n: c.co,
-                k: c.kernel * c.ci,
-                dst: o,
-                dst_rs: c.co,
-                lhs: xr,
-                lhs_rs: c.ci,
-                lhs_cs: 1,
-                rhs: w,
-                rhs_rs: 1,
-                rhs_cs: c.kernel * c.ci,
-                accumulate,
-                threads,
-            }
-            .run("conv1d");
-        }
-        for j in 0..c.kernel {
-            MatMul {
-                m: c.time,
-                n: c.co,
-                k: c.ci,
-                dst: &mut *o,
-                dst_rs: c.co,
-                lhs: &xr[j * c.dil * c.ci..],
-                lhs_rs: c.ci,
-                lhs_cs: 1,
-                rhs: &w[j * c.ci..],
-                rhs_rs: 1,
-                rhs_cs: c.kernel * c.ci,
-                accumulate: accumulate || j > 0,
-                threads,
-            }
-            .run("conv1d")?;
-        }
-        Ok(())
-    };
-    if rows == 1 {
-        return one_row(out, xin);
-    }
+/// The operands of a long convolution over one chunk of rows.
+struct TileIo<'a> {
+    x: &'a [f32],
+    state: &'a [f32],
+    slots: &'a [i32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    residual: Option<&'a [f32]>,
+}
+
+/// A long convolution as independent tasks of `time_tile` outputs per row, in parallel: each
+/// builds its window of `xin` in its part of `scratch` and runs one product (one per tap when
+/// dilated) on the calling thread.
+fn tiled(c: &Ctx, io: TileIo<'_>, out: &mut [f32], scratch: &mut [f32]) -> Result<()> {
+    let tt = time_tile(c.time);
+    let tiles = c.time.div_ceil(tt);
+    let window = (c.hist + tt) * c.ci;
+    // Rows in parallel, and each row's tiles (the last may be shorter).
     out.par_chunks_mut(c.time * c.co)
-        .zip(xin.par_chunks(len * c.ci))
-        .try_for_each(|(o, xr)| one_row(o, xr))
+        .zip(scratch.par_chunks_mut(tiles * window))
+        .enumerate()
+        .try_for_each(|(r, (o_row, s_row))| {
+            o_row
+                .par_chunks_mut(tt * c.co)
+                .zip(s_row.par_chunks_mut(window))
+                .enumerate()
+                .try_for_each(|(t, (o, win))| tile(c, &io, (r, t * tt), o, win))
+        })
+}
+
+/// Outputs `t0..t0 + o.len() / c_out` of row `r`.
+fn tile(
+    c: &Ctx,
+    io: &TileIo<'_>,
+    (r, t0): (usize, usize),
+    o: &mut [f32],
+    win: &mut [f32],
+) -> Result<()> {
+    let n_t = o.len() / c.co;
+    // Virtual rows of xin: `hist` state rows, then the (ELU'd) input; the window is t0..t1 + hist.
+    let (v0, v1) = (t0, t0 + n_t + c.hist);
+    let win = &mut win[..(v1 - v0) * c.ci];
+    let from_state = c.hist.min(v1).saturating_sub(v0);
+    if from_state > 0 {
+        let s = io.slots[r] as usize * c.hist * c.ci;
+        win[..from_state * c.ci]
+            .copy_from_slice(&io.state[s + v0 * c.ci..s + (v0 + from_state) * c.ci]);
+    }
+    let x_row = &io.x[r * c.time * c.ci..(r + 1) * c.time * c.ci];
+    let x0 = v0 + from_state - c.hist;
+    let src = &x_row[x0 * c.ci..(v1 - c.hist) * c.ci];
+    let dst = &mut win[from_state * c.ci..];
+    if c.elu {
+        math::elu_into(dst, src);
+    } else {
+        dst.copy_from_slice(src);
+    }
+    let span = r * c.time * c.co + t0 * c.co..r * c.time * c.co + (t0 + n_t) * c.co;
+    let res = io.residual.map(|v| &v[span]);
+    let accumulate = prefill(o, io.bias, res, c.co);
+    let taps = if c.dil == 1 { 1 } else { c.kernel };
+    // Dilation 1: one product whose lhs rows overlap; otherwise one product per tap.
+    let (k, lhs_step) = if taps == 1 {
+        (c.kernel * c.ci, 0)
+    } else {
+        (c.ci, c.dil * c.ci)
+    };
+    for j in 0..taps {
+        MatMul {
+            m: n_t,
+            n: c.co,
+            k,
+            dst: &mut *o,
+            dst_rs: c.co,
+            lhs: &win[j * lhs_step..],
+            lhs_rs: c.ci,
+            lhs_cs: 1,
+            rhs: &io.w[j * c.ci..],
+            rhs_rs: 1,
+            rhs_cs: c.kernel * c.ci,
+            accumulate: accumulate || j > 0,
+            threads: 1,
+        }
+        .run("conv1d")?;
+    }
+    Ok(())
+}
+
+/// New history of each row: the last `hist` virtual rows of its xin (old state rows while the
+/// input is shorter than the history). Sequential: padded rows share the dummy row.
+fn write_back(c: &Ctx, x: &[f32], state: &mut [f32], slots: &[i32]) {
+    let (hist, ci) = (c.hist, c.ci);
+    if hist == 0 {
+        return;
+    }
+    for (r, &s) in slots.iter().enumerate() {
+        let st = &mut state[s as usize * hist * ci..(s as usize + 1) * hist * ci];
+        let kept = hist.saturating_sub(c.time);
+        // Old rows kept move to the front (forward copy: the source lies after the destination).
+        st.copy_within(c.time.min(hist) * ci.., 0);
+        let x_row = &x[r * c.time * ci..(r + 1) * c.time * ci];
+        let src = &x_row[(c.time - (hist - kept)) * ci..];
+        if c.elu {
+            math::elu_into(&mut st[kept * ci..], src);
+        } else {
+            st[kept * ci..].copy_from_slice(src);
+        }
+    }
 }
 
 /// Copies the im2col matrix of every row, then runs one row-invariant product over all of them.

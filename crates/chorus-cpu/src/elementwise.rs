@@ -78,7 +78,7 @@ pub(crate) fn gelu(be: &CpuBackend, x: &mut CpuBuf, len: usize) -> Result<()> {
     let x = &mut x.0[..len];
     be.install(|| {
         x.par_chunks_mut(ELEMENTWISE_GRAIN / 4)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = math::gelu(*v)));
+            .for_each(math::gelu_in_place);
     });
     Ok(())
 }

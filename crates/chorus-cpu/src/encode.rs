@@ -55,6 +55,12 @@ pub(crate) fn replicate_history(a: ReplicateArgs<'_, CpuBackend>) -> Result<()> 
     Ok(())
 }
 
+/// Rows quantised together: they share each codebook tile while it sits in L2 (a row alone would
+/// stream all of a level's codebook, 2 MiB at Mimi's sizes, from memory for itself).
+const RVQ_ROW_BLOCK: usize = 8;
+/// Codebook entries per tile: 256 dims x 512 entries of f32 is 512 KiB, well inside L2.
+const RVQ_ENTRY_TILE: usize = 512;
+
 pub(crate) fn rvq_encode(be: &CpuBackend, a: RvqEncodeArgs<'_, CpuBackend>) -> Result<()> {
     const OP: &str = "rvq_encode";
     let (rows, dim, cbd, card, books) = (a.rows, a.dim, a.cb_dim, a.card, a.books);
@@ -63,54 +69,229 @@ pub(crate) fn rvq_encode(be: &CpuBackend, a: RvqEncodeArgs<'_, CpuBackend>) -> R
     check::at_least(OP, "codebooks", a.codebooks.len(), books * cbd * card)?;
     check::at_least(OP, "norms", a.norms.len(), books * card)?;
     check::at_least(OP, "codes", a.codes.len(), rows * books)?;
-    let (x, proj, cbs, norms) = (&a.x.0, &a.proj.0, &a.codebooks.0, &a.norms.0);
-    let semantic = a.semantic_books;
+    if rows == 0 {
+        return Ok(());
+    }
+    let q = Rvq {
+        x: &a.x.0,
+        proj: &a.proj.0,
+        cbs: &a.codebooks.0,
+        norms: &a.norms.0,
+        dim,
+        cbd,
+        card,
+        semantic: a.semantic_books,
+    };
     let codes = &mut a.codes.0[..rows * books];
-    // Each row gets its own residual and scores from the arena: no allocation in a step.
-    let per_row = cbd + card;
-    be.scratch.with(rows * per_row, |scratch| {
+    // Each block of rows gets its residuals and scores from the arena: no allocation in a step.
+    let per_block = RVQ_ROW_BLOCK * (cbd + card);
+    let blocks = rows.div_ceil(RVQ_ROW_BLOCK);
+    be.scratch.with(blocks * per_block, |scratch| {
         be.install(|| {
             codes
-                .par_chunks_mut(books)
-                .zip(scratch.par_chunks_mut(per_row))
+                .par_chunks_mut(books * RVQ_ROW_BLOCK)
+                .zip(scratch.par_chunks_mut(per_block))
                 .enumerate()
-                .for_each(|(r, (row_codes, work))| {
-                    let n_q = row_codes
-                        .iter()
-                        .position(|&c| c == NO_CODE)
-                        .unwrap_or(books);
-                    let xr = &x[r * dim..(r + 1) * dim];
-                    let (residual, scores) = work.split_at_mut(cbd);
-                    for level in 0..n_q {
-                        if level == 0 || level == semantic {
-                            // Each half quantises its own projection of the latent, not a residual.
-                            let half = usize::from(level == semantic && semantic > 0);
-                            for (o, res) in residual.iter_mut().enumerate() {
-                                let row = (half * cbd + o) * dim;
-                                *res = math::dot(&proj[row..row + dim], xr);
-                            }
-                        }
-                        let book = &cbs[level * cbd * card..(level + 1) * cbd * card];
-                        scores.fill(0.0);
-                        for (d, &rd) in residual.iter().enumerate() {
-                            math::axpy(scores, rd, &book[d * card..(d + 1) * card]);
-                        }
-                        // argmin of |e|^2 - 2 r.e, the squared distance less |r|^2; first index on ties.
-                        let nrm = &norms[level * card..(level + 1) * card];
-                        let mut best = (f32::INFINITY, 0usize);
-                        for (c, (&n, &s)) in nrm.iter().zip(scores.iter()).enumerate() {
-                            let dist = n - 2.0 * s;
-                            if dist < best.0 {
-                                best = (dist, c);
-                            }
-                        }
-                        row_codes[level] = best.1 as i32;
-                        for (d, res) in residual.iter_mut().enumerate() {
-                            *res -= book[d * card + best.1];
-                        }
-                    }
+                .for_each(|(b, (block_codes, work))| {
+                    q.block(b * RVQ_ROW_BLOCK, block_codes, books, work)
                 });
         })
     });
     Ok(())
+}
+
+/// The operands of one quantisation, shared by every block of rows.
+struct Rvq<'a> {
+    x: &'a [f32],
+    proj: &'a [f32],
+    cbs: &'a [f32],
+    norms: &'a [f32],
+    dim: usize,
+    cbd: usize,
+    card: usize,
+    semantic: usize,
+}
+
+impl Rvq<'_> {
+    /// Quantises the rows from `r0` whose codes are `codes` (`books` per row), level by level;
+    /// every score is summed over the codebook's dims in order, as one row alone would sum it.
+    fn block(&self, r0: usize, codes: &mut [i32], books: usize, work: &mut [f32]) {
+        let (dim, cbd, card) = (self.dim, self.cbd, self.card);
+        let n = codes.len() / books;
+        let (residuals, scores) = work.split_at_mut(RVQ_ROW_BLOCK * cbd);
+        let mut n_q = [0usize; RVQ_ROW_BLOCK];
+        for (q, c) in n_q.iter_mut().zip(codes.chunks_exact(books)) {
+            *q = c.iter().position(|&c| c == NO_CODE).unwrap_or(books);
+        }
+        let levels = n_q.iter().copied().max().unwrap_or(0);
+        for level in 0..levels {
+            let live = |r: &usize| level < n_q[*r];
+            if level == 0 || level == self.semantic {
+                // Each half quantises its own projection of the latent, not a residual.
+                let half = usize::from(level == self.semantic && self.semantic > 0);
+                for r in (0..n).filter(live) {
+                    let xr = &self.x[(r0 + r) * dim..(r0 + r + 1) * dim];
+                    let res = &mut residuals[r * cbd..(r + 1) * cbd];
+                    for (o, v) in res.iter_mut().enumerate() {
+                        let row = (half * cbd + o) * dim;
+                        *v = math::dot(&self.proj[row..row + dim], xr);
+                    }
+                }
+            }
+            let book = &self.cbs[level * cbd * card..(level + 1) * cbd * card];
+            for e0 in (0..card).step_by(RVQ_ENTRY_TILE) {
+                let e1 = (e0 + RVQ_ENTRY_TILE).min(card);
+                for r in (0..n).filter(live) {
+                    let s = &mut scores[r * card + e0..r * card + e1];
+                    s.fill(0.0);
+                    for (d, &rd) in residuals[r * cbd..(r + 1) * cbd].iter().enumerate() {
+                        math::axpy(s, rd, &book[d * card + e0..d * card + e1]);
+                    }
+                }
+            }
+            // argmin of |e|^2 - 2 r.e, the squared distance less |r|^2; first index on ties.
+            let nrm = &self.norms[level * card..(level + 1) * card];
+            for r in (0..n).filter(live) {
+                let mut best = (f32::INFINITY, 0usize);
+                for (c, (&nm, &s)) in nrm
+                    .iter()
+                    .zip(&scores[r * card..(r + 1) * card])
+                    .enumerate()
+                {
+                    let dist = nm - 2.0 * s;
+                    if dist < best.0 {
+                        best = (dist, c);
+                    }
+                }
+                codes[r * books + level] = best.1 as i32;
+                for (d, v) in residuals[r * cbd..(r + 1) * cbd].iter_mut().enumerate() {
+                    *v -= book[d * card + best.1];
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Backend, BufRole};
+
+    /// Sizes that leave a partial row block and a partial entry tile.
+    const ROWS: usize = 19;
+    const DIM: usize = 24;
+    const CBD: usize = 16;
+    const CARD: usize = RVQ_ENTRY_TILE + 188;
+    const BOOKS: usize = 6;
+    const SEMANTIC: usize = 1;
+
+    fn values(seed: u64, len: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// One row quantised alone, one codebook entry after another (the plain statement of RVQ).
+    fn reference(x: &[f32], proj: &[f32], cbs: &[f32], norms: &[f32], n_q: usize) -> Vec<i32> {
+        let mut codes = vec![NO_CODE; BOOKS];
+        let mut res = [0.0f32; CBD];
+        for level in 0..n_q {
+            if level == 0 || level == SEMANTIC {
+                let half = usize::from(level == SEMANTIC);
+                for (o, r) in res.iter_mut().enumerate() {
+                    *r = math::dot(&proj[(half * CBD + o) * DIM..(half * CBD + o + 1) * DIM], x);
+                }
+            }
+            let book = &cbs[level * CBD * CARD..(level + 1) * CBD * CARD];
+            let mut best = (f32::INFINITY, 0usize);
+            for c in 0..CARD {
+                let mut s = 0.0f32;
+                for (d, &r) in res.iter().enumerate() {
+                    s += r * book[d * CARD + c];
+                }
+                let dist = norms[level * CARD + c] - 2.0 * s;
+                if dist < best.0 {
+                    best = (dist, c);
+                }
+            }
+            codes[level] = best.1 as i32;
+            for (d, r) in res.iter_mut().enumerate() {
+                *r -= book[d * CARD + best.1];
+            }
+        }
+        codes
+    }
+
+    fn run(be: &CpuBackend, x: &[f32], tables: [&CpuBuf; 3], n_q: &[usize]) -> Vec<i32> {
+        let rows = n_q.len();
+        let mut codes = CpuInts(vec![0; rows * BOOKS]);
+        for (r, &q) in n_q.iter().enumerate() {
+            codes.0[r * BOOKS + q..(r + 1) * BOOKS].fill(NO_CODE);
+        }
+        let x = be.upload(x, BufRole::Activation).unwrap();
+        be.rvq_encode(RvqEncodeArgs {
+            x: &x,
+            proj: tables[0],
+            codebooks: tables[1],
+            norms: tables[2],
+            codes: &mut codes,
+            rows,
+            dim: DIM,
+            cb_dim: CBD,
+            card: CARD,
+            books: BOOKS,
+            semantic_books: SEMANTIC,
+        })
+        .unwrap();
+        codes.0
+    }
+
+    #[test]
+    fn blocks_of_rows_with_their_own_levels_equal_each_row_alone_and_the_plain_rvq() {
+        let be = CpuBackend::new(Some(2)).unwrap();
+        let x = values(1, ROWS * DIM);
+        let proj = values(2, 2 * CBD * DIM);
+        // Codebooks of shrinking scale, as residual levels have, so later levels still choose.
+        let cbs: Vec<f32> = values(3, BOOKS * CBD * CARD)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * 0.7f32.powi((i / (CBD * CARD)) as i32))
+            .collect();
+        let norms: Vec<f32> = (0..BOOKS * CARD)
+            .map(|i| {
+                let (l, c) = (i / CARD, i % CARD);
+                (0..CBD)
+                    .map(|d| cbs[(l * CBD + d) * CARD + c].powi(2))
+                    .sum()
+            })
+            .collect();
+        let tables = [&proj, &cbs, &norms].map(|t| be.upload(t, BufRole::Table).unwrap());
+        let tables = [&tables[0], &tables[1], &tables[2]];
+        let n_q: Vec<usize> = (0..ROWS).map(|r| (r * 5) % (BOOKS + 1)).collect();
+        let all = run(&be, &x, tables, &n_q);
+        let mut distinct = std::collections::HashSet::new();
+        for (r, &q) in n_q.iter().enumerate() {
+            let xr = &x[r * DIM..(r + 1) * DIM];
+            let want = reference(xr, &proj, &cbs, &norms, q);
+            assert_eq!(
+                &all[r * BOOKS..(r + 1) * BOOKS],
+                want.as_slice(),
+                "row {r}, n_q {q}"
+            );
+            assert_eq!(run(&be, xr, tables, &[q]), want, "row {r} alone");
+            distinct.extend(want.iter().copied().filter(|&c| c != NO_CODE));
+        }
+        // The data make real choices: many different codes, not one entry everywhere.
+        assert!(
+            distinct.len() > 20,
+            "only {} distinct codes",
+            distinct.len()
+        );
+    }
 }

@@ -201,6 +201,24 @@ fn conv1d_rows_split_into_chunks() {
     }
 }
 
+/// Long convolutions run in tiles of outputs whose windows start in the state or the input: a
+/// history longer than the input (every window partly state, the new state partly old state) and
+/// a length that leaves a short last tile.
+#[test]
+fn conv1d_tiles_with_a_history_longer_than_the_input() {
+    let be = backend();
+    for &(time, dil, elu) in &[(70usize, 16usize, true), (70, 16, false), (331, 9, true)] {
+        let case = Case {
+            geom: geom(2, time, 8, 6, 7, dil, elu),
+            bias: true,
+            residual: true,
+            slots: vec![1, 3],
+            total_rows: 5,
+        };
+        check_case(&be, &case, 500 + time as u64 + dil as u64);
+    }
+}
+
 #[test]
 fn conv1d_padded_rows_only_touch_the_dummy_row() {
     let be = backend();
