@@ -171,8 +171,9 @@ impl PyEncoder {
         max_streams: usize,
         threads: Option<usize>,
     ) -> PyResult<Self> {
+        let requested = DeviceKind::parse(device).py_err()?;
         let spec = EncoderSpec {
-            device: DeviceKind::parse(device).py_err()?,
+            device: requested,
             precision: precision.map(Precision::parse).transpose().py_err()?,
             max_slots: max_streams,
             buckets: Buckets::new(DEFAULT_BUCKETS)
@@ -180,7 +181,7 @@ impl PyEncoder {
                 .py_err()?,
             threads,
             cuda_device: CUDA_DEVICE,
-            chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
+            chunk_frames: chorus_runtime::whole_file_encode_chunk(requested),
         };
         let name = model.to_owned();
         let kind = py.detach(|| chorus_runtime::resolve(spec.device));

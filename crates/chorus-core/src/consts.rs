@@ -25,12 +25,16 @@ pub const DEFAULT_BUCKETS: &[usize] = &[
 /// inside the step (one graph per bucket), the attention over 96 tokens, instead of one step per
 /// frame; a sequence's last chunk is padded past its end (the decoder is causal).
 pub const WHOLE_FILE_DECODE_CHUNK: usize = 48;
-/// [`WHOLE_FILE_DECODE_CHUNK`] on the CPU: there a chunk's cost grows with its frames (no launch
-/// overhead to spread), and 48 frames measured slower than 16 on the 2-core development machine
-/// (docs/PERFORMANCE.md), partly from padding a short file's last chunk.
-pub const CPU_WHOLE_FILE_DECODE_CHUNK: usize = 16;
+/// [`WHOLE_FILE_DECODE_CHUNK`] on the CPU: its long convolutions run in cache-sized tiles whatever
+/// the chunk, so a longer chunk only spreads the weights of the transformer and the first stage
+/// over more frames; 32 measured ahead of 16 on the 2-core development machine (docs/PERFORMANCE.md)
+/// and pads a 10 s file's last chunk by 3 frames (48 would pad 19).
+pub const CPU_WHOLE_FILE_DECODE_CHUNK: usize = 32;
 /// Frames per slot of one whole-file encode step (3.84 s of each file): every convolution runs
 /// over the chunk at once and the attention over its 96 tokens. At 64 files a step's f32
 /// activations stay near 6 GB, which bounds the chunk (the CUDA attention takes a step's queries
 /// span by span, so it does not).
 pub const WHOLE_FILE_ENCODE_CHUNK: usize = 48;
+/// [`WHOLE_FILE_ENCODE_CHUNK`] on the CPU: 32 frames measured ahead of 48 there (a 10 s file's
+/// last chunk pads 3 frames instead of 19) and keeps a batch's f32 activations half as large.
+pub const CPU_WHOLE_FILE_ENCODE_CHUNK: usize = 32;

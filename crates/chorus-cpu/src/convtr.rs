@@ -1,14 +1,15 @@
-//! Streaming transposed convolution (dense through one GEMM, depthwise as a direct loop).
+//! Streaming transposed convolution (dense through products, depthwise as a direct loop).
 //!
 //! Dense: `y[t] = f(x[t]) @ W` with `W = [c_in, kernel * c_out]` gives, for each input step, the
 //! `kernel` output columns it touches; they are overlap-added at stride `stride` into a per-row
 //! accumulator `[time * stride + tail, c_out]` that starts from the slot's stored tail. The first
 //! `time * stride` columns plus bias are the output; the rest is the new bias-free tail. For short
 //! inputs the product runs on a cached transpose of `W` through `rowdot.rs`, so that a row's output
-//! does not depend on how many rows share the call.
+//! does not depend on how many rows share the call; long ones run as tiles of input steps
+//! (`convtr_long.rs`), cut the same way for a row in any batch.
 
 use crate::conv::chunk_rows;
-use crate::gemm::MatMul;
+use crate::convtr_long::{self, LongIo};
 use crate::rowdot::RowDot;
 use crate::{check, math, CpuBackend};
 use chorus_core::{ConvTr1dArgs, ConvTr1dGeom, Error, Result};
@@ -60,26 +61,45 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
     let transposed = (!g.depthwise && time <= ROW_INVARIANT_MAX_TIME)
         .then(|| a.w.transposed(ci, kco))
         .flatten();
-    let padded = if g.depthwise || transposed.is_some() {
-        None
-    } else {
-        a.w.padded(ci, kco)
-    };
-    let w = match (transposed, padded) {
-        (Some(t), _) => DenseW::Rows(&t.data),
-        (None, Some(p)) => DenseW::Cols(&p.data, p.stride),
-        (None, None) => DenseW::Cols(&a.w.0[..w_len], kco),
-    };
     let out = &mut a.out.0[..rows * time * stride * co];
     let bias = a.bias.map(|b| &b.0[..co]);
     let slots = &a.slots.0[..rows];
     let state = &mut a.state.0;
+    if !g.depthwise && transposed.is_none() {
+        let (wc, w_rs) = match a.w.padded(ci, kco) {
+            Some(p) => (&p.data[..], p.stride),
+            None => (&a.w.0[..w_len], kco),
+        };
+        // Long inputs: tiles of input steps as independent tasks (`convtr_long.rs`).
+        let per_row = convtr_long::row_scratch(&g);
+        let chunk = chunk_rows(rows, per_row, w_len);
+        return be.scratch.with(chunk * per_row, |scratch| {
+            be.install(|| -> Result<()> {
+                for r0 in (0..rows).step_by(chunk) {
+                    let n = chunk.min(rows - r0);
+                    let io = LongIo {
+                        g,
+                        x: &x[r0 * time * ci..(r0 + n) * time * ci],
+                        w: wc,
+                        w_rs,
+                        bias,
+                        slots: &slots[r0..r0 + n],
+                    };
+                    let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
+                    convtr_long::run(&io, o, state, scratch)?;
+                }
+                Ok(())
+            })
+        });
+    }
 
     let xe_row = if g.elu_input { time * ci } else { 0 };
     let y_row = if g.depthwise { 0 } else { time * kernel * co };
     let per_row = xe_row + y_row + ctx.acc_row;
     let chunk = chunk_rows(rows, per_row, w_len);
     let wt_len = if g.depthwise { kernel * co } else { 0 };
+    // The dense short form's weights, `[kernel * c_out, c_in]` (unused when depthwise).
+    let w_rows = transposed.map_or(&[][..], |t| &t.data[..]);
     be.scratch.with(chunk * per_row + wt_len, |scratch| {
         let (wt, scratch) = scratch.split_at_mut(wt_len);
         if g.depthwise {
@@ -113,7 +133,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
                 if g.depthwise {
                     depthwise(&ctx, &mut ch, wt, state);
                 } else {
-                    dense(&ctx, &mut ch, &mut y_all[..n * y_row], w, state)?;
+                    dense(&ctx, &mut ch, &mut y_all[..n * y_row], w_rows, state);
                 }
                 let o = &mut out[r0 * time * stride * co..(r0 + n) * time * stride * co];
                 finish(&ctx, &ch, o, bias, state);
@@ -124,17 +144,8 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
 }
 
 /// Up to this many input steps a dense transposed convolution runs through `rowdot.rs` on the
-/// transposed weights, whose per-element order does not depend on the row count (longer ones run
-/// `gemm`, whose order does not change with the row count at Mimi's shapes either).
+/// transposed weights, whose per-element order does not depend on the row count.
 const ROW_INVARIANT_MAX_TIME: usize = 64;
-
-/// The dense weights: `[kernel * c_out, c_in]` rows (transposed, row-invariant product) or the
-/// `[c_in, kernel * c_out]` matrix with its row stride.
-#[derive(Clone, Copy)]
-enum DenseW<'a> {
-    Rows(&'a [f32]),
-    Cols(&'a [f32], usize),
-}
 
 /// Geometry of one call plus derived sizes.
 struct Ctx {
@@ -160,39 +171,23 @@ struct Chunk<'a> {
     acc: &'a mut [f32],
 }
 
-fn dense(c: &Ctx, ch: &mut Chunk<'_>, y: &mut [f32], w: DenseW<'_>, state: &[f32]) -> Result<()> {
+/// A short dense input (up to `ROW_INVARIANT_MAX_TIME` steps): one row-invariant product on the
+/// transposed weights `wt`, then the overlap-add of each row's steps onto its stored tail.
+fn dense(c: &Ctx, ch: &mut Chunk<'_>, y: &mut [f32], wt: &[f32], state: &[f32]) {
     let (slots, xin, acc) = (ch.slots, ch.xin, &mut *ch.acc);
     let g = c.g;
     let kco = g.kernel * g.c_out;
-    match w {
-        DenseW::Rows(wt) => RowDot {
-            n: slots.len() * g.time,
-            m: kco,
-            k: g.c_in,
-            x: xin,
-            x_rs: g.c_in,
-            w: wt,
-            accumulate: false,
-            threads: c.threads,
-        }
-        .run(y),
-        DenseW::Cols(w, w_rs) => MatMul {
-            m: slots.len() * g.time,
-            n: kco,
-            k: g.c_in,
-            dst: y,
-            dst_rs: kco,
-            lhs: xin,
-            lhs_rs: g.c_in,
-            lhs_cs: 1,
-            rhs: w,
-            rhs_rs: w_rs,
-            rhs_cs: 1,
-            accumulate: false,
-            threads: c.threads,
-        }
-        .run("conv_tr1d")?,
+    RowDot {
+        n: slots.len() * g.time,
+        m: kco,
+        k: g.c_in,
+        x: xin,
+        x_rs: g.c_in,
+        w: wt,
+        accumulate: false,
+        threads: c.threads,
     }
+    .run(y);
     let step = g.stride * g.c_out;
     acc.par_chunks_mut(c.acc_row)
         .zip(y.par_chunks(g.time * kco))
@@ -207,7 +202,6 @@ fn dense(c: &Ctx, ch: &mut Chunk<'_>, y: &mut [f32], w: DenseW<'_>, state: &[f32
                 );
             }
         });
-    Ok(())
 }
 
 fn depthwise(c: &Ctx, ch: &mut Chunk<'_>, wt: &[f32], state: &[f32]) {

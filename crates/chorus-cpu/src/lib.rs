@@ -31,6 +31,7 @@ mod buffers;
 mod check;
 mod conv;
 mod convtr;
+mod convtr_long;
 mod elementwise;
 mod encode;
 mod gemm;

@@ -70,6 +70,14 @@ pub fn whole_file_decode_chunk(kind: DeviceKind) -> usize {
     }
 }
 
+/// Frames per whole-file encode step on `kind` (`auto` resolved).
+pub fn whole_file_encode_chunk(kind: DeviceKind) -> usize {
+    match resolve(kind) {
+        DeviceKind::Cpu => chorus_core::CPU_WHOLE_FILE_ENCODE_CHUNK,
+        _ => chorus_core::WHOLE_FILE_ENCODE_CHUNK,
+    }
+}
+
 /// Builds a decoder for `model` per `spec`, warmed up (CUDA graphs captured); CUDA uses device 0.
 pub fn open_decoder(model: &LoadedModel, spec: &DecoderSpec) -> Result<Box<dyn FrameDecoder>> {
     open_decoder_on(model, spec, DEFAULT_CUDA_DEVICE)

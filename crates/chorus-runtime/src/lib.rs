@@ -19,8 +19,8 @@ pub mod tts;
 
 pub use chorus_core::{Error, Result};
 pub use device::{
-    cuda_options, open_decoder, open_decoder_on, resolve, whole_file_decode_chunk, DecoderSpec,
-    DeviceKind,
+    cuda_options, open_decoder, open_decoder_on, resolve, whole_file_decode_chunk,
+    whole_file_encode_chunk, DecoderSpec, DeviceKind,
 };
 pub use devices::{visible_cuda_devices, DeviceList};
 pub use encoder::{open_encoder, EncoderSpec};

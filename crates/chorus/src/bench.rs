@@ -54,7 +54,7 @@ pub struct BenchArgs {
     /// Passes per `--whole-file` cell; the best is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// Frames per slot of a `--whole-file` encode step (default: `WHOLE_FILE_ENCODE_CHUNK`).
+    /// Frames per slot of a `--whole-file` encode step (default: the device's `whole_file_encode_chunk`).
     #[arg(long)]
     pub chunk_frames: Option<usize>,
     /// Frames per slot of a `--whole-file` decode step (default: the device's `whole_file_decode_chunk`).

@@ -1,11 +1,11 @@
 //! `chorus bench --whole-file`: whole files through the long-chunk paths of the bulk data-set
-//! commands (`EncodeBatch` with `WHOLE_FILE_ENCODE_CHUNK`-frame encode steps, `DecodeBatch` with
+//! commands (`EncodeBatch` with `whole_file_encode_chunk`-frame encode steps, `DecodeBatch` with
 //! `whole_file_decode_chunk`-frame decode steps): B files of S seconds side by side, encoded and then
 //! decoded from the zero state, best wall time of `--repeats` passes.
 
 use crate::bench::BenchArgs;
 use anyhow::{bail, Result};
-use chorus_core::{Buckets, FRAME_SAMPLES, WHOLE_FILE_ENCODE_CHUNK};
+use chorus_core::{Buckets, FRAME_SAMPLES};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_runtime::bulk::{AudioInput, DecodeBatch, DecodeInput, EncodeBatch, SlotBatch};
 use chorus_runtime::device::{open_decoder, DecoderSpec, DeviceKind};
@@ -52,7 +52,9 @@ pub fn run(
             buckets: Buckets::new(&[b])?,
             threads: args.threads,
             cuda_device: 0,
-            chunk_frames: args.chunk_frames.unwrap_or(WHOLE_FILE_ENCODE_CHUNK),
+            chunk_frames: args
+                .chunk_frames
+                .unwrap_or_else(|| chorus_runtime::whole_file_encode_chunk(device)),
         };
         let mut enc = open_encoder(model, &enc_spec)?;
         let dec_spec = DecoderSpec {

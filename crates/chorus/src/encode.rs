@@ -5,7 +5,7 @@
 use crate::dataset::BulkOptions;
 use crate::decode::parse_precision;
 use anyhow::{bail, Context, Result};
-use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES, WHOLE_FILE_ENCODE_CHUNK};
+use chorus_core::{AudioFrame, Buckets, Precision, FRAME_SAMPLES};
 use chorus_runtime::bulk::{read_audio_input, AudioInput};
 use chorus_runtime::{open_encoder, DeviceKind, EncoderSpec};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,7 +78,7 @@ pub fn run(args: EncodeArgs) -> Result<()> {
         buckets: Buckets::new(&[1])?,
         threads: None,
         cuda_device: 0,
-        chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
+        chunk_frames: chorus_runtime::whole_file_encode_chunk(args.device),
     };
     let mut enc = open_encoder(&model, &spec)?;
     eprintln!(

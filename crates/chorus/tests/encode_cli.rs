@@ -104,8 +104,8 @@ fn oracle_audio_encodes_to_the_oracle_codes() {
         NpyData::Float(v) => v,
         NpyData::Int(_) => panic!("audio must be floats"),
     };
-    // One whole-file chunk step, then frame steps for the tail: both paths against the oracle.
-    let frames = chorus_core::WHOLE_FILE_ENCODE_CHUNK + 4;
+    // One whole-file chunk step (the CPU's), then a padded one for the tail, against the oracle.
+    let frames = chorus_core::CPU_WHOLE_FILE_ENCODE_CHUNK + 4;
     let wav = d.join("speech.wav");
     let spec = hound::WavSpec {
         channels: 1,

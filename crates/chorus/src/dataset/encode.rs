@@ -7,7 +7,7 @@ use super::walk::{jobs, read_list, walk_dir, AUDIO_EXTENSIONS};
 use super::BulkOptions;
 use crate::encode::EncodeArgs;
 use anyhow::{bail, Result};
-use chorus_core::{Buckets, DEFAULT_BUCKETS, WHOLE_FILE_ENCODE_CHUNK};
+use chorus_core::{Buckets, DEFAULT_BUCKETS};
 use chorus_runtime::bulk::{read_audio_input, EncodeBatch, EncodedFile};
 use chorus_runtime::{open_encoder, EncoderSpec};
 
@@ -39,7 +39,7 @@ pub fn run_encode(args: &EncodeArgs, bulk: &BulkOptions) -> Result<()> {
         buckets: Buckets::new(DEFAULT_BUCKETS)?.capped(batch)?,
         threads: None,
         cuda_device: 0,
-        chunk_frames: WHOLE_FILE_ENCODE_CHUNK,
+        chunk_frames: chorus_runtime::whole_file_encode_chunk(args.device),
     };
     let mut enc = open_encoder(&model, &spec)?;
     drop(model);
