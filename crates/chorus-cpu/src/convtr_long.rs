@@ -19,9 +19,11 @@ const TILE_MIN: usize = 32;
 /// ...and at most this many (a task's products of `kernel * c_out` columns stay in L2).
 const TILE_MAX: usize = 256;
 
-/// Input steps per task for an input of `time` steps.
-pub(crate) fn input_tile(time: usize) -> usize {
-    (time.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(TILE_MIN, TILE_MAX)
+/// Input steps per task: a function of the geometry alone, and never fewer than `back`, so that
+/// only the first tile's outputs reach back into the stored tail.
+pub(crate) fn input_tile(g: &ConvTr1dGeom) -> usize {
+    let tt = (g.time.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(TILE_MIN, TILE_MAX);
+    tt.max(back(g))
 }
 
 /// Earlier input steps whose kernels reach into a tile's outputs.
@@ -31,7 +33,7 @@ fn back(g: &ConvTr1dGeom) -> usize {
 
 /// Scratch elements one row needs: per task its (ELU'd) input, products and accumulator.
 pub(crate) fn row_scratch(g: &ConvTr1dGeom) -> usize {
-    let tt = input_tile(g.time);
+    let tt = input_tile(g);
     g.time.div_ceil(tt) * task_scratch(g, tt)
 }
 
@@ -67,7 +69,7 @@ pub(crate) fn run(
 ) -> Result<()> {
     let g = io.g;
     let (co, s) = (g.c_out, g.stride);
-    let tt = input_tile(g.time);
+    let tt = input_tile(&g);
     let (tiles, per_task) = (g.time.div_ceil(tt), task_scratch(&g, tt));
     let per_row = tiles * per_task;
     let work = &mut scratch[..io.slots.len() * per_row];

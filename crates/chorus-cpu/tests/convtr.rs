@@ -179,13 +179,14 @@ fn conv_tr1d_matches_reference_streamed() {
 }
 
 /// Long inputs run as tiles of input steps that recompute the steps before them (`back` of 2
-/// for kernel 5 at stride 2, none without a tail): every tile edge, streamed across calls.
+/// for kernel 5 at stride 2, 39 for kernel 40 at stride 1, none without a tail): every tile
+/// edge, streamed across calls.
 #[test]
 fn conv_tr1d_long_inputs_in_tiles_match_the_reference() {
     let be = backend();
     let mut seed = 700;
     for &(rows, ref slots) in &[(1usize, vec![2i32]), (3, vec![3, 0, 1])] {
-        for &(k, s) in &[(4usize, 2usize), (16, 8), (5, 2), (3, 3)] {
+        for &(k, s) in &[(4usize, 2usize), (16, 8), (5, 2), (3, 3), (40, 1)] {
             for &(elu, bias) in &[(true, true), (false, false)] {
                 let case = Case {
                     rows,
