@@ -210,7 +210,8 @@ class MimiStream:
 
         Returns float32 PCM of ``k * 1920`` samples (numpy or torch, like the input). The whole
         block is checked before any frame is decoded, so a refused block leaves the stream as it
-        was, and it runs as one call (16 frames per step where it can).
+        was, and it runs as one call (the device's whole-file chunk per step where it can: 32 frames
+        on the CPU, 48 on CUDA).
         """
         self._check()
         if (codes is None) == (latent is None):
