@@ -38,7 +38,12 @@ const TIME_TILE_MAX: usize = 512;
 /// Outputs per task of a long convolution of `time` steps: a function of the length alone, never
 /// of the row or thread count, so that a row is cut into the same products whatever shares its call.
 fn time_tile(time: usize) -> usize {
-    (time.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(TIME_TILE_MIN, TIME_TILE_MAX)
+    tile_len(time, TIME_TILE_MIN, TIME_TILE_MAX)
+}
+
+/// `len` cut into about `TILES_PER_ROW` tiles, rounded up to 16 steps, within `min..=max`.
+pub(crate) fn tile_len(len: usize, min: usize, max: usize) -> usize {
+    (len.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(min, max)
 }
 
 /// Rows per chunk: enough that re-reading the weights per chunk costs no more than the chunk's own

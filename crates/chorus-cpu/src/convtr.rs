@@ -234,16 +234,7 @@ fn finish(c: &Ctx, ch: &Chunk<'_>, out: &mut [f32], bias: Option<&[f32]>, state:
     let head = c.g.time * c.g.stride * co;
     out.par_chunks_mut(head)
         .zip(acc.par_chunks(c.acc_row))
-        .for_each(|(o, ar)| match bias {
-            Some(b) => {
-                for (oc, ac) in o.chunks_exact_mut(co).zip(ar[..head].chunks_exact(co)) {
-                    for i in 0..co {
-                        oc[i] = ac[i] + b[i];
-                    }
-                }
-            }
-            None => o.copy_from_slice(&ar[..head]),
-        });
+        .for_each(|(o, ar)| convtr_long::write_out(bias, co, ar, o));
     let st = c.tail * co;
     for (ar, &s) in acc.chunks_exact(c.acc_row).zip(slots) {
         let s = s as usize;

@@ -7,14 +7,13 @@
 //! streaming a `[time, kernel * c_out]` intermediate through memory. The tile length depends on
 //! the input length alone, so a row is cut the same way whatever shares its call.
 
+use crate::conv::tile_len;
 use crate::gemm::MatMul;
 use crate::math;
 use chorus_core::{ConvTr1dGeom, Result};
 use rayon::prelude::*;
 
-/// A row is cut into about this many tasks...
-const TILES_PER_ROW: usize = 4;
-/// ...of at least this many input steps...
+/// A row's tasks (about `conv::TILES_PER_ROW` of them) have at least this many input steps...
 const TILE_MIN: usize = 32;
 /// ...and at most this many (a task's products of `kernel * c_out` columns stay in L2).
 const TILE_MAX: usize = 256;
@@ -22,8 +21,7 @@ const TILE_MAX: usize = 256;
 /// Input steps per task: a function of the geometry alone, and never fewer than `back`, so that
 /// only the first tile's outputs reach back into the stored tail.
 pub(crate) fn input_tile(g: &ConvTr1dGeom) -> usize {
-    let tt = (g.time.div_ceil(TILES_PER_ROW).div_ceil(16) * 16).clamp(TILE_MIN, TILE_MAX);
-    tt.max(back(g))
+    tile_len(g.time, TILE_MIN, TILE_MAX).max(back(g))
 }
 
 /// Earlier input steps whose kernels reach into a tile's outputs.
@@ -173,8 +171,8 @@ fn task<'w>(
     Ok(acc)
 }
 
-/// Writes a tile's outputs: its accumulator's head plus bias.
-fn write_out(bias: Option<&[f32]>, co: usize, acc: &[f32], out: &mut [f32]) {
+/// Writes `out.len()` outputs: the accumulator's head plus bias.
+pub(crate) fn write_out(bias: Option<&[f32]>, co: usize, acc: &[f32], out: &mut [f32]) {
     let head = out.len();
     match bias {
         Some(b) => {
