@@ -4,7 +4,7 @@
 # ($BIN/chorus_base, when packed) and after it ($BIN/chorus): `chorus music-bench` over 8-bit and
 # bf16 caches (AB_SONGS, default 1,64,128, context 1,000; AB_CONTEXTS adds a `--contexts` sweep)
 # and `chorus stt-bench`'s LM step (the 1B over 8-bit rings at AB_STT_FP8, default 2,500 streams;
-# bf16 rings at AB_STT_BF16, 1,300). AB_KV picks the music caches (default "fp8 bf16"); then
+# bf16 rings at AB_STT_BF16, 1,300; 0 skips them). AB_KV picks the music caches (default "fp8 bf16"); then
 # Nsight Compute on the 8-bit decode (AB_NCU=0 skips it). AB_BINS lists other binaries to compare.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,7 @@ for b in $bins; do
   section "$b stt-bench, 8-bit rings"
   "$BIN/$b" stt-bench --device cuda --steps 10 --model random --kv-cache fp8 --streams ${AB_STT_FP8:-2500} 2>&1 \
     | grep -v '^warning' || status=1
+  [ "${AB_STT_BF16:-1300}" = 0 ] && continue
   section "$b stt-bench, bf16 rings"
   "$BIN/$b" stt-bench --device cuda --steps 10 --model random --streams ${AB_STT_BF16:-1300} 2>&1 \
     | grep -v '^warning' || status=1

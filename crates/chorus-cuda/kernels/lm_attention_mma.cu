@@ -20,11 +20,11 @@
 //   of keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9 (the keys of its scores) and pairs two keys' values of
 //   one channel into a fragment register with a byte permute. Its accumulators are O[heads 2 t,
 //   2 t + 1][those channels].
-// Over 8-bit caches the products are mma.m16n8k32 in E4M3 (pam8_decode), so the cache bytes are
-// fragments as loaded and nothing is converted per key: the queries and the weights enter as two
-// E4M3 terms each (hi + lo, about 8 bits, as bf16 carries; pam_split2), scaled by powers of two
-// into E4M3's range. Keys are consumed 32 at a time, four n8 score tiles; the value fragment
-// takes four keys' bytes of one channel, a 4 x 4 byte transpose of the loaded words (pam_t4).
+// Over 8-bit caches (pam8_decode) each cache byte is unpacked once to f16 (exact) and the products
+// are f16 mma.m16n8k16, the queries and the weights in f16, scaled by powers of two (sm_90 has no
+// E4M3 mma.sync of its own: it unpacks every operand byte of each such product, hi + lo query
+// terms included). Keys are consumed 32 at a time, four n8 score tiles; the value fragment takes
+// four keys' bytes of one channel, a 4 x 4 byte transpose of the loaded words (pam_t4).
 // Sums are f32; each step's products start from zero and are added to the running accumulators.
 // Each warp copies its steps into shared memory (cp.async) two steps ahead of the one it
 // computes: the bytes in flight take no registers, so copies are in flight while the warp
@@ -58,12 +58,17 @@ __device__ __forceinline__ void pam_advance(PamCursor& c, int by, const PagedDim
     }
 }
 
-// Element offset of the entry `off` keys past the cursor (kv head 0), as pa_entry computes it.
-__device__ __forceinline__ long long pam_entry(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
+// The cache position (block * block_size + offset) of the entry `off` keys past the cursor.
+__device__ __forceinline__ int pam_row(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
     pam_advance(c, off, d);
     int blk = table[c.b];
     blk = min(max(blk, 0), d.num_blocks - 1);
-    return ((long long)blk * d.block_size + c.o) * (long long)(d.kv_heads * PAM_D);
+    return blk * d.block_size + c.o;
+}
+
+// Element offset of the entry `off` keys past the cursor (kv head 0), as pa_entry computes it.
+__device__ __forceinline__ long long pam_entry(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
+    return (long long)pam_row(table, c, off, d) * (long long)(d.kv_heads * PAM_D);
 }
 
 // The (row, kv head, split) of a decode block, its keys [k_begin, k_end) of the row's n, the
@@ -288,27 +293,24 @@ __device__ __forceinline__ void pam_decode(const T* __restrict__ qkv, const T* _
 #endif
 
 #if PAM8_ENABLED
-__device__ __forceinline__ void pam_mma_e4m3(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+// On sm_90 an mma.sync over E4M3 operands is not native: it compiles to an f16 HMMA per k16
+// with every operand byte unpacked first (F2FP), so the 8-bit decode unpacks each cache byte
+// once itself and takes f16 products, its queries and weights in f16 (10 bits, held or packed
+// once), half the HMMAs of E4M3 products with hi + lo terms.
+__device__ __forceinline__ void pam_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
     asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// (x0, x1) as two E4M3 pairs hi + lo (x0 in the low bytes): hi the nearest E4M3 of the f16 of each
-// value, lo the nearest of what hi leaves (exact in f16), so the pair carries about 8 bits. The
-// callers scale their values into (2^-6, 448) by powers of two first.
-__device__ __forceinline__ void pam_split2(float x0, float x1, unsigned& hi, unsigned& lo) {
-    const unsigned h16 = pam_f16x2(x0, x1);
-    unsigned short h8, l8;
-    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(h8) : "r"(h16));
-    unsigned back, rest;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(back) : "h"(h8));
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(rest) : "r"(h16), "r"(back));
-    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(l8) : "r"(rest));
-    hi = h8;
-    lo = l8;
+// A word's four E4M3 values as two f16x2, exactly: bytes 0, 1 in `lo`, bytes 2, 3 in `hi`, the
+// lower byte in the low half (the halves split in PTX, so no shift extracts the high one).
+__device__ __forceinline__ void pam_e4m3x4(unsigned w, unsigned& lo, unsigned& hi) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
 }
 
 // 2^e for a biased exponent e in [1, 254].
@@ -373,32 +375,36 @@ __device__ __forceinline__ void pam8_issue_offsets(int lane, int* dst) {
 
 // Starts copying the step of 32 keys from the cursor (those past the split, `last` keys on,
 // repeat its last key) into a stage: lane l copies chunk l % 8 of keys l / 8 + 4 i (i < 8) of the
-// keys and the values, and key l's two scales.
+// keys and the values, and key l's two scales. Lane l finds key l's cache position once and the
+// others take theirs by shuffle (warp-uniform call): one table lookup per lane and step.
 __device__ __forceinline__ void pam8_issue(unsigned char* stage, const int* dst, const unsigned char* __restrict__ k_head,
                                            const unsigned char* __restrict__ v_head,
                                            const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                                            const int* __restrict__ table, PamCursor cur, int last, int h, int lane,
                                            const PagedDims& d) {
     const int c = lane % 8;
+    const int row = pam_row(table, cur, min(lane, last), d);
+    const long long stride = (long long)d.kv_heads * PAM_D;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const long long e = pam_entry(table, cur, min(lane / 8 + 4 * i, last), d);
-        cp_async16(stage + dst[i % 2] + 512 * i, k_head + e + 16 * c);
-        cp_async16(stage + dst[2 + i % 2] + 512 * i, v_head + e + 16 * c);
+        const long long e = (long long)__shfl_sync(0xffffffffu, row, min(lane / 8 + 4 * i, last)) * stride + 16 * c;
+        cp_async16(stage + dst[i % 2] + 512 * i, k_head + e);
+        cp_async16(stage + dst[2 + i % 2] + 512 * i, v_head + e);
     }
-    const long long e = pam_entry(table, cur, min(lane, last), d);
-    pam_cp4(stage + PAM8_STAGE_KS + 4 * lane, k_scale + e / PAM_D + h);
-    pam_cp4(stage + PAM8_STAGE_VS + 4 * lane, v_scale + e / PAM_D + h);
+    const long long sc = (long long)row * d.kv_heads + h;
+    pam_cp4(stage + PAM8_STAGE_KS + 4 * lane, k_scale + sc);
+    pam_cp4(stage + PAM8_STAGE_VS + 4 * lane, v_scale + sc);
 }
 
-// Over 8-bit caches, m16n8k32 in E4M3, each warp streaming its steps of 32 keys through
-// PAM8_STAGES stages of shared memory (cp.async: the bytes in flight hold no registers). Per
-// step from k0: score tile j (keys 8 j .. 8 j + 7) takes key 8 j + g's chunks t and t + 4 (k-step
-// ks: chunk t + 4 (ks / 2), words 2 (ks % 2) and + 1, the queries' words alike); the lane's
-// scores are keys 8 j + 2 t, 8 j + 2 t + 1 of head g, which the weight fragment takes at k
-// positions 4 t .. 4 t + 3 (tiles 0, 1) and 16 + 4 t .. (tiles 2, 3): the value fragment's k
-// positions are the same keys. Output tile i, row g is channel 16 g + 2 i, row g + 8 channel
-// 16 g + 2 i + 1: the lane reads chunk g of its eight keys' values.
+// Over 8-bit caches, f16 products of unpacked E4M3 bytes (m16n8k16), each warp streaming its
+// steps of 32 keys through PAM8_STAGES stages of shared memory (cp.async: the bytes in flight
+// hold no registers). Per step from k0: score tile j (keys 8 j .. 8 j + 7) takes key 8 j + g's
+// chunks t and t + 4, word w (channels 4 w .. 4 w + 3 of the two chunks) one k16 product: its
+// low bytes at k 2 t, 2 t + 1, its high bytes at 2 t + 8, 2 t + 9, the queries' channels alike.
+// The lane's scores are keys 8 j + 2 t, 8 j + 2 t + 1 of head g; the value products take keys
+// 2 t, 2 t + 1 (k 2 t, 2 t + 1) and 8 + 2 t, 9 + 2 t (k 2 t + 8, 2 t + 9), then the same 16 keys
+// on, so the weights' fragments are the lane's own. Output tile i, row g is channel 16 g + 2 i,
+// row g + 8 channel 16 g + 2 i + 1: the lane reads chunk g of its eight keys' values.
 template <int G>
 __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const unsigned char* __restrict__ k_cache,
                                             const unsigned char* __restrict__ v_cache, const int* __restrict__ tables,
@@ -406,7 +412,7 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
                                             float* __restrict__ part, const float* __restrict__ k_scale,
                                             const float* __restrict__ v_scale, const PagedDims& d) {
     constexpr int D = PAM_D;
-    constexpr int KS = D / 32;  // k-steps of a score tile
+    constexpr int KW = D / 16;  // a lane's key words per score tile: a k16 product each
     constexpr int MT = D / 16;  // output tiles (16 channels each)
     extern __shared__ float pa_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -419,11 +425,8 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     const int* table = b.table;
     const unsigned char* k_head = k_cache + h * D;
     const unsigned char* v_head = v_cache + h * D;
-    // Shared memory: every warp's stages, then the queries; the merge reuses the stages.
+    // Shared memory: every warp's stages; the merge reuses them.
     unsigned char* stages = reinterpret_cast<unsigned char*>(pa_smem) + warp * PAM8_STAGES * PAM8_STAGE_BYTES;
-    uint4* sq = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(pa_smem) +
-                                         PAM_WARPS * PAM8_STAGES * PAM8_STAGE_BYTES) +
-                lane;
 
     // The first steps' copies start before anything else; `cur` is the next step to copy.
     const int first = k_begin + warp * PAM8_KEYS;
@@ -443,9 +446,10 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
     }
 
     // Head g's channels of the lane's chunks t and t + 4 (zero past the group), scaled by 2^e so
-    // that the head's largest lies in [128, 256), as hi + lo words in shared memory,
-    // [k-step][lane][hi 2, lo 2 words].
+    // that the head's largest lies in [128, 256), as f16 fragments: word w's channels 4 w, 4 w + 1
+    // in qlo[w], 4 w + 2, 4 w + 3 in qhi[w].
     float qf;  // d.scale / 2^e: a score's factor besides its key's scale
+    unsigned qlo[8], qhi[8];
     {
         float qv[32];  // chunk t's 16 channels, then chunk t + 4's
         const T* q = b.q;
@@ -472,17 +476,9 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
         qf = scaled ? d.scale * pam_pow2(eb - 7) : d.scale;
 #pragma unroll
         for (int w = 0; w < 8; ++w) {
-            // Word w: channels 4 w .. 4 w + 3 of qv, k-step w / 2's word w % 2.
-            unsigned h0, l0, h1, l1;
-            pam_split2(qv[4 * w] * up, qv[4 * w + 1] * up, h0, l0);
-            pam_split2(qv[4 * w + 2] * up, qv[4 * w + 3] * up, h1, l1);
-            unsigned* q4 = reinterpret_cast<unsigned*>(sq + 32 * (w / 2));
-            if (warp == 0) {
-                q4[w % 2] = h0 | (h1 << 16);
-                q4[2 + w % 2] = l0 | (l1 << 16);
-            }
+            qlo[w] = pam_f16x2(qv[4 * w] * up, qv[4 * w + 1] * up);
+            qhi[w] = pam_f16x2(qv[4 * w + 2] * up, qv[4 * w + 3] * up);
         }
-        __syncthreads();
     }
 
     // The lane's reads in a stage: key 8 j + g's chunk t + 4 h at k_at[h] + 1024 j; value key
@@ -525,9 +521,6 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
         const int last = k_end - 1 - k0;
 
         // Scores: tile j's sc[j][0..1] = S[head g][keys 8 j + 2 t, + 1] (entries 2, 3: zero rows).
-        uint4 q[KS];  // k-step ks: hi words x, y, lo words z, w
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) q[ks] = pam_lds128(sq + 32 * ks);
         float sc[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -535,12 +528,11 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
 #pragma unroll
             for (int e = 0; e < 4; ++e) sc[j][e] = 0.f;
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                const unsigned b0 = pam_word(kr, 2 * ks), b1 = pam_word(kr, 2 * ks + 1);
-                const unsigned ah[4] = {q[ks].x, 0u, q[ks].y, 0u};
-                const unsigned al[4] = {q[ks].z, 0u, q[ks].w, 0u};
-                pam_mma_e4m3(sc[j], ah, b0, b1);
-                pam_mma_e4m3(sc[j], al, b0, b1);
+            for (int w = 0; w < KW; ++w) {
+                unsigned b0, b1;
+                pam_e4m3x4(pam_word(kr, w), b0, b1);
+                const unsigned a[4] = {qlo[w], 0u, qhi[w], 0u};
+                pam_mma_f16(sc[j], a, b0, b1);
             }
         }
         float x[8], vsc[8];  // the lane's eight keys, u order: 2t, 2t + 1, 8 + 2t, 9 + 2t, 16 + 2t, ...
@@ -578,14 +570,10 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
             psum += p[u];
         }
         l = l * alpha + psum;
-        unsigned ph[2], pl[2];
+        unsigned pw[4];  // the weights times their value scales, f16 pairs in u order
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            unsigned h0, l0, h1, l1;
-            pam_split2(p[4 * k] * vsc[4 * k] * wf, p[4 * k + 1] * vsc[4 * k + 1] * wf, h0, l0);
-            pam_split2(p[4 * k + 2] * vsc[4 * k + 2] * wf, p[4 * k + 3] * vsc[4 * k + 3] * wf, h1, l1);
-            ph[k] = h0 | (h1 << 16);
-            pl[k] = l0 | (l1 << 16);
+        for (int k = 0; k < 4; ++k) {
+            pw[k] = pam_f16x2(p[2 * k] * vsc[2 * k] * wf, p[2 * k + 1] * vsc[2 * k + 1] * wf);
         }
         // The accumulators are heads 2t and 2t + 1: their factors live in lanes 8t and 8t + 4.
         const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t) * shrink;
@@ -602,10 +590,15 @@ __device__ __forceinline__ void pam8_decode(const T* __restrict__ qkv, const uns
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int i = 2 * w + half;
-                const unsigned a[4] = {ya[2 * half], ya[2 * half + 1], yb[2 * half], yb[2 * half + 1]};
+                // Keys 2 t, 2 t + 1 | 8 + 2 t, 9 + 2 t of ya, the 16 keys on of yb (rows g, g + 8).
+                unsigned a[4], a2[4];
+                pam_e4m3x4(ya[2 * half], a[0], a[2]);
+                pam_e4m3x4(ya[2 * half + 1], a[1], a[3]);
+                pam_e4m3x4(yb[2 * half], a2[0], a2[2]);
+                pam_e4m3x4(yb[2 * half + 1], a2[1], a2[3]);
                 float c[4] = {0.f, 0.f, 0.f, 0.f};
-                pam_mma_e4m3(c, a, ph[0], ph[1]);
-                pam_mma_e4m3(c, a, pl[0], pl[1]);
+                pam_mma_f16(c, a, pw[0], pw[1]);
+                pam_mma_f16(c, a2, pw[2], pw[3]);
                 acc[i][0] = fmaf(acc[i][0], a0, c[0]);
                 acc[i][1] = fmaf(acc[i][1], a1, c[1]);
                 acc[i][2] = fmaf(acc[i][2], a0, c[2]);

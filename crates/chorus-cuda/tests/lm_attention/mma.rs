@@ -135,9 +135,9 @@ impl Long8 {
     }
 }
 
-/// The 8-bit tensor-core decode (E4M3 products, 32 keys a step) for every group, contexts that
-/// take several steps per warp and straddle blocks, and a window that wraps its ring: against the
-/// CPU's same 8-bit format.
+/// The 8-bit tensor-core decode (f16 products of the unpacked bytes, 32 keys a step) for every
+/// group, contexts that take several steps per warp and straddle blocks, and a window that wraps
+/// its ring: against the CPU's same 8-bit format.
 #[test]
 fn tensor_core_decode_over_8bit_caches_every_group_and_window() {
     let Some(be) = mma_backend() else { return };
