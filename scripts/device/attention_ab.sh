@@ -4,8 +4,9 @@
 # ($BIN/chorus_base, when packed) and after it ($BIN/chorus): `chorus music-bench` over 8-bit and
 # bf16 caches (AB_SONGS, default 1,64,128, context 1,000; AB_CONTEXTS adds a `--contexts` sweep)
 # and `chorus stt-bench`'s LM step (the 1B over 8-bit rings at AB_STT_FP8, default 2,500 streams;
-# bf16 rings at AB_STT_BF16, 1,300; 0 skips them). AB_KV picks the music caches (default "fp8 bf16"); then
-# Nsight Compute on the 8-bit decode (AB_NCU=0 skips it). AB_BINS lists other binaries to compare.
+# bf16 rings at AB_STT_BF16, 1,300; 0 skips them). AB_KV picks the music caches (default "fp8
+# bf16"); then Nsight Compute on the 8-bit decode (AB_NCU=0 skips it). AB_BINS lists other
+# binaries to compare.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh

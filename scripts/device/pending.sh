@@ -4,9 +4,9 @@
 # seconds, default 570), writes its whole log to $OUT/NAME.log and prints the lines that carry
 # results. Binaries from scripts/device/build_bins.sh (packed in .device-pack/). Parts:
 #   codec      the codec attention over query spans: ops, decoder, encoder_chunk;
-#   lm_attn    the tensor-core decode (groups of 8), the plain kernel in bf16, windows, the draw's
-#              per-row sampling, the fused combine, the rotation with the KV write; the STT
-#              stage's CUDA tests (its windowed heads on the tensor-core decode);
+#   lm_attn    every paged-attention test (the tensor-core and plain decodes, 8-bit caches and
+#              their writes, prefill, windows, the draw's per-row sampling, the fused combine, the
+#              rotation with the KV write); the STT stage's CUDA tests (8-bit rings among them);
 #   fusions    scripts/device/fusions_ab.sh (bulk-copy GEMV with the norm and epilogues in the
 #              product, fused combine, rotation with the KV write: tests, then the A/B);
 #   whole      scripts/device/codec_whole_file.sh in bf16;
@@ -23,13 +23,16 @@
 #   music_tests the music stage's CUDA tests but the full-size ones;
 #   stt_ab     `chorus stt-bench`'s LM step over 8-bit rings (STT_AB_STREAMS, default 2,500) with
 #              the binary before a change (chorus_base) and after it (chorus), or AB_BINS;
+#   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
+#              same binaries, one process each (making the random weights takes ~100 s);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: stt_fp8 ncu_attn attn_ab: the staged 8-bit decode
-# through the server at 2,500 streams, where its time goes, then 128 songs beside the kernel
-# before it).
+# PENDING_PARTS picks some of them (default: lm_attn stt_ab music_ab stt_fp8: the 8-bit scales
+# laid out [block][kv head][offset] in every kernel that reads or writes them, checked, then the
+# STT step and the music frame beside the binary before it, then 2,500 STT streams through the
+# server).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -64,10 +67,8 @@ codec() {
   done
 }
 lm_attn() {
-  for t in mma decode window draw combine rope_kv; do
-    "$BIN"/lm_attention --test-threads=1 --nocapture $t 2>&1
-  done
-  # STT's windowed heads of 128 now take the tensor-core decode by default.
+  "$BIN"/lm_attention --test-threads=1 --nocapture 2>&1
+  # STT's windowed heads of 128 take the tensor-core decode, its rings 8-bit in some cases.
   "$BIN"/stt_cuda --test-threads=1 --nocapture 2>&1
 }
 # The parts that are functions run in a child shell under `timeout`.
@@ -92,9 +93,17 @@ stt_ab() {
       --streams ${STT_AB_STREAMS:-2500} 2>&1 | grep -v '^warning'
   done
 }
-export -f codec lm_attn retest stt_fp8_plain stt_ab
+music_ab() {
+  for b in ${AB_BINS:-chorus_base chorus}; do
+    [ -x "$BIN/$b" ] || continue
+    echo "== $b"
+    "$BIN/$b" music-bench --device cuda --model random --kv-cache fp8 --songs ${MUSIC_AB_SONGS:-64,128} \
+      --context 1000 --frames 10 2>&1 | grep -v '^warning'
+  done
+}
+export -f codec lm_attn retest stt_fp8_plain stt_ab music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-stt_fp8 ncu_attn attn_ab}; do
+for p in ${PENDING_PARTS:-lm_attn stt_ab music_ab stt_fp8}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
@@ -110,6 +119,7 @@ for p in ${PENDING_PARTS:-stt_fp8 ncu_attn attn_ab}; do
     music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_ab) part stt_ab 120 bash -c stt_ab ;;
+    music_ab) part music_ab 240 bash -c music_ab ;;
     ncu_attn) part ncu_attn 200 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;

@@ -53,6 +53,15 @@ pub fn quantize_head(x: &mut [f32]) -> f32 {
     s
 }
 
+/// Where the scale of kv head `h`'s vector at pool position `pos` (block * block_size + offset)
+/// lies: scales are `[num_blocks, kv_heads, block_size]`, so one head's scales of a block's
+/// positions are contiguous (a GPU decode reads 32 consecutive keys' scales as whole sectors; in
+/// a position-major layout each 4-byte scale cost a 32-byte sector).
+pub fn scale_index(pos: usize, h: usize, block_size: usize, kv_heads: usize) -> usize {
+    let (block, offset) = (pos / block_size, pos % block_size);
+    (block * kv_heads + h) * block_size + offset
+}
+
 /// The value of an E4M3 byte (for reading a cache back on the host).
 pub fn e4m3_to_f32(b: u8) -> f32 {
     let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
@@ -124,6 +133,24 @@ mod tests {
                 .fold(f32::INFINITY, f32::min);
             assert!((r - x).abs() <= best, "{x}: {r}");
         }
+    }
+
+    #[test]
+    fn scales_of_a_heads_block_positions_are_contiguous_and_cover_the_pool_once() {
+        let (blocks, bs, heads) = (3, 16, 4);
+        let mut seen = vec![false; blocks * bs * heads];
+        for pos in 0..blocks * bs {
+            for h in 0..heads {
+                let i = scale_index(pos, h, bs, heads);
+                assert!(!seen[i], "position {pos} head {h} reuses index {i}");
+                seen[i] = true;
+                if pos % bs > 0 {
+                    assert_eq!(i, scale_index(pos - 1, h, bs, heads) + 1);
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        assert_eq!(scale_index(16, 2, bs, heads), (4 + 2) * 16);
     }
 
     #[test]

@@ -250,8 +250,9 @@ pub struct PagedAttentionArgs<'a, B: Backend + ?Sized> {
     pub window: Option<usize>,
 }
 
-/// The per-head scales of an 8-bit KV cache: `[num_blocks, block_size, kv_heads]` f32 each
-/// ([`crate::BufRole::Table`]), entry by entry beside the caches' head vectors.
+/// The per-head scales of an 8-bit KV cache: `[num_blocks, kv_heads, block_size]` f32 each
+/// ([`crate::BufRole::Table`], [`crate::fp8::scale_index`]): one head's scales of a block's
+/// positions are contiguous, so a decode reading consecutive keys reads whole sectors of them.
 pub struct KvScales<'a, B: Backend + ?Sized> {
     pub k: &'a mut B::Buf,
     pub v: &'a mut B::Buf,

@@ -65,19 +65,38 @@ __device__ __forceinline__ int pa_active_splits(int p, const PagedDims& d) {
     return min(d.splits, (n + split_len - 1) / split_len);
 }
 
-// Element offset of position kp's entry in a cache (kv head 0). Block ids are data: an id outside
-// the pool (a caller bug the host cannot see without a sync) is clamped so that nothing outside the
-// pool is ever read.
-__device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int kp, const PagedDims& d) {
+// Where an entry lies: its block's id and its offset in the block.
+struct PaLoc {
+    int blk, o;
+};
+
+// Position kp's entry. Block ids are data: an id outside the pool (a caller bug the host cannot
+// see without a sync) is clamped so that nothing outside the pool is ever read.
+__device__ __forceinline__ PaLoc pa_locate(const int* __restrict__ table, int kp, const PagedDims& d) {
     int i = pa_ring(kp, d);
     int blk = table[i / d.block_size];
-    blk = min(max(blk, 0), d.num_blocks - 1);
-    return ((long long)blk * d.block_size + i % d.block_size) * (long long)(d.kv_heads * d.head_dim);
+    return {min(max(blk, 0), d.num_blocks - 1), i % d.block_size};
+}
+
+// Element offset of an entry in a cache (kv head 0).
+__device__ __forceinline__ long long pa_entry_at(PaLoc l, const PagedDims& d) {
+    return ((long long)l.blk * d.block_size + l.o) * (long long)(d.kv_heads * d.head_dim);
+}
+
+__device__ __forceinline__ long long pa_entry(const int* __restrict__ table, int kp, const PagedDims& d) {
+    return pa_entry_at(pa_locate(table, kp, d), d);
+}
+
+// The scale of kv head h's vector at an entry of an 8-bit cache: scales are [block][kv head]
+// [offset in block] (chorus_core::lm_ops::KvScales), so one head's scales of a block's keys are
+// contiguous and a warp reading consecutive keys' scales reads whole sectors.
+__device__ __forceinline__ long long pa_scale_at(PaLoc l, int h, const PagedDims& d) {
+    return ((long long)l.blk * d.kv_heads + h) * d.block_size + l.o;
 }
 
 // ------------------------------------------------------------------------------------------------
 // 8-bit caches (BufRole::Pool8, chorus_core::fp8): E4M3 bytes, one f32 scale per head vector of a
-// position (scale index = element offset / head_dim + kv head). The conversions are sm_89's
+// position (at pa_scale_at). The conversions are sm_89's
 // (the host refuses 8-bit caches below it).
 // VEC E4M3 values: 8 bytes in bf16 storage, 4 in f32 (VEC is sizeof-based, so templates pick).
 template <int V>
@@ -168,25 +187,32 @@ __device__ __forceinline__ float pa_warp_sum(float v) {
     return v;
 }
 
-// The cache entry (element offset of its first kv head) that token tok = r * time + t of a write
-// fills, position start[r] + t; -1 where the row is padded or the position has no block.
-__device__ __forceinline__ long long pa_write_entry(const int* __restrict__ tables, const int* __restrict__ start,
-                                                    int tok, const PagedDims& d) {
+// The cache entry that token tok = r * time + t of a write fills, position start[r] + t; a
+// block of -1 where the row is padded or the position has no block.
+__device__ __forceinline__ PaLoc pa_write_locate(const int* __restrict__ tables, const int* __restrict__ start, int tok,
+                                                 const PagedDims& d) {
     int r = tok / d.time;
     int p = start[r] + tok % d.time;
     if (p < 0) {
-        return -1;
+        return {-1, 0};
     }
     int ri = pa_ring(p, d);
     int b = ri / d.block_size;
     if (b >= d.max_blocks) {
-        return -1;
+        return {-1, 0};
     }
     int blk = tables[(long long)r * d.max_blocks + b];
     if (blk < 0 || blk >= d.num_blocks) {
-        return -1;
+        return {-1, 0};
     }
-    return ((long long)blk * d.block_size + ri % d.block_size) * (long long)(d.kv_heads * d.head_dim);
+    return {blk, ri % d.block_size};
+}
+
+// The element offset of that entry's first kv head; -1 where it has none.
+__device__ __forceinline__ long long pa_write_entry(const int* __restrict__ tables, const int* __restrict__ start,
+                                                    int tok, const PagedDims& d) {
+    const PaLoc l = pa_write_locate(tables, start, tok, d);
+    return l.blk < 0 ? -1 : pa_entry_at(l, d);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -231,7 +257,7 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
     GRID_LOOP(i, n) {
         int tok = i / nvec;
         int c = (i % nvec) * VEC;
-        long long e = pa_write_entry(tables, start, tok, d);
+        const PaLoc loc = pa_write_locate(tables, start, tok, d);
         const T* src = qkv + (long long)tok * width + d.q_heads * d.head_dim + c;
         float kf[VEC], vf[VEC];
         unpack(*reinterpret_cast<const uint4*>(src), kf);
@@ -248,10 +274,10 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
             ka = fmaxf(ka, __shfl_xor_sync(gmask, ka, o));
             va = fmaxf(va, __shfl_xor_sync(gmask, va, o));
         }
-        if (e < 0) {
+        if (loc.blk < 0) {
             continue;
         }
-        e += c;
+        const long long e = pa_entry_at(loc, d) + c;
         // chorus_core::fp8::head_scale.
         float ks = ka > 0.f ? ka / 448.f : 1.f;
         float vs = va > 0.f ? va / 448.f : 1.f;
@@ -266,7 +292,7 @@ extern "C" __global__ void lm_paged_kv_write8(const T* __restrict__ qkv, unsigne
         *reinterpret_cast<kv8_vec*>(k_cache + e) = kq;
         *reinterpret_cast<kv8_vec*>(v_cache + e) = vq;
         if (c % d.head_dim == 0) {
-            long long si = e / d.head_dim;
+            const long long si = pa_scale_at(loc, c / d.head_dim, d);
             k_scale[si] = ks;
             v_scale[si] = vs;
         }
@@ -310,7 +336,8 @@ struct PaRopeKvSink {
         const int kh = h - d.q_heads;
         const int D = d.head_dim, half = D / 2;
         const int g = threadIdx.x % group;
-        long long e = pa_write_entry(tables, start, tok, d);
+        const PaLoc loc = pa_write_locate(tables, start, tok, d);
+        long long e = loc.blk < 0 ? -1 : pa_entry_at(loc, d);
         // The token's v head sits kv_heads heads past its k head in qkv.
         const T* v1 = x1 + (long long)d.kv_heads * D;
         const T* v2 = v1 + half;
@@ -369,8 +396,9 @@ struct PaRopeKvSink {
             *reinterpret_cast<kv8_vec*>(v_cache + head + g * VEC) = q[2];
             *reinterpret_cast<kv8_vec*>(v_cache + head + half + g * VEC) = q[3];
             if (g == 0) {
-                k_scale[head / D] = ks;
-                v_scale[head / D] = vs;
+                const long long si = pa_scale_at(loc, kh, d);
+                k_scale[si] = ks;
+                v_scale[si] = vs;
             }
         }
     }
@@ -631,21 +659,23 @@ __device__ __forceinline__ void pa_decode(const T* __restrict__ qkv, const typen
         // table lookup.
         int kpos = min(kfirst, k_end - 1);
         int span = min(kfirst + U - 1, k_end - 1) - kpos;
-        long long e0 = pa_entry(table, kpos, d);
+        const PaLoc l0 = pa_locate(table, kpos, d);
         KV kr[U][VPL], vr[U][VPL];
         float ks[U], vs[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            long long e = d.grouped ? e0 + (long long)min(u, span) * (d.kv_heads * D)
-                                    : pa_entry(table, min(kfirst + u, k_end - 1), d);
+            const PaLoc lu = d.grouped ? PaLoc{l0.blk, l0.o + min(u, span)}
+                                       : pa_locate(table, min(kfirst + u, k_end - 1), d);
+            const long long e = pa_entry_at(lu, d);
 #pragma unroll
             for (int j = 0; j < VPL; ++j) {
                 kr[u][j] = *reinterpret_cast<const KV*>(k_head + e + (li + j * L) * VEC);
                 vr[u][j] = *reinterpret_cast<const KV*>(v_head + e + (li + j * L) * VEC);
             }
             if constexpr (KV8) {
-                ks[u] = k_scale[e / D + h];
-                vs[u] = v_scale[e / D + h];
+                const long long si = pa_scale_at(lu, h, d);
+                ks[u] = k_scale[si];
+                vs[u] = v_scale[si];
             }
         }
         float sc[G][U];
@@ -855,10 +885,10 @@ __device__ __forceinline__ void pf_load_tile(float* __restrict__ dst, const type
         int kp = k0 + j;
         float f[VEC];
         if (kp < nkeys) {
-            long long e = pa_entry(table, kp, d);
-            kv_unpack(*reinterpret_cast<const KV*>(cache + e + h * d.head_dim + c), f);
+            const PaLoc loc = pa_locate(table, kp, d);
+            kv_unpack(*reinterpret_cast<const KV*>(cache + pa_entry_at(loc, d) + h * d.head_dim + c), f);
             if constexpr (KV8) {
-                float sc = scale[e / d.head_dim + h];
+                float sc = scale[pa_scale_at(loc, h, d)];
 #pragma unroll
                 for (int q = 0; q < VEC; ++q) {
                     f[q] *= sc;

@@ -58,17 +58,16 @@ __device__ __forceinline__ void pam_advance(PamCursor& c, int by, const PagedDim
     }
 }
 
-// The cache position (block * block_size + offset) of the entry `off` keys past the cursor.
-__device__ __forceinline__ int pam_row(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
+// The entry `off` keys past the cursor, as pa_locate finds it.
+__device__ __forceinline__ PaLoc pam_locate(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
     pam_advance(c, off, d);
-    int blk = table[c.b];
-    blk = min(max(blk, 0), d.num_blocks - 1);
-    return blk * d.block_size + c.o;
+    const int blk = table[c.b];
+    return {min(max(blk, 0), d.num_blocks - 1), c.o};
 }
 
-// Element offset of the entry `off` keys past the cursor (kv head 0), as pa_entry computes it.
+// Element offset of the entry `off` keys past the cursor (kv head 0).
 __device__ __forceinline__ long long pam_entry(const int* __restrict__ table, PamCursor c, int off, const PagedDims& d) {
-    return (long long)pam_row(table, c, off, d) * (long long)(d.kv_heads * PAM_D);
+    return pa_entry_at(pam_locate(table, c, off, d), d);
 }
 
 // The (row, kv head, split) of a decode block, its keys [k_begin, k_end) of the row's n, the
@@ -383,7 +382,8 @@ __device__ __forceinline__ void pam8_issue(unsigned char* stage, const int* dst,
                                            const int* __restrict__ table, PamCursor cur, int last, int h, int lane,
                                            const PagedDims& d) {
     const int c = lane % 8;
-    const int row = pam_row(table, cur, min(lane, last), d);
+    const PaLoc loc = pam_locate(table, cur, min(lane, last), d);
+    const int row = loc.blk * d.block_size + loc.o;  // the entry's position in the pool
     const long long stride = (long long)d.kv_heads * PAM_D;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -391,7 +391,8 @@ __device__ __forceinline__ void pam8_issue(unsigned char* stage, const int* dst,
         cp_async16(stage + dst[i % 2] + 512 * i, k_head + e);
         cp_async16(stage + dst[2 + i % 2] + 512 * i, v_head + e);
     }
-    const long long sc = (long long)row * d.kv_heads + h;
+    // Consecutive keys of a block: consecutive scales, so the warp's copies share sectors.
+    const long long sc = pa_scale_at(loc, h, d);
     pam_cp4(stage + PAM8_STAGE_KS + 4 * lane, k_scale + sc);
     pam_cp4(stage + PAM8_STAGE_VS + 4 * lane, v_scale + sc);
 }

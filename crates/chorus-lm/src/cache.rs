@@ -33,7 +33,8 @@ pub struct LayerCache<B: LmOps> {
     /// `[num_blocks, block_size, kv_heads * head_dim]`.
     pub k: B::Buf,
     pub v: B::Buf,
-    /// With [`KvCache::Fp8`]: `[num_blocks, block_size, kv_heads]` scales of `k` and `v`.
+    /// With [`KvCache::Fp8`]: `[num_blocks, kv_heads, block_size]` scales of `k` and `v`
+    /// ([`chorus_core::fp8::scale_index`]).
     pub scales: Option<(B::Buf, B::Buf)>,
 }
 

@@ -168,11 +168,12 @@ pub(super) fn paged_attention(
         v_cache[at..at + pg.kv_dim].copy_from_slice(&row[v_at..v_at + pg.kv_dim]);
         // An 8-bit cache holds each head vector as its E4M3 values times its scale.
         if let Some((ks, vs)) = scales.as_mut() {
-            let entry = at / pg.kv_dim * g.kv_heads;
+            let pos = at / pg.kv_dim;
             for h in 0..g.kv_heads {
                 let head = at + h * hd..at + (h + 1) * hd;
-                ks[entry + h] = fp8::quantize_head(&mut k_cache[head.clone()]);
-                vs[entry + h] = fp8::quantize_head(&mut v_cache[head]);
+                let s = fp8::scale_index(pos, h, a.block_size, g.kv_heads);
+                ks[s] = fp8::quantize_head(&mut k_cache[head.clone()]);
+                vs[s] = fp8::quantize_head(&mut v_cache[head]);
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::paged::*;
+use chorus_core::fp8;
 
 /// Two 48-token rows (blocks of 16, scattered tables): a prefill of 40, then 8 decode steps, on
 /// 8-bit caches (`fp8`) or caches in the storage type. `[48 positions][2 rows][q_heads * hd]`.
@@ -87,12 +88,16 @@ fn fp8_write_of_one_token_matches_the_cpu() {
         let k8 = be.download(&gp.k).expect("k");
         let ks = be.download(&gp.scales.as_ref().unwrap().0).expect("ks");
         let at = 16 * h.kv_dim();
-        let scale_at = 16 * h.kv;
+        // Position 0 lies at block 1, position 16 of the pool; its heads' scales a block apart.
+        let scale_at: Vec<usize> = (0..h.kv)
+            .map(|k| fp8::scale_index(16, k, 16, h.kv))
+            .collect();
+        let pick = |s: &[f32]| scale_at.iter().map(|&i| s[i]).collect::<Vec<_>>();
         eprintln!(
             "[{}] scales cpu {:?} cuda {:?}",
             p.name(),
-            &cpu_ks[scale_at..scale_at + h.kv],
-            &ks[scale_at..scale_at + h.kv]
+            pick(&cpu_ks),
+            pick(&ks)
         );
         eprintln!(
             "[{}] k cpu {:?} cuda bytes {:?}",
@@ -107,7 +112,7 @@ fn fp8_write_of_one_token_matches_the_cpu() {
             &out[..8]
         );
         let deq: Vec<f32> = (0..h.kv_dim())
-            .map(|i| k8[at + i] * ks[scale_at + i / h.hd])
+            .map(|i| k8[at + i] * ks[scale_at[i / h.hd]])
             .collect();
         assert_parity("fp8 write: k", p, &deq, &cpu_k[at..at + h.kv_dim()]);
         assert_parity("fp8 one-key output", p, &out, &cpu_out);
