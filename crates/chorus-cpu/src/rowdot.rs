@@ -6,7 +6,10 @@
 //! of the lanes, then the leftover terms in order. Rows are processed in chunks of up to
 //! [`ROW_BLOCK`] and columns in groups of [`COL_BLOCK`]; the blocking only decides which elements
 //! share loads, never how one element is summed, so a row's result is the same bit for bit in a
-//! batch of 1 or of 64 (a decode stream's output then does not depend on its batch bucket).
+//! batch of 1 or of 64 (a decode stream's output then does not depend on its batch bucket). A
+//! call takes up to 8 rows against [`cols_per_call`] columns: with many rows each weight load
+//! feeds 8 rows (the weights stream from L2), with few rows more columns keep 8 or more
+//! accumulators in flight.
 //!
 //! Columns are split into tiles of about [`TILE_ELEMS`] weights (kept in L2 and reused by every row
 //! chunk); tiles run in parallel across the pool.
@@ -18,9 +21,21 @@ use rayon::prelude::*;
 /// Lanes per accumulator (one AVX-512 register).
 const LANES: usize = 16;
 /// Most lhs rows one micro-kernel call handles.
-const ROW_BLOCK: usize = 4;
-/// Output columns one micro-kernel call handles.
-const COL_BLOCK: usize = 4;
+const ROW_BLOCK: usize = 8;
+/// Column tiles are whole multiples of this many columns.
+const COL_BLOCK: usize = 24;
+
+/// Output columns one micro-kernel call handles for `r` rows: `r * c` accumulators, `c` weight
+/// vectors and one activation vector within AVX-512's 32 registers, and at least 8 accumulators
+/// (two FMA ports of four cycles' latency).
+const fn cols_per_call(r: usize) -> usize {
+    match r {
+        1 | 2 => 8,
+        3 | 4 => 6,
+        5 | 6 => 4,
+        _ => 3,
+    }
+}
 /// Weights per column tile: 256 KiB of f32, well inside L2, reused across all row chunks.
 const TILE_ELEMS: usize = 64 << 10;
 /// Column tiles per pool thread at least (when the columns allow), for load balance.
@@ -111,24 +126,28 @@ dispatch! {
     fn portable_tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
         for i0 in (0..p.n).step_by(ROW_BLOCK) {
             match p.n - i0 {
-                1 => cols::<1>(p, d, i0, j0, j1),
-                2 => cols::<2>(p, d, i0, j0, j1),
-                3 => cols::<3>(p, d, i0, j0, j1),
-                _ => cols::<ROW_BLOCK>(p, d, i0, j0, j1),
+                1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
+                2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
+                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
+                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
+                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
+                6 => cols::<6, { cols_per_call(6) }>(p, d, i0, j0, j1),
+                7 => cols::<7, { cols_per_call(7) }>(p, d, i0, j0, j1),
+                _ => cols::<ROW_BLOCK, { cols_per_call(ROW_BLOCK) }>(p, d, i0, j0, j1),
             }
         }
     }
 }
 
-/// Rows `[i0, i0 + R)` against columns `[j0, j1)`, `COL_BLOCK` columns at a time.
+/// Rows `[i0, i0 + R)` against columns `[j0, j1)`, `C` columns at a time.
 #[inline(always)]
-fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
+fn cols<const R: usize, const C: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
     let k = p.k;
     let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
     let mut j = j0;
-    while j + COL_BLOCK <= j1 {
-        micro::<R, COL_BLOCK>(&x, p, d, i0, j);
-        j += COL_BLOCK;
+    while j + C <= j1 {
+        micro::<R, C>(&x, p, d, i0, j);
+        j += C;
     }
     while j < j1 {
         micro::<R, 1>(&x, p, d, i0, j);
@@ -179,31 +198,41 @@ fn micro<const R: usize, const C: usize>(
 /// 16 accumulator arrays in registers).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Dst, RowDot, COL_BLOCK, LANES, ROW_BLOCK};
+    use super::{cols_per_call, Dst, RowDot, LANES, ROW_BLOCK};
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
         for i0 in (0..p.n).step_by(ROW_BLOCK) {
             match p.n - i0 {
-                1 => cols::<1>(p, d, i0, j0, j1),
-                2 => cols::<2>(p, d, i0, j0, j1),
-                3 => cols::<3>(p, d, i0, j0, j1),
-                _ => cols::<ROW_BLOCK>(p, d, i0, j0, j1),
+                1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
+                2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
+                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
+                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
+                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
+                6 => cols::<6, { cols_per_call(6) }>(p, d, i0, j0, j1),
+                7 => cols::<7, { cols_per_call(7) }>(p, d, i0, j0, j1),
+                _ => cols::<ROW_BLOCK, { cols_per_call(ROW_BLOCK) }>(p, d, i0, j0, j1),
             }
         }
     }
 
     #[target_feature(enable = "avx512f,fma")]
     #[inline]
-    fn cols<const R: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
+    fn cols<const R: usize, const C: usize>(
+        p: &RowDot<'_>,
+        d: Dst,
+        i0: usize,
+        j0: usize,
+        j1: usize,
+    ) {
         let k = p.k;
         let x: [&[f32]; R] =
             std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
         let mut j = j0;
-        while j + COL_BLOCK <= j1 {
-            micro::<R, COL_BLOCK>(&x, p, d, i0, j);
-            j += COL_BLOCK;
+        while j + C <= j1 {
+            micro::<R, C>(&x, p, d, i0, j);
+            j += C;
         }
         while j < j1 {
             micro::<R, 1>(&x, p, d, i0, j);
@@ -278,6 +307,63 @@ mod tests {
         };
         tile(p, d, 0, p.m);
         out
+    }
+
+    #[test]
+    fn a_rows_bits_do_not_depend_on_how_many_rows_share_the_call() {
+        // Every row count 1..=17 takes each row tail (1 to 7 rows) and its column count; m leaves
+        // a partial group of every width and k a partial 16-lane block.
+        let (m, k) = (53, 83);
+        let gen = |len: usize, seed: u32| -> Vec<f32> {
+            (0..len as u32)
+                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(seed) >> 8) as f32 / 1e7 - 0.8)
+                .collect()
+        };
+        let (x, w) = (gen(17 * k, 3), gen(m * k, 4));
+        let run = |n: usize, tile: fn(&RowDot<'_>, Dst, usize, usize)| {
+            let p = RowDot {
+                n,
+                m,
+                k,
+                x: &x,
+                x_rs: k,
+                w: &w,
+                accumulate: false,
+                threads: 1,
+            };
+            product(&p, tile)
+        };
+        for tile in [
+            tile_task as fn(&RowDot<'_>, Dst, usize, usize),
+            portable_tile_task,
+        ] {
+            let alone: Vec<Vec<f32>> = (0..17)
+                .map(|i| {
+                    let p = RowDot {
+                        n: 1,
+                        m,
+                        k,
+                        x: &x[i * k..(i + 1) * k],
+                        x_rs: k,
+                        w: &w,
+                        accumulate: false,
+                        threads: 1,
+                    };
+                    product(&p, tile)
+                })
+                .collect();
+            for n in 1..=17 {
+                let out = run(n, tile);
+                for (i, row) in out.chunks_exact(m).enumerate() {
+                    assert!(
+                        row.iter()
+                            .zip(&alone[i])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "row {i} among {n} rows differs from the row alone"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
