@@ -22,7 +22,8 @@
 #              music-bench and stt-bench before and after it, then ncu on the 8-bit decode);
 #   music_tests the music stage's CUDA tests but the full-size ones;
 #   stt_ab     `chorus stt-bench`'s LM step over 8-bit rings (STT_AB_STREAMS, default 2,500) with
-#              the binary before a change (chorus_base) and after it (chorus), or AB_BINS;
+#              the binary before a change (chorus_base), after it (chorus) and a build variant
+#              (chorus_s2, when packed: two 8-bit decode stages, three blocks per SM), or AB_BINS;
 #   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
 #              same binaries, one process each (making the random weights takes ~100 s);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
@@ -86,7 +87,7 @@ stt_fp8_plain() {
   done
 }
 stt_ab() {
-  for b in ${AB_BINS:-chorus_base chorus}; do
+  for b in ${AB_BINS:-chorus_base chorus chorus_s2}; do
     [ -x "$BIN/$b" ] || continue
     echo "== $b"
     "$BIN/$b" stt-bench --device cuda --steps 10 --model random --kv-cache fp8 \
