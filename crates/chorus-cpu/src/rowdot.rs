@@ -112,6 +112,25 @@ impl RowDot<'_> {
     }
 }
 
+/// Every chunk of `ROW_BLOCK` rows (the last one shorter) of a column tile, each through the `cols`
+/// in scope with its row count's columns per call: the portable and the AVX-512 kernels share it.
+macro_rules! row_chunks {
+    ($p:expr, $d:expr, $j0:expr, $j1:expr) => {
+        for i0 in (0..$p.n).step_by(ROW_BLOCK) {
+            match $p.n - i0 {
+                1 => cols::<1, { cols_per_call(1) }>($p, $d, i0, $j0, $j1),
+                2 => cols::<2, { cols_per_call(2) }>($p, $d, i0, $j0, $j1),
+                3 => cols::<3, { cols_per_call(3) }>($p, $d, i0, $j0, $j1),
+                4 => cols::<4, { cols_per_call(4) }>($p, $d, i0, $j0, $j1),
+                5 => cols::<5, { cols_per_call(5) }>($p, $d, i0, $j0, $j1),
+                6 => cols::<6, { cols_per_call(6) }>($p, $d, i0, $j0, $j1),
+                7 => cols::<7, { cols_per_call(7) }>($p, $d, i0, $j0, $j1),
+                _ => cols::<ROW_BLOCK, { cols_per_call(ROW_BLOCK) }>($p, $d, i0, $j0, $j1),
+            }
+        }
+    };
+}
+
 /// Every row chunk of one column tile `[j0, j1)`.
 fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
     #[cfg(target_arch = "x86_64")]
@@ -124,18 +143,7 @@ fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
 
 dispatch! {
     fn portable_tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
-        for i0 in (0..p.n).step_by(ROW_BLOCK) {
-            match p.n - i0 {
-                1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
-                2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
-                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
-                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
-                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
-                6 => cols::<6, { cols_per_call(6) }>(p, d, i0, j0, j1),
-                7 => cols::<7, { cols_per_call(7) }>(p, d, i0, j0, j1),
-                _ => cols::<ROW_BLOCK, { cols_per_call(ROW_BLOCK) }>(p, d, i0, j0, j1),
-            }
-        }
+        row_chunks!(p, d, j0, j1);
     }
 }
 
@@ -203,18 +211,7 @@ mod avx512 {
 
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
-        for i0 in (0..p.n).step_by(ROW_BLOCK) {
-            match p.n - i0 {
-                1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
-                2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
-                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
-                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
-                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
-                6 => cols::<6, { cols_per_call(6) }>(p, d, i0, j0, j1),
-                7 => cols::<7, { cols_per_call(7) }>(p, d, i0, j0, j1),
-                _ => cols::<ROW_BLOCK, { cols_per_call(ROW_BLOCK) }>(p, d, i0, j0, j1),
-            }
-        }
+        row_chunks!(p, d, j0, j1);
     }
 
     #[target_feature(enable = "avx512f,fma")]
@@ -309,51 +306,42 @@ mod tests {
         out
     }
 
+    /// Deterministic values in about [-0.8, 0.9].
+    fn gen(len: usize, mul: u32, seed: u32) -> Vec<f32> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(mul).wrapping_add(seed) >> 8) as f32 / 1e7 - 0.8)
+            .collect()
+    }
+
+    /// The `[n, m]` product of `n` rows of `x` (rows `k` apart) and `w` on one thread.
+    fn dot<'a>(x: &'a [f32], w: &'a [f32], n: usize, m: usize, k: usize) -> RowDot<'a> {
+        RowDot {
+            n,
+            m,
+            k,
+            x,
+            x_rs: k,
+            w,
+            accumulate: false,
+            threads: 1,
+        }
+    }
+
     #[test]
     fn a_rows_bits_do_not_depend_on_how_many_rows_share_the_call() {
         // Every row count 1..=17 takes each row tail (1 to 7 rows) and its column count; m leaves
         // a partial group of every width and k a partial 16-lane block.
         let (m, k) = (53, 83);
-        let gen = |len: usize, seed: u32| -> Vec<f32> {
-            (0..len as u32)
-                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(seed) >> 8) as f32 / 1e7 - 0.8)
-                .collect()
-        };
-        let (x, w) = (gen(17 * k, 3), gen(m * k, 4));
-        let run = |n: usize, tile: fn(&RowDot<'_>, Dst, usize, usize)| {
-            let p = RowDot {
-                n,
-                m,
-                k,
-                x: &x,
-                x_rs: k,
-                w: &w,
-                accumulate: false,
-                threads: 1,
-            };
-            product(&p, tile)
-        };
+        let (x, w) = (gen(17 * k, 2_246_822_519, 3), gen(m * k, 2_246_822_519, 4));
         for tile in [
             tile_task as fn(&RowDot<'_>, Dst, usize, usize),
             portable_tile_task,
         ] {
             let alone: Vec<Vec<f32>> = (0..17)
-                .map(|i| {
-                    let p = RowDot {
-                        n: 1,
-                        m,
-                        k,
-                        x: &x[i * k..(i + 1) * k],
-                        x_rs: k,
-                        w: &w,
-                        accumulate: false,
-                        threads: 1,
-                    };
-                    product(&p, tile)
-                })
+                .map(|i| product(&dot(&x[i * k..(i + 1) * k], &w, 1, m, k), tile))
                 .collect();
             for n in 1..=17 {
-                let out = run(n, tile);
+                let out = product(&dot(&x, &w, n, m, k), tile);
                 for (i, row) in out.chunks_exact(m).enumerate() {
                     assert!(
                         row.iter()
@@ -370,22 +358,8 @@ mod tests {
     fn portable_and_dispatched_kernels_agree_bit_for_bit() {
         // k leaves a partial 16-lane block and m a partial column group, so every path runs.
         let (n, m, k) = (7, 11, 83);
-        let gen = |len: usize, seed: u32| -> Vec<f32> {
-            (0..len as u32)
-                .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32 / 1e7 - 0.8)
-                .collect()
-        };
-        let (x, w) = (gen(n * k, 1), gen(m * k, 2));
-        let p = RowDot {
-            n,
-            m,
-            k,
-            x: &x,
-            x_rs: k,
-            w: &w,
-            accumulate: false,
-            threads: 1,
-        };
+        let (x, w) = (gen(n * k, 2_654_435_761, 1), gen(m * k, 2_654_435_761, 2));
+        let p = dot(&x, &w, n, m, k);
         let fast = product(&p, tile_task);
         let portable = product(&p, portable_tile_task);
         assert!(fast.iter().all(|v| v.is_finite()));
