@@ -121,7 +121,7 @@ for p in ${PENDING_PARTS:-lm_attn stt_ab music_ab stt_fp8}; do
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_ab) part stt_ab 120 bash -c stt_ab ;;
     music_ab) part music_ab 240 bash -c music_ab ;;
-    ncu_attn) part ncu_attn 200 bash scripts/device/ncu_attention.sh ;;
+    ncu_attn) part ncu_attn 330 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
   esac
