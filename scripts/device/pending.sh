@@ -86,23 +86,25 @@ stt_fp8_plain() {
       --kv-cache fp8 --streams ${STT_FP8_BENCH:-2000,2500} 2>&1
   done
 }
-stt_ab() {
-  for b in ${AB_BINS:-chorus_base chorus chorus_s2}; do
+# each_bin "BINS" ARGS...: `chorus ARGS` with each packed binary of BINS in turn.
+each_bin() {
+  local bins=$1
+  shift
+  for b in $bins; do
     [ -x "$BIN/$b" ] || continue
     echo "== $b"
-    "$BIN/$b" stt-bench --device cuda --steps 10 --model random --kv-cache fp8 \
-      --streams ${STT_AB_STREAMS:-2500} 2>&1 | grep -v '^warning'
+    "$BIN/$b" "$@" 2>&1 | grep -v '^warning'
   done
+}
+stt_ab() {
+  each_bin "${AB_BINS:-chorus_base chorus chorus_s2}" stt-bench --device cuda --steps 10 --model random \
+    --kv-cache fp8 --streams ${STT_AB_STREAMS:-2500}
 }
 music_ab() {
-  for b in ${AB_BINS:-chorus_base chorus}; do
-    [ -x "$BIN/$b" ] || continue
-    echo "== $b"
-    "$BIN/$b" music-bench --device cuda --model random --kv-cache fp8 --songs ${MUSIC_AB_SONGS:-64,128} \
-      --context 1000 --frames 10 2>&1 | grep -v '^warning'
-  done
+  each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model random --kv-cache fp8 \
+    --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
 }
-export -f codec lm_attn retest stt_fp8_plain stt_ab music_ab
+export -f codec lm_attn retest stt_fp8_plain each_bin stt_ab music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for p in ${PENDING_PARTS:-lm_attn stt_ab music_ab stt_fp8}; do
   case $p in

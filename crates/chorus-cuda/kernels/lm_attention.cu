@@ -208,11 +208,14 @@ __device__ __forceinline__ PaLoc pa_write_locate(const int* __restrict__ tables,
     return {blk, ri % d.block_size};
 }
 
-// The element offset of that entry's first kv head; -1 where it has none.
+// The element offset of a write's entry's first kv head; -1 where it has none.
+__device__ __forceinline__ long long pa_write_offset(PaLoc l, const PagedDims& d) {
+    return l.blk < 0 ? -1 : pa_entry_at(l, d);
+}
+
 __device__ __forceinline__ long long pa_write_entry(const int* __restrict__ tables, const int* __restrict__ start,
                                                     int tok, const PagedDims& d) {
-    const PaLoc l = pa_write_locate(tables, start, tok, d);
-    return l.blk < 0 ? -1 : pa_entry_at(l, d);
+    return pa_write_offset(pa_write_locate(tables, start, tok, d), d);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -337,7 +340,7 @@ struct PaRopeKvSink {
         const int D = d.head_dim, half = D / 2;
         const int g = threadIdx.x % group;
         const PaLoc loc = pa_write_locate(tables, start, tok, d);
-        long long e = loc.blk < 0 ? -1 : pa_entry_at(loc, d);
+        long long e = pa_write_offset(loc, d);
         // The token's v head sits kv_heads heads past its k head in qkv.
         const T* v1 = x1 + (long long)d.kv_heads * D;
         const T* v2 = v1 + half;
