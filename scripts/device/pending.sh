@@ -18,6 +18,8 @@
 #   stt_fp8    the same at 2,500 streams over 8-bit rings (STT_FP8_STREAMS);
 #   stt_fp8_plain the 1B's LM step over 8-bit rings, plain decode against tensor cores;
 #   stt_2b6    stt-2.6b-en at 850 streams (STT_2B6_STREAMS);
+#   stt_enc    `chorus stt-bench` with Mimi's encoder in the step over 8-bit rings at STT_ENC_STREAMS
+#              (default 1024,1536,2500) past a fill of STT_ENC_FILL (250: a 20 s server run's);
 #   attn_ab    scripts/device/attention_ab.sh (a decode attention change: its tests, then
 #              music-bench and stt-bench before and after it, then ncu on the 8-bit decode);
 #   music_tests the music stage's CUDA tests but the full-size ones;
@@ -100,11 +102,15 @@ stt_ab() {
   each_bin "${AB_BINS:-chorus_base chorus chorus_s2}" stt-bench --device cuda --steps 10 --model random \
     --kv-cache fp8 --streams ${STT_AB_STREAMS:-2500}
 }
+stt_enc() {
+  "$BIN"/chorus stt-bench --device cuda --model random --mimi random --kv-cache fp8 --steps 10 \
+    --fill ${STT_ENC_FILL:-250} --streams ${STT_ENC_STREAMS:-1024,1536,2500} 2>&1 | grep -v '^warning'
+}
 music_ab() {
   each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model random --kv-cache fp8 \
     --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
 }
-export -f codec lm_attn retest stt_fp8_plain each_bin stt_ab music_ab
+export -f codec lm_attn retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for p in ${PENDING_PARTS:-lm_attn stt_ab music_ab stt_fp8}; do
   case $p in
@@ -114,15 +120,16 @@ for p in ${PENDING_PARTS:-lm_attn stt_ab music_ab stt_fp8}; do
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     retest) part retest 90 bash -c retest ;;
-    stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ;;
+    stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
-    stt_fp8) part stt_fp8 150 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 bash scripts/device/stt_capacity.sh ;;
+    stt_fp8) part stt_fp8 240 env STT_STREAMS="${STT_FP8_STREAMS:-2500}" STT_KV_CACHE=fp8 STT_OUT="$OUT/stt_capacity" bash scripts/device/stt_capacity.sh ;;
     attn_ab) part attn_ab 330 bash scripts/device/attention_ab.sh ;;
     music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_ab) part stt_ab 120 bash -c stt_ab ;;
     music_ab) part music_ab 240 bash -c music_ab ;;
+    stt_enc) part stt_enc 150 bash -c stt_enc ;;
     ncu_attn) part ncu_attn 330 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;

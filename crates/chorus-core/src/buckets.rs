@@ -1,6 +1,6 @@
 //! Batch buckets: a step of B streams runs at the smallest bucket >= B, padded with the dummy row.
 
-use crate::{Error, Result};
+use crate::{Error, Result, DEFAULT_BUCKETS, LARGE_BUCKET_STEP};
 
 /// A sorted, de-duplicated, non-empty set of bucket sizes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +36,25 @@ impl Buckets {
         let mut v: Vec<usize> = self.0.iter().copied().filter(|&b| b < cap).collect();
         v.push(cap);
         Self::new(&v)
+    }
+
+    /// The buckets of a stage of up to `n` rows: [`DEFAULT_BUCKETS`] below `n`, then every
+    /// [`LARGE_BUCKET_STEP`] rows past the last of them, then `n`. A loaded stage's steps sit
+    /// between 1,024 and `n`: with `n` the next bucket there, 2,500 STT streams stepped ~1,400 at
+    /// a time each ran as 2,500 and fell behind real time (docs/PERFORMANCE.md).
+    pub fn up_to(n: usize) -> Result<Self> {
+        let last = DEFAULT_BUCKETS[DEFAULT_BUCKETS.len() - 1];
+        let beyond = (1..)
+            .map(|k| last + k * LARGE_BUCKET_STEP)
+            .take_while(|&b| b < n);
+        let sizes: Vec<usize> = DEFAULT_BUCKETS
+            .iter()
+            .copied()
+            .filter(|&b| b < n)
+            .chain(beyond)
+            .chain([n])
+            .collect();
+        Self::new(&sizes)
     }
 
     /// The bucket a batch of `batch` rows runs in.
@@ -85,6 +104,21 @@ mod tests {
         assert!(Buckets::new(&[]).is_err());
         assert!(Buckets::new(&[0, 2]).is_err());
         assert!(Buckets::parse("1,x").is_err());
+    }
+
+    #[test]
+    fn a_stage_steps_by_large_buckets_past_the_defaults() {
+        assert_eq!(Buckets::up_to(3).unwrap().sizes(), &[1, 2, 3]);
+        assert_eq!(Buckets::up_to(1024).unwrap().sizes(), DEFAULT_BUCKETS);
+        let b = Buckets::up_to(2500).unwrap();
+        assert_eq!(
+            &b.sizes()[DEFAULT_BUCKETS.len()..],
+            &[1280, 1536, 1792, 2048, 2304, 2500]
+        );
+        // A step of 1,400 rows pads to 1,536, not to the stage's 2,500.
+        assert_eq!(b.pick(1400).unwrap(), 1536);
+        assert_eq!(Buckets::up_to(1280).unwrap().largest(), 1280);
+        assert!(Buckets::up_to(0).is_err());
     }
 
     #[test]

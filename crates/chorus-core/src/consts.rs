@@ -21,6 +21,9 @@ pub const KV_RING: usize = 256;
 pub const DEFAULT_BUCKETS: &[usize] = &[
     1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024,
 ];
+/// Past the last of [`DEFAULT_BUCKETS`], a stage's buckets step by this many rows up to its size
+/// (`Buckets::up_to`): at most a fifth of a step past 1,024 rows is padding.
+pub const LARGE_BUCKET_STEP: usize = 256;
 /// Frames per slot of one whole-file decode step (3.84 s of each sequence): time runs in parallel
 /// inside the step (one graph per bucket), the attention over 96 tokens, instead of one step per
 /// frame; a sequence's last chunk is padded past its end (the decoder is causal).

@@ -217,10 +217,13 @@ pub struct CudaStaging {
 }
 
 /// Scratch memory shared by every op (they run in order on one stream). It only grows outside a
-/// capture; a replaced buffer is kept alive because earlier graphs still point into it.
+/// capture; a replaced buffer that a graph captured is kept alive, since the graph points into it.
 #[derive(Default)]
 pub(crate) struct Scratch {
     current: Option<DevMem>,
+    /// A graph was captured while `current` was the region: it must outlive that graph.
+    captured: bool,
+    /// Regions replaced after a capture used them (graphs still read them).
     retired: Vec<DevMem>,
 }
 
@@ -604,11 +607,18 @@ impl CudaBackend {
                 format!("{bytes} bytes of scratch needed during capture but the warm-up runs did not size it"),
             ));
         }
+        // A region no graph captured is freed (after the launches queued on it), not kept: a
+        // warm-up that grows it op by op, bucket by bucket, would hold every size it passed.
+        if !s.captured && s.current.is_some() {
+            self.sync()?;
+            s.current = None;
+        }
         let fresh = DevMem::new(&self.ctx, bytes, None)?;
         let ptr = fresh.ptr();
         if let Some(old) = s.current.replace(fresh) {
             s.retired.push(old);
         }
+        s.captured = false;
         Ok(ptr)
     }
 
@@ -769,6 +779,7 @@ impl CudaBackend {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .or_cuda("cuStreamBeginCapture")?;
         self.capturing.store(true, Ordering::Relaxed);
+        lock(&self.scratch).captured = true;
         let ran = program(self);
         self.capturing.store(false, Ordering::Relaxed);
         // The capture must end even when the program failed, or the stream stays unusable.
@@ -825,6 +836,12 @@ impl CudaBackend {
         let s = lock(&self.scratch);
         s.current.as_ref().map_or(0, DevMem::bytes)
             + s.retired.iter().map(DevMem::bytes).sum::<usize>()
+    }
+
+    /// Scratch regions held: the current one and those replaced while a graph still used them.
+    pub fn scratch_regions(&self) -> usize {
+        let s = lock(&self.scratch);
+        usize::from(s.current.is_some()) + s.retired.len()
     }
 
     /// Allocates a staging area.

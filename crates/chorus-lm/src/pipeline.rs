@@ -191,8 +191,11 @@ pub fn warm_up<'s, S: FrameLoop<'s>>(s: &mut S, op: &'static str) -> Result<()> 
             "warm up before admitting requests",
         ));
     }
-    for variant in 0..s.variants() {
-        for bucket in 0..s.bucket_count() {
+    // Largest bucket first: a backend's scratch grows to its size once, where in ascending order
+    // each capture kept the smaller region the one before it had captured (2,500 STT streams
+    // held ~4 GB of them, docs/PERFORMANCE.md).
+    for bucket in (0..s.bucket_count()).rev() {
+        for variant in 0..s.variants() {
             for half in 0..2 {
                 s.run_padding(bucket, half, variant)?;
                 s.wait_half(half)?;

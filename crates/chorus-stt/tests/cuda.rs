@@ -124,6 +124,26 @@ fn warm_ups_kept_on_the_host_give_the_same_bits() {
 }
 
 #[test]
+fn warm_up_sizes_the_scratch_once_for_every_bucket() {
+    // Regression: buckets warmed up smallest first each grew the encoder's and attention's
+    // scratch, and every smaller region stayed allocated (a 1.13 GB allocation out of memory at
+    // 2,500 streams with Mimi's encoder in the step).
+    let Some(be) = cuda(Precision::Bf16) else {
+        return;
+    };
+    let stt = random_model(SttConfig::random_small(), RANDOM_STT_SEED).unwrap();
+    let mimi =
+        chorus_mimi::random::random_model(&chorus_mimi::random::small_config(), 0x51).unwrap();
+    let mut opts = SttOptions::for_streams(64).unwrap();
+    opts.max_frames = 8;
+    let mut st = SttStage::with_encoder(be, &stt, &mimi, opts).unwrap();
+    st.warmup().unwrap();
+    let (regions, bytes) = (st.backend().scratch_regions(), st.backend().scratch_bytes());
+    eprintln!("scratch after the warm-up of buckets up to 64: {regions} region(s), {bytes} bytes");
+    assert_eq!(regions, 1, "{bytes} bytes in {regions} regions");
+}
+
+#[test]
 fn cuda_f32_greedy_tokens_equal_the_oracle() {
     let f = fixture();
     let Some(be) = cuda(Precision::F32) else {

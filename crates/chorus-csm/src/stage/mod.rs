@@ -55,14 +55,7 @@ impl TtsOptions {
     /// `n` utterances of up to `max_context` positions each, all reservable at once, with
     /// upstream's draws.
     pub fn for_utterances(n: usize, max_context: usize) -> Result<Self> {
-        let buckets = Buckets::new(
-            &chorus_core::DEFAULT_BUCKETS
-                .iter()
-                .copied()
-                .filter(|&b| b < n)
-                .chain([n])
-                .collect::<Vec<_>>(),
-        )?;
+        let buckets = Buckets::up_to(n)?;
         Ok(Self {
             max_utterances: n,
             buckets,

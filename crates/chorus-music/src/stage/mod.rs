@@ -53,14 +53,7 @@ pub struct StageOptions {
 impl StageOptions {
     /// `max_songs` songs of up to `max_context` positions each, all reservable at once.
     pub fn for_songs(max_songs: usize, max_context: usize) -> Result<Self> {
-        let buckets = Buckets::new(
-            &chorus_core::DEFAULT_BUCKETS
-                .iter()
-                .copied()
-                .filter(|&b| b < max_songs)
-                .chain([max_songs])
-                .collect::<Vec<_>>(),
-        )?;
+        let buckets = Buckets::up_to(max_songs)?;
         Ok(Self {
             max_songs,
             buckets,

@@ -59,14 +59,7 @@ pub struct SttOptions {
 impl SttOptions {
     /// `n` streams of up to [`DEFAULT_MAX_FRAMES`] frames.
     pub fn for_streams(n: usize) -> Result<Self> {
-        let buckets = Buckets::new(
-            &chorus_core::DEFAULT_BUCKETS
-                .iter()
-                .copied()
-                .filter(|&b| b < n)
-                .chain([n])
-                .collect::<Vec<_>>(),
-        )?;
+        let buckets = Buckets::up_to(n)?;
         Ok(Self {
             max_streams: n,
             buckets,
