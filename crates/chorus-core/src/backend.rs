@@ -317,6 +317,20 @@ pub struct ReplicateArgs<'a, B: Backend + ?Sized> {
     pub history: usize,
 }
 
+/// Resets the state rows of the slots a step admits, inside the step (one launch for any number
+/// of them, where a reset per admission queued a fill per state buffer while the first frames
+/// waited): for each entry `list[i]`, `i < count`, other than [`crate::NO_ROW`], row `list[i]` of
+/// `buf` (`[_, row_len]`) becomes `src` (a `[row_len]` row) or zeros.
+pub struct ResetRowsArgs<'a, B: Backend + ?Sized> {
+    pub buf: &'a mut B::Buf,
+    pub row_len: usize,
+    /// `[count]` row indices; [`crate::NO_ROW`] entries are skipped.
+    pub list: &'a B::Ints,
+    pub count: usize,
+    /// The row every listed row becomes; `None`: zeros.
+    pub src: Option<&'a B::Buf>,
+}
+
 /// Split residual vector quantisation of one latent per row (transformers
 /// `MimiSplitResidualVectorQuantizer.encode`): the first `semantic_books` codebooks quantise
 /// `proj[:cb_dim] @ x`, the rest `proj[cb_dim:] @ x`, each half residually: the nearest
@@ -418,6 +432,17 @@ pub trait Backend {
         codes: &Self::Ints,
         latents: &Self::Buf,
         staging: &mut Self::Staging,
+    ) -> Result<()>;
+    /// Program op: see [`ResetRowsArgs`].
+    fn reset_rows(&self, args: ResetRowsArgs<'_, Self>) -> Result<()>;
+    /// Program op: `ints[list[i]] = value` for each entry of `list[..count]` other than
+    /// [`crate::NO_ROW`] (the list of [`ResetRowsArgs`]).
+    fn reset_ints(
+        &self,
+        ints: &mut Self::Ints,
+        list: &Self::Ints,
+        count: usize,
+        value: i32,
     ) -> Result<()>;
     /// Program op: see [`ReplicateArgs`].
     fn replicate_history(&self, args: ReplicateArgs<'_, Self>) -> Result<()>;

@@ -11,6 +11,9 @@ pub const MAX_CODEBOOKS: usize = 32;
 /// Code value that marks "no code for this codebook" in the codes staging buffer; a stream
 /// decoding with n_q < MAX_CODEBOOKS pads its row with it, and a latent stream fills its row.
 pub const NO_CODE: i32 = -1;
+/// Entry of a list of rows to reset that names no row ([`crate::ResetRowsArgs`]): a step's list
+/// holds its admitted slots, then `NO_ROW` to the bucket's size.
+pub const NO_ROW: i32 = -1;
 /// Capacity of each per-slot KV ring: a power of two above the 250-token window plus the 2 tokens
 /// a frame writes, so that writing a frame never overwrites a key its own queries still need.
 pub const KV_RING: usize = 256;

@@ -1,7 +1,7 @@
 //! Row-wise and elementwise ops: code embedding, LayerNorm, GELU, layer-scale residual, tokens.
 
 use crate::{check, math, CpuBackend, CpuBuf, CpuInts};
-use chorus_core::{EmbedArgs, LayerNormArgs, Result, NO_CODE};
+use chorus_core::{EmbedArgs, LayerNormArgs, ResetRowsArgs, Result, NO_CODE, NO_ROW};
 use rayon::prelude::*;
 
 /// Elements per rayon task for flat elementwise loops (below this, splitting costs more than it saves).
@@ -98,5 +98,51 @@ pub(crate) fn advance_tokens(
         tokens.0[s] += count;
     }
     tokens.0[dummy] = 0;
+    Ok(())
+}
+
+/// The rows of `list[..count]` but its `NO_ROW` entries, each checked against `total_rows`.
+fn listed_rows(
+    op: &'static str,
+    list: &CpuInts,
+    count: usize,
+    total_rows: usize,
+) -> Result<Vec<usize>> {
+    check::at_least(op, "list", list.len(), count)?;
+    list.0[..count]
+        .iter()
+        .filter(|&&r| r != NO_ROW)
+        .map(|&r| check::slot(op, r, total_rows))
+        .collect()
+}
+
+pub(crate) fn reset_rows(a: ResetRowsArgs<'_, CpuBackend>) -> Result<()> {
+    const OP: &str = "reset_rows";
+    let len = a.row_len;
+    if len == 0 {
+        return Ok(());
+    }
+    if let Some(src) = a.src {
+        check::at_least(OP, "src", src.len(), len)?;
+    }
+    for r in listed_rows(OP, a.list, a.count, a.buf.len() / len)? {
+        let row = &mut a.buf.0[r * len..(r + 1) * len];
+        match a.src {
+            Some(src) => row.copy_from_slice(&src.0[..len]),
+            None => row.fill(0.0),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn reset_ints(
+    ints: &mut CpuInts,
+    list: &CpuInts,
+    count: usize,
+    value: i32,
+) -> Result<()> {
+    for r in listed_rows("reset_ints", list, count, ints.len())? {
+        ints.0[r] = value;
+    }
     Ok(())
 }

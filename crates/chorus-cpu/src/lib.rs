@@ -46,8 +46,8 @@ pub use lm::{CpuPinnedFloats, CpuPinnedInts, CpuQWeight};
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, Error, LayerNormArgs,
-    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, Result, RvqEncodeArgs,
-    StagingDims, StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, ResetRowsArgs, Result,
+    RvqEncodeArgs, StagingDims, StagingView,
 };
 
 /// The CPU backend.
@@ -291,6 +291,20 @@ impl Backend for CpuBackend {
         dummy: usize,
     ) -> Result<()> {
         elementwise::advance_tokens(tokens, slots, rows, count, dummy)
+    }
+
+    fn reset_rows(&self, args: ResetRowsArgs<'_, Self>) -> Result<()> {
+        elementwise::reset_rows(args)
+    }
+
+    fn reset_ints(
+        &self,
+        ints: &mut CpuInts,
+        list: &CpuInts,
+        count: usize,
+        value: i32,
+    ) -> Result<()> {
+        elementwise::reset_ints(ints, list, count, value)
     }
 
     fn zero_row(&self, buf: &mut CpuBuf, row: usize, row_len: usize) -> Result<()> {

@@ -4,7 +4,8 @@
 mod common;
 
 use chorus_core::{
-    Backend, BufRole, EmbedArgs, LayerNormArgs, LinearArgs, NormLinearArgs, StagingDims, NO_CODE,
+    Backend, BufRole, EmbedArgs, LayerNormArgs, LinearArgs, NormLinearArgs, ResetRowsArgs,
+    StagingDims, NO_CODE, NO_ROW,
 };
 use common::*;
 
@@ -255,6 +256,59 @@ fn advance_tokens_skips_the_dummy() {
     assert_eq!(be.download_ints(&tokens).unwrap(), vec![0, 9, 0, 2, 0]);
     let bad = be.ints(1, 9).unwrap();
     assert!(be.advance_tokens(&mut tokens, &bad, 1, 2, 4).is_err());
+}
+
+fn ints_of<B: Backend>(be: &B, v: &[i32]) -> B::Ints {
+    let mut ints = be.ints(v.len(), 0).unwrap();
+    for (i, &x) in v.iter().enumerate() {
+        be.fill_ints(&mut ints, i, x).unwrap();
+    }
+    ints
+}
+
+#[test]
+fn reset_rows_and_ints_touch_the_listed_rows_only() {
+    let be = backend();
+    let (rows, len) = (6usize, 5usize);
+    let start: Vec<f32> = (0..rows * len).map(|i| i as f32 + 1.0).collect();
+    let src: Vec<f32> = (0..len).map(|i| -(i as f32) - 0.5).collect();
+    let src_buf = be.upload(&src, BufRole::Activation).unwrap();
+    let list = ints_of(&be, &[4, NO_ROW, 1, NO_ROW]);
+    for with_src in [false, true] {
+        let mut buf = be.upload(&start, BufRole::State).unwrap();
+        be.reset_rows(ResetRowsArgs {
+            buf: &mut buf,
+            row_len: len,
+            list: &list,
+            count: 4,
+            src: with_src.then_some(&src_buf),
+        })
+        .unwrap();
+        let mut want = start.clone();
+        for r in [1, 4] {
+            for (i, w) in want[r * len..(r + 1) * len].iter_mut().enumerate() {
+                *w = if with_src { src[i] } else { 0.0 };
+            }
+        }
+        assert_eq!(be.download(&buf).unwrap(), want, "src {with_src}");
+    }
+    let mut ints = ints_of(&be, &[5, 6, 7, 8, 9, 10]);
+    be.reset_ints(&mut ints, &list, 3, 0).unwrap();
+    assert_eq!(be.download_ints(&ints).unwrap(), vec![5, 0, 7, 8, 0, 10]);
+    // A row past the buffer is an error naming the op; nothing is written.
+    let bad = ints_of(&be, &[2, rows as i32]);
+    let mut buf = be.upload(&start, BufRole::State).unwrap();
+    let e = be
+        .reset_rows(ResetRowsArgs {
+            buf: &mut buf,
+            row_len: len,
+            list: &bad,
+            count: 2,
+            src: None,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("reset_rows"), "{e}");
+    assert_eq!(be.download(&buf).unwrap(), start);
 }
 
 #[test]

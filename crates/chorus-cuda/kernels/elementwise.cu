@@ -77,6 +77,32 @@ extern "C" __global__ void advance_tokens(int* tokens, const int* __restrict__ s
     }
 }
 
+// Rows list[i] (i < count, NO_ROW = -1 entries skipped) of buf [total_rows, row_len] become `src`
+// (a [row_len] row) or zeros: the state of every slot a step admits, in one launch. The grid is
+// `along` blocks along a row times gridDim.x / along blocks striding over the list.
+extern "C" __global__ void reset_rows(T* buf, const T* __restrict__ src, const int* __restrict__ list, int count,
+                                      long long row_len, int total_rows, int along) {
+    pdl_enter();
+    const int over = gridDim.x / along;
+    const long long first = (long long)(blockIdx.x % along) * blockDim.x + threadIdx.x;
+    const long long stride = (long long)along * blockDim.x;
+    for (int i = blockIdx.x / along; i < count; i += over) {
+        const int r = list[i];
+        if (r < 0 || r >= total_rows) continue;
+        T* row = buf + (long long)r * row_len;
+        for (long long e = first; e < row_len; e += stride) st(row + e, src ? ld(src + e) : 0.f);
+    }
+}
+
+// ints[list[i]] = value for i < count (NO_ROW entries skipped).
+extern "C" __global__ void reset_ints(int* ints, const int* __restrict__ list, int count, int value, int total) {
+    pdl_enter();
+    GRID_LOOP(i, count) {
+        const int r = list[i];
+        if (r >= 0 && r < total) ints[r] = value;
+    }
+}
+
 // out[r, d] = latents[r, d] + sum_q table[q, codes[r, q], d] over the codes that are present.
 extern "C" __global__ void embed_codes(const int* __restrict__ codes, const T* __restrict__ table, const T* __restrict__ latents,
                                        T* __restrict__ out, int rows, int codebooks, int cardinality, int dim) {

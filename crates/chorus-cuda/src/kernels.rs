@@ -76,6 +76,8 @@ kernel_table! {
     Elu => "elu",
     BiasResidual => "bias_residual",
     AdvanceTokens => "advance_tokens",
+    ResetRows => "reset_rows",
+    ResetInts => "reset_ints",
     EmbedCodes => "embed_codes",
     LayerNorm => "layer_norm",
     ConvGather => "conv_gather",

@@ -3,8 +3,8 @@
 
 use chorus_core::{
     AttentionArgs, Backend, BufRole, Conv1dArgs, ConvTr1dArgs, EmbedArgs, LayerNormArgs,
-    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, Result, RvqEncodeArgs,
-    StagingDims, StagingView,
+    LinearArgs, NormLinearArgs, Precision, ReplicateArgs, ResBlockArgs, ResetRowsArgs, Result,
+    RvqEncodeArgs, StagingDims, StagingView,
 };
 use half::bf16;
 
@@ -18,6 +18,11 @@ use crate::memory::DevMem;
 const LN_WARPS: usize = 8;
 /// Threads of the single-block token counter kernel.
 const TOKENS_THREADS: u32 = 256;
+/// Threads per block of `reset_rows` and `reset_ints`.
+const RESET_THREADS: u32 = 256;
+/// Most blocks along a row and along the list of `reset_rows`: a step admits a few slots of a few
+/// KB each, so a small grid that strides covers it in one wave.
+const RESET_MAX_BLOCKS: usize = 64;
 
 /// Buffers whose contents warm-up runs must leave as they were (see `CudaBackend::capture`).
 fn preserved(role: BufRole) -> bool {
@@ -398,6 +403,60 @@ impl Backend for CudaBackend {
                 smem: 0,
             },
             &mut kargs![&t, &s, &r, &count, &d],
+        )
+    }
+
+    fn reset_rows(&self, a: ResetRowsArgs<'_, Self>) -> Result<()> {
+        const OP: &str = "reset_rows";
+        let _timer = self.op_timer(OP);
+        let len = a.row_len;
+        if len == 0 || a.count == 0 {
+            return Ok(());
+        }
+        if a.buf.f32 || a.buf.fp8 || a.src.is_some_and(|s| s.f32 || s.fp8) {
+            return Err(cuda_error(OP, "takes buffers of the backend's precision"));
+        }
+        need(OP, "list", a.list.len, a.count)?;
+        if let Some(src) = a.src {
+            need(OP, "src", src.len, len)?;
+        }
+        let total = i32::try_from(a.buf.len / len)
+            .map_err(|_| cuda_error(OP, format!("{} rows exceed i32", a.buf.len / len)))?;
+        let (buf, list) = (a.buf.mem.ptr(), a.list.mem.ptr());
+        let src = a.src.map_or(0, |s| s.mem.ptr());
+        let (count, row_len) = (a.count as i32, len as i64);
+        let along = len.div_ceil(RESET_THREADS as usize).min(RESET_MAX_BLOCKS);
+        let over = a.count.min(RESET_MAX_BLOCKS);
+        let along_i = along as i32;
+        self.launch(
+            Kernel::ResetRows,
+            Launch {
+                grid: (along * over) as u32,
+                block: RESET_THREADS,
+                smem: 0,
+            },
+            &mut kargs![&buf, &src, &list, &count, &row_len, &total, &along_i],
+        )
+    }
+
+    fn reset_ints(
+        &self,
+        ints: &mut CudaInts,
+        list: &CudaInts,
+        count: usize,
+        value: i32,
+    ) -> Result<()> {
+        const OP: &str = "reset_ints";
+        if count == 0 {
+            return Ok(());
+        }
+        need(OP, "list", list.len, count)?;
+        let (p, l) = (ints.mem.ptr(), list.mem.ptr());
+        let (c, total) = (count as i32, ints.len as i32);
+        self.launch(
+            Kernel::ResetInts,
+            self.grid_for(count)?,
+            &mut kargs![&p, &l, &c, &value, &total],
         )
     }
 

@@ -6,7 +6,8 @@ mod common;
 
 use chorus_core::{
     AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
-    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Precision, Result, StagingDims, NO_CODE,
+    ConvTr1dGeom, EmbedArgs, LayerNormArgs, LinearArgs, Precision, ResetRowsArgs, Result,
+    StagingDims, NO_CODE, NO_ROW,
 };
 use common::*;
 
@@ -967,6 +968,85 @@ fn staged_program_replays_with_fresh_inputs() {
         assert_eq!(
             be.graph_nodes(0).map(|n| n > 0),
             Some(true),
+            "no graph was captured"
+        );
+    }
+}
+
+/// `reset_rows` and `reset_ints` inside a captured step: each replay reads the list as it is then
+/// (a step's admitted slots), and writes exactly the listed rows (f32 and bf16 copies are exact).
+/// Each replay's rows, then its counters.
+type ResetRuns = (Vec<Vec<f32>>, Vec<Vec<i32>>);
+
+fn run_resets<B: Backend>(be: &B) -> Result<ResetRuns> {
+    let (rows, len, count) = (9usize, 700usize, 5usize);
+    let mut r = Rng::new(5);
+    let start = r.vec(rows * len, 1.0);
+    let mut buf = be.upload(&start, BufRole::State)?;
+    let mut zeroed = be.upload(&start, BufRole::State)?;
+    let src = be.upload(&r.vec(len, 1.0), BufRole::State)?;
+    let mut ints = be.ints(rows, 7)?;
+    let mut list = be.ints(count, NO_ROW)?;
+    let (mut floats, mut counts) = (vec![be.download(&buf)?, be.download(&src)?], Vec::new());
+    for lists in [[3, NO_ROW, 8, NO_ROW, NO_ROW], [NO_ROW; 5], [0, 1, 2, 5, 6]] {
+        for (i, &v) in lists.iter().enumerate() {
+            be.fill_ints(&mut list, i, v)?;
+        }
+        be.run(0, &mut |b: &B| {
+            b.reset_rows(ResetRowsArgs {
+                buf: &mut buf,
+                row_len: len,
+                list: &list,
+                count,
+                src: Some(&src),
+            })?;
+            b.reset_rows(ResetRowsArgs {
+                buf: &mut zeroed,
+                row_len: len,
+                list: &list,
+                count,
+                src: None,
+            })?;
+            b.reset_ints(&mut ints, &list, count, 0)
+        })?;
+        floats.push(be.download(&buf)?);
+        floats.push(be.download(&zeroed)?);
+        counts.push(be.download_ints(&ints)?);
+    }
+    Ok((floats, counts))
+}
+
+#[test]
+fn reset_rows_in_a_replayed_step_match_the_cpu() {
+    let (want, want_ints) = run_resets(&cpu()).expect("cpu resets");
+    for precision in PRECISIONS {
+        let Some(be) = cuda(precision) else { return };
+        let (got, got_ints) = run_resets(&be).expect("cuda resets");
+        assert_eq!(got_ints, want_ints, "{precision:?} reset_ints");
+        let (start, src) = (&got[0], &got[1]);
+        let len = src.len();
+        // The CPU's rows, with this precision's stored values.
+        for (i, (g, w)) in got.iter().zip(&want).enumerate().skip(2) {
+            let expect: Vec<f32> = w
+                .iter()
+                .enumerate()
+                .map(|(e, &v)| {
+                    let (row, col) = (e / len, e % len);
+                    let was = want[0][e];
+                    if v == was {
+                        start[e]
+                    } else if v == 0.0 {
+                        0.0
+                    } else {
+                        assert_eq!(v, want[1][col], "cpu row {row} is the source row");
+                        src[col]
+                    }
+                })
+                .collect();
+            assert_eq!(g, &expect, "{precision:?} part {i}");
+        }
+        assert!(
+            be.graph_nodes(0).is_some_and(|n| n > 0),
             "no graph was captured"
         );
     }

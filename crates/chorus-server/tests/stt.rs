@@ -386,10 +386,16 @@ async fn an_end_beside_a_live_stream_steps_its_silence_at_the_audio_pace() {
     let flush = flush_frames();
     let frame = Duration::from_millis(chorus_core::FRAME_MS);
     let (mut live, _) = open(&server, "f32").await;
+    // The live stream sends real-time audio until the other's end has been read (however slow
+    // this machine steps the other's speech), so the silence always has company.
     let live_audio = audio(6, (flush + 12) * FRAME_SAMPLES);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let keep_live = tokio::spawn(async move {
         let mut next = tokio::time::Instant::now();
-        for f in live_audio.chunks(FRAME_SAMPLES) {
+        for f in live_audio.chunks(FRAME_SAMPLES).cycle() {
+            if *stopped.borrow_and_update() {
+                break;
+            }
             live.send(Message::Binary(f32_bytes(f).into()))
                 .await
                 .unwrap();
@@ -414,6 +420,7 @@ async fn an_end_beside_a_live_stream_steps_its_silence_at_the_audio_pace() {
     let mut rest = Heard::default();
     read_until(&mut ws, "end", &mut rest).await;
     let took = ended_at.elapsed();
+    stop.send(true).unwrap();
     // The silence (the partial frame's completion and `flush` frames) enters one frame per 80 ms
     // after its first: at least (flush - 1) frames' time.
     assert!(

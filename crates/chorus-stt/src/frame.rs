@@ -11,7 +11,7 @@
 use chorus_core::lm_ops::{
     CfgDrawArgs, CopyRowsArgs, EmbedSumArgs, Epilogue, GatherArgs, RmsNormArgs, ScatterArgs,
 };
-use chorus_core::{BufRole, LmOps, Result};
+use chorus_core::{BufRole, LmOps, ResetRowsArgs, Result};
 use chorus_lm::{
     decoder_stack, linear, ActDims, Acts, DecoderCall, DecoderStack, LayerCache, LinearIo,
     PagedShape,
@@ -114,6 +114,8 @@ pub struct StepCall<'a, B: LmOps> {
     pub outputs: &'a mut StepOutputs<B>,
     /// `[slots + 1, hidden]`: each stream's next text embedding.
     pub text_state: &'a mut B::Buf,
+    /// `[hidden]`: the text-state row a stream starts from (`inputs.resets` lists its slot).
+    pub initial: &'a B::Buf,
     pub caches: &'a mut [LayerCache<B>],
     pub n: usize,
     pub block_size: usize,
@@ -163,15 +165,27 @@ pub fn step_program<B: LmOps>(
         inputs,
         outputs,
         text_state,
+        initial,
         caches,
         n,
         block_size,
         max_blocks,
-        audio,
+        mut audio,
     } = call;
     let (c, w) = (m.c, m.w);
     let (h, books) = (c.hidden_size, m.codebooks);
     inputs.stage(be)?;
+    // 0. The slots this step admits start over: the initial text row, a zero encoder state.
+    be.reset_rows(ResetRowsArgs {
+        buf: &mut *text_state,
+        row_len: h,
+        list: &inputs.resets.dev,
+        count: n,
+        src: Some(initial),
+    })?;
+    if let Some(a) = &mut audio {
+        a.mimi.reset_listed(be, &inputs.resets.dev, n)?;
+    }
     // 1. The 32 audio rows (of the staged codes, or of the codes the encoder finds in the
     // staged PCM), then the previous text token's row added to them.
     let audio_rows = |ids: &B::Ints, out: &mut B::Buf, stride: usize| {
@@ -326,29 +340,6 @@ impl<B: LmOps> InitialRow<B> {
         })?;
         Ok(Self { row })
     }
-}
-
-/// Program: slot `slot`'s next text input becomes the initial token's row (a stream's reset; its
-/// ring needs nothing: a query never reads past its own position). It reads device memory only,
-/// so it is queued ([`LmOps::run_queued`]) without a host sync.
-pub fn reset_program<B: LmOps>(
-    be: &B,
-    c: &SttConfig,
-    initial: &InitialRow<B>,
-    slot: usize,
-    text_state: &mut B::Buf,
-) -> Result<()> {
-    let h = c.hidden_size;
-    be.copy_rows(CopyRowsArgs {
-        src: &initial.row,
-        dst: text_state,
-        rows: 1,
-        len: h,
-        src_offset: 0,
-        src_stride: h,
-        dst_offset: slot * h,
-        dst_stride: h,
-    })
 }
 
 /// Eager program: writes the embedding of the initial codes (the initial id of each of the first

@@ -26,6 +26,9 @@ pub struct StepInputs<B: LmOps> {
     pub draws: IntInput<B>,
     /// `[n]`: unused (no END class), zero for the op's signature.
     pub allow_end: IntInput<B>,
+    /// `[n]`: the slots this step admits (streams at position 0) then `NO_ROW`: their state is
+    /// reset inside the step ([`chorus_core::ResetRowsArgs`]).
+    pub resets: IntInput<B>,
 }
 
 impl<B: LmOps> StepInputs<B> {
@@ -40,6 +43,7 @@ impl<B: LmOps> StepInputs<B> {
             seeds: IntInput::new(be, 2 * n)?,
             draws: IntInput::new(be, n)?,
             allow_end: IntInput::new(be, n)?,
+            resets: IntInput::new(be, n)?,
         })
     }
 
@@ -55,6 +59,7 @@ impl<B: LmOps> StepInputs<B> {
             &mut self.seeds,
             &mut self.draws,
             &mut self.allow_end,
+            &mut self.resets,
         ] {
             i.stage(be)?;
         }

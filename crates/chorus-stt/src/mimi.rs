@@ -76,10 +76,10 @@ impl<B: Backend> MimiEncode<B> {
         })
     }
 
-    /// Zeroes slot `slot`'s state (outside programs, no host sync): a new stream starts at
-    /// sample 0.
-    pub fn reset(&mut self, be: &B, slot: usize) -> Result<()> {
-        self.state.reset_row(be, slot)
+    /// Program op: zeroes the state of the slots listed in `list[..count]` (the slots a step
+    /// admits; see [`chorus_core::ResetRowsArgs`]).
+    pub fn reset_listed(&mut self, be: &B, list: &B::Ints, count: usize) -> Result<()> {
+        self.state.reset_listed(be, list, count)
     }
 
     /// Program op sequence: encodes the staged frame of each of `rows` rows; returns the

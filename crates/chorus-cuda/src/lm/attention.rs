@@ -36,7 +36,7 @@ const MMA_WARPS: usize = 4;
 /// Shared memory of the tensor-core decode over 8-bit caches (`lm_paged_attention_mma8`): each
 /// warp's `PAM8_STAGES` stages of 32 keys (their keys' and values' bytes, then their scales);
 /// the merge reuses the stages (the queries live in registers).
-const MMA8_STAGES: usize = 3;
+const MMA8_STAGES: usize = 2;
 const MMA8_STAGE_BYTES: usize = 2 * 32 * MMA_HEAD_DIM + 2 * 4 * 32;
 pub(crate) const MMA8_SMEM: usize = MMA_WARPS * MMA8_STAGES * MMA8_STAGE_BYTES;
 /// Keys a decode lane group loads at once (`PA_UNROLL`; `PA_UNROLL8` over 8-bit caches).

@@ -3,7 +3,7 @@
 use super::prepare::PreparedEncoder;
 use crate::state::{alloc, conv_state, slot_bytes, zero_rows, StateBuf};
 use crate::MimiConfig;
-use chorus_core::{Backend, Result, StateBytes};
+use chorus_core::{Backend, ResetRowsArgs, Result, StateBytes};
 
 /// Every stateful layer's rows.
 pub struct EncoderState<B: Backend> {
@@ -76,6 +76,21 @@ impl<B: Backend> EncoderState<B> {
     pub fn reset_row(&mut self, be: &B, row: usize) -> Result<()> {
         zero_rows(be, self.conv_bufs_mut(), row)?;
         be.fill_ints(&mut self.tokens, row, 0)
+    }
+
+    /// Program op: the rows listed in `list[..count]` ([`ResetRowsArgs`]) return to the zero state
+    /// at position 0, inside a step (the slots it admits), one launch per state buffer.
+    pub fn reset_listed(&mut self, be: &B, list: &B::Ints, count: usize) -> Result<()> {
+        for s in self.conv_bufs_mut() {
+            be.reset_rows(ResetRowsArgs {
+                buf: &mut s.buf,
+                row_len: s.row_len,
+                list,
+                count,
+                src: None,
+            })?;
+        }
+        be.reset_ints(&mut self.tokens, list, count, 0)
     }
 
     /// Per-slot bytes, by kind.

@@ -20,7 +20,7 @@ use chorus_lm::{layer_caches_of, CacheDims, KvCache, LayerCache, Pipeline, Sampl
 use crate::config::{SttConfig, FRAME_RATE};
 use crate::device::DeviceWeights;
 use crate::frame::initial_audio_row;
-use crate::frame::{reset_program, DrawSettings, InitialRow, StepBufs, KYUTAI_DRAWS};
+use crate::frame::{DrawSettings, InitialRow, StepBufs, KYUTAI_DRAWS};
 use crate::io::{AudioIo, StepInputs, StepOutputs};
 use crate::load::SttModel;
 use crate::mimi::MimiEncode;
@@ -360,10 +360,6 @@ impl<B: LmOps> SttStage<B> {
         let window = self.c.sliding_window;
         let mut seat = self.seats.admit(window, "stream")?;
         self.seats.grow(&mut seat, window);
-        if let Err(e) = self.reset_slot(seat.slot) {
-            self.seats.release(seat);
-            return Err(e);
-        }
         let (mode, seed) = req.sampling.device();
         let initial = vec![self.c.ids.initial_audio; self.books];
         let id = self.next_id;
@@ -382,19 +378,6 @@ impl<B: LmOps> SttStage<B> {
             forced: req.forced,
         });
         Ok(id)
-    }
-
-    /// The slot's next text input becomes the initial token and its encoder state is zeroed:
-    /// queued behind any step in flight without waiting for it (an admission that synced made 850
-    /// 2.6B streams starting at once miss 6 deadlines), once per admission, never on the step path.
-    fn reset_slot(&mut self, slot: usize) -> Result<()> {
-        let be = &self.be;
-        let (c, initial, state) = (&self.c, &self.initial_row, &mut self.text_state);
-        be.run_queued(&mut |b: &B| reset_program(b, c, initial, slot, state))?;
-        match &mut self.encoder {
-            Some(e) => e.mimi.reset(be, slot),
-            None => Ok(()),
-        }
     }
 
     fn find(&mut self, id: StreamId, op: &'static str) -> Result<&mut Stream> {
@@ -455,8 +438,6 @@ impl<B: LmOps> SttStage<B> {
     /// sampling, and its forced tokens start over.
     pub fn reset(&mut self, id: StreamId) -> Result<()> {
         const OP: &str = "SttStage::reset";
-        let slot = self.find(id, OP)?.seat.slot;
-        self.reset_slot(slot)?;
         let initial = vec![self.c.ids.initial_audio; self.books];
         let words = WordAssembler::new(&self.c);
         let s = self.find(id, OP)?;

@@ -3,7 +3,7 @@
 //! words and ends, and retire ended streams.
 
 use chorus_core::lm_ops::DrawMode;
-use chorus_core::{LmOps, Result};
+use chorus_core::{LmOps, Result, NO_ROW};
 use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
@@ -94,6 +94,7 @@ impl<B: LmOps> SttStage<B> {
         };
         let bufs = &mut self.bufs;
         let (caches, text_state) = (&mut self.caches, &mut self.text_state);
+        let initial = &self.initial_row.row;
         let (block_size, max_blocks) = (self.seats.block_size(), self.seats.max_blocks());
         let mut encoder = self.encoder.as_mut();
         let mut program = |be: &B, io: &mut Half<B>| {
@@ -112,6 +113,7 @@ impl<B: LmOps> SttStage<B> {
                 inputs: &mut io.inputs,
                 outputs: &mut io.outputs,
                 text_state: &mut *text_state,
+                initial,
                 caches: &mut *caches,
                 n,
                 block_size,
@@ -145,6 +147,16 @@ impl<B: LmOps> SttStage<B> {
             .enumerate()
         {
             *v = get(i).map_or(0, |s| s.position as i32);
+        }
+        // The slots of admitted streams (position 0), then NO_ROW.
+        let resets = be.pinned_ints_nowait(&mut inputs.resets.host);
+        resets.fill(NO_ROW);
+        let fresh = launch
+            .iter()
+            .map(|&j| &streams[j])
+            .filter(|s| s.position == 0);
+        for (v, s) in resets.iter_mut().zip(fresh) {
+            *v = s.seat.slot as i32;
         }
         let max_blocks = self.seats.max_blocks();
         let tables = be.pinned_ints_nowait(&mut inputs.tables.host);
