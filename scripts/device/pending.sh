@@ -4,6 +4,7 @@
 # seconds, default 570), writes its whole log to $OUT/NAME.log and prints the lines that carry
 # results. Binaries from scripts/device/build_bins.sh (packed in .device-pack/). Parts:
 #   codec      the codec attention over query spans: ops, decoder, encoder_chunk;
+#   ops        the `ops` test binary's cases matching OPS_FILTER (default: all);
 #   lm_attn    every paged-attention test (the tensor-core and plain decodes, 8-bit caches and
 #              their writes, prefill, windows, the draw's per-row sampling, the fused combine, the
 #              rotation with the KV write); the STT stage's CUDA tests (8-bit rings among them);
@@ -32,9 +33,9 @@
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
 #              A/B among them); not in the default list.
-# PENDING_PARTS picks some of them (default: lm_attn stt_fp8: every paged-attention test on the
-# binary as built (a kernel variant such as two 8-bit stages among them), then 2,500 STT streams
-# through the server, where only the admission second missed deadlines).
+# PENDING_PARTS picks some of them (default: ops lm_attn stt_fp8 with OPS_FILTER=reset: the
+# in-step slot reset against the CPU, every paged-attention test (two 8-bit stages), then 2,500
+# STT streams through the server, whose admission second missed deadlines before the reset).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -111,9 +112,11 @@ music_ab() {
 }
 export -f codec lm_attn retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-for p in ${PENDING_PARTS:-lm_attn stt_fp8}; do
+export OPS_FILTER=${OPS_FILTER-reset}
+for p in ${PENDING_PARTS:-ops lm_attn stt_fp8}; do
   case $p in
     codec) part codec 90 bash -c codec ;;
+    ops) part ops 90 "$BIN"/ops --test-threads=1 --nocapture ${OPS_FILTER:-} ;;
     lm_attn) part lm_attn 150 bash -c lm_attn ;;
     fusions) part fusions 300 bash scripts/device/fusions_ab.sh ;;
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
