@@ -58,8 +58,43 @@ for n in $COUNTS; do
   grep -E "^stt:" "$OUT/serve_$n.log"
   echo "GPU memory with $n streams' slots: $(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader)"
   report="$OUT/loadgen_$n.json"
+  # The stage's step counters every quarter second through the first STT_SAMPLE_SECONDS (4) of
+  # the load: how many steps ran, how long they took and how many streams each carried while
+  # the streams connected.
+  samples="$OUT/metrics_$n.txt"
+  : > "$samples"
+  (
+    t0=$(date +%s.%N)
+    end=$(python3 -c "print($t0 + ${STT_SAMPLE_SECONDS:-4})")
+    while python3 -c "import sys,time; sys.exit(time.time() > $end)"; do
+      m=$(curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^chorus_stt_(step_seconds_(sum|count)|step_streams|active_streams|frames_total) ' | tr '\n' ' ')
+      echo "$(python3 -c "import time; print(f'{time.time() - $t0:.3f}')") $m" >> "$samples"
+      sleep 0.25
+    done
+  ) &
+  sampler=$!
   "$BIN"/chorus loadgen --url "ws://127.0.0.1:$PORT" --input audio --stt-endpoint "${STT_ENDPOINT:-v1}" \
     --streams "$n" --duration "${STT_SECONDS:-20}" --json > "$report" 2> "$OUT/loadgen_$n.err" || status=1
+  wait $sampler 2>/dev/null
+  python3 - "$samples" <<'PY'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f:
+        continue
+    t, kv = float(f[0]), dict(zip(f[1::2], f[2::2]))
+    rows.append((t, {k: float(v) for k, v in kv.items()}))
+print("t s | steps | mean step ms | streams in last step | active")
+for (t0, a), (t1, b) in zip(rows, rows[1:]):
+    k = "chorus_stt_step_seconds_count"
+    if k not in a or k not in b:
+        continue
+    steps = b[k] - a[k]
+    ms = (b["chorus_stt_step_seconds_sum"] - a["chorus_stt_step_seconds_sum"]) / steps * 1e3 if steps else 0
+    print(f"{t1:5.2f} | {steps:4.0f} | {ms:7.2f} | {b.get('chorus_stt_step_streams', 0):5.0f} | {b.get('chorus_stt_active_streams', 0):5.0f}")
+PY
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('missed by position (1..8, later):', r.get('missed_by_position'))" "$report" 2>/dev/null
   # The step-time histogram and the stage's gauges as the run left them.
   curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^chorus_stt_(step_seconds_(sum|count)|frames_total|words_total|streams_refused_total)' || true
   verdict=$(python3 - "$report" "$n" "$P99_MS" <<'PY'

@@ -413,7 +413,9 @@ impl Backend for CudaBackend {
         if len == 0 || a.count == 0 {
             return Ok(());
         }
-        if a.buf.f32 || a.buf.fp8 || a.src.is_some_and(|s| s.f32 || s.fp8) {
+        // Rows move as the kernel's T: f32 tables under bf16 and 8-bit pools are other layouts.
+        let other = |b: &CudaBuf| b.fp8 || (b.f32 && self.precision != Precision::F32);
+        if other(a.buf) || a.src.is_some_and(other) {
             return Err(cuda_error(OP, "takes buffers of the backend's precision"));
         }
         need(OP, "list", a.list.len, a.count)?;

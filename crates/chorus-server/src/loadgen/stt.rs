@@ -28,6 +28,8 @@ const MARKER_SILENCE_FRAMES: usize = 2;
 const END_MARKER: i64 = 1;
 /// moshi-server's text delay of the 2.6B (the longest); the 1B's is 6.
 const MAX_TEXT_DELAY_FRAMES: usize = 32;
+/// A stream's first positions counted apart in `missed_by_position`.
+pub const MISS_POSITIONS: usize = 8;
 
 /// Which protocol the streams speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -64,8 +66,9 @@ pub struct SttLoadConfig {
 struct Listener {
     frames: u64,
     delays_ms: Vec<f64>,
-    /// When each step output past the deadline arrived.
+    /// When each step output past the deadline arrived, and its position.
     missed_at: Vec<Instant>,
+    missed_positions: Vec<usize>,
     words: u64,
     completed: bool,
     errors: Vec<String>,
@@ -89,6 +92,9 @@ pub struct SttLoadReport {
     /// Missed deadlines in each whole second since the load started (a burst at the start, a
     /// steady rate, or a stall tell different stories).
     pub missed_by_second: Vec<u64>,
+    /// Missed deadlines at each stream's positions 1 to [`MISS_POSITIONS`] (its first frames),
+    /// then at every later position together: a stream's start tells from a steady load.
+    pub missed_by_position: Vec<u64>,
     pub words: u64,
     pub words_per_second: f64,
     /// Refusals and failures by error code (`busy`, `unauthorized`, `connect`, ...).
@@ -229,6 +235,10 @@ fn report(
         }
         missed_by_second[second] += 1;
     }
+    let mut missed_by_position = vec![0u64; MISS_POSITIONS + 1];
+    for &p in ls.iter().flat_map(|l| &l.missed_positions) {
+        missed_by_position[p.clamp(1, MISS_POSITIONS + 1) - 1] += 1;
+    }
     let words = ls.iter().map(|l| l.words).sum();
     let per_second = |n: u64| {
         if elapsed > 0.0 {
@@ -247,6 +257,7 @@ fn report(
         steps_timed: delays.len() as u64,
         missed_deadlines: delays.iter().filter(|&&d| d > deadline_ms).count() as u64,
         missed_by_second,
+        missed_by_position,
         delay_ms: Latency::of_sorted(&delays),
         deadline_ms,
         words,
@@ -330,6 +341,7 @@ async fn listen(
                     let delay = now - t;
                     if delay > cfg.deadline {
                         l.missed_at.push(now);
+                        l.missed_positions.push(p);
                     }
                     l.delays_ms.push(delay.as_secs_f64() * 1e3);
                 }
@@ -540,17 +552,20 @@ mod tests {
             Listener {
                 delays_ms: vec![10.0, 90.0, 95.0],
                 missed_at: vec![at(100), at(2_500)],
+                missed_positions: vec![1, 30],
                 ..Listener::default()
             },
             Listener {
                 delays_ms: vec![120.0],
                 missed_at: vec![at(2_900)],
+                missed_positions: vec![8],
                 ..Listener::default()
             },
         ];
         let r = report(&cfg, &ls, (started, 3.2), 0.0);
         assert_eq!(r.missed_deadlines, 3);
         assert_eq!(r.missed_by_second, vec![1, 0, 2, 0]);
+        assert_eq!(r.missed_by_position, vec![1, 0, 0, 0, 0, 0, 0, 1, 1]);
         assert!(r
             .summary()
             .ends_with("missed deadlines by second since the start: 0:1 2:2"));
