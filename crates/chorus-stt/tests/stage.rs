@@ -219,3 +219,32 @@ fn reading_the_step_in_flight_launches_nothing_and_a_gathered_step_equals_its_so
     st.drain(&mut sink).unwrap();
     assert_eq!(got, [solo[0].clone(), solo[1].clone()]);
 }
+
+#[test]
+fn streams_are_found_by_id_after_others_leave_between_them() {
+    // Lookups search the streams by id (they stay sorted): cancelling streams in the middle and
+    // admitting more keeps every other stream reachable, the cancelled ones refused by name,
+    // and a stream's tokens those of its solo run.
+    let m = model();
+    let mut st = stage(&m, 6);
+    let ids: Vec<StreamId> = (0..5)
+        .map(|_| st.add(StreamRequest::default()).unwrap())
+        .collect();
+    st.cancel(ids[1]).unwrap();
+    st.cancel(ids[3]).unwrap();
+    let late = st.add(StreamRequest::default()).unwrap();
+    for (k, &id) in [ids[0], ids[2], ids[4], late].iter().enumerate() {
+        st.push_frame(id, &frame(0, k)).unwrap();
+    }
+    for &gone in [ids[1], ids[3]].iter() {
+        let e = st.push_frame(gone, &frame(0, 0)).unwrap_err().to_string();
+        assert!(e.contains(&format!("no running stream {gone}")), "{e}");
+    }
+    st.drain(&mut |_| {}).unwrap();
+    let got = tokens_of(&mut st, ids[2], 6, 9);
+    let mut solo = stage(&m, 1);
+    let s = solo.add(StreamRequest::default()).unwrap();
+    solo.push_frame(s, &frame(0, 1)).unwrap();
+    solo.drain(&mut |_| {}).unwrap();
+    assert_eq!(got, tokens_of(&mut solo, s, 6, 9));
+}

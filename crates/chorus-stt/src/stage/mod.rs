@@ -128,6 +128,11 @@ struct Stream {
     forced: Option<Vec<u32>>,
 }
 
+/// Index of stream `id` in `streams` (sorted by id: see [`SttStage::index_of`]).
+fn stream_index(streams: &[Stream], id: StreamId) -> Option<usize> {
+    streams.binary_search_by_key(&id, |s| s.id).ok()
+}
+
 /// One position's input.
 enum Input {
     /// The codes of the previous frame (or the initial codes at position 0).
@@ -380,11 +385,18 @@ impl<B: LmOps> SttStage<B> {
         Ok(id)
     }
 
+    /// Index of stream `id` in `streams`: ids are handed out in increasing order and streams
+    /// leave without reordering the rest, so `streams` is sorted by id (a linear search per
+    /// lookup made each round of 2,500 streams' input quadratic).
+    pub(super) fn index_of(&self, id: StreamId) -> Option<usize> {
+        stream_index(&self.streams, id)
+    }
+
     fn find(&mut self, id: StreamId, op: &'static str) -> Result<&mut Stream> {
-        self.streams
-            .iter_mut()
-            .find(|s| s.id == id)
-            .ok_or_else(|| Error::input(op, format!("no running stream {id}")))
+        match self.index_of(id) {
+            Some(i) => Ok(&mut self.streams[i]),
+            None => Err(Error::input(op, format!("no running stream {id}"))),
+        }
     }
 
     /// Queues one frame of Mimi codes (the stage's `audio_codebooks` codes, each below 2048) for
@@ -452,7 +464,7 @@ impl<B: LmOps> SttStage<B> {
 
     /// Drops a stream at once; its slot and ring return to the stage. Returns its positions.
     pub fn cancel(&mut self, id: StreamId) -> Result<usize> {
-        let Some(i) = self.streams.iter().position(|s| s.id == id) else {
+        let Some(i) = self.index_of(id) else {
             return Err(Error::input(
                 "SttStage::cancel",
                 format!("no running stream {id}"),

@@ -73,7 +73,7 @@ impl<B: LmOps> SttStage<B> {
 
     /// Samples stream `id` has pushed that do not fill a frame yet.
     pub fn buffered_samples(&self, id: StreamId) -> Option<usize> {
-        let s = self.streams.iter().find(|s| s.id == id)?;
+        let s = &self.streams[self.index_of(id)?];
         let queued = s
             .queue
             .iter()

@@ -7,7 +7,7 @@ use chorus_core::{LmOps, Result, NO_ROW};
 use chorus_lm::pipeline::{self, FrameLoop};
 use chorus_lm::Pending;
 
-use super::{Half, Input, Launched, StreamEvent, StreamId, SttStage};
+use super::{stream_index, Half, Input, Launched, StreamEvent, StreamId, SttStage};
 use crate::frame::{step_program, AudioCall, Model, StepCall};
 use crate::words::WordEvent;
 
@@ -230,10 +230,9 @@ impl<B: LmOps> SttStage<B> {
         let mut probs = vec![0f32; heads];
         for (i, &(id, position, epoch)) in prev.payload.iter().enumerate() {
             // A stream cancelled or reset since the launch: its row is discarded.
-            let Some(s) = self
-                .streams
-                .iter_mut()
-                .find(|s| s.id == id && s.epoch == epoch)
+            let Some(s) = stream_index(&self.streams, id)
+                .map(|j| &mut self.streams[j])
+                .filter(|s| s.epoch == epoch)
             else {
                 continue;
             };
