@@ -7,7 +7,8 @@
 # 80 ms frame) printed at the end. Expects .device-bin/chorus (scripts/device/build_bins.sh).
 # Settings: STT_STREAMS ("256 512 1024 1300"), STT_SECONDS (20), STT_P99_MS (100), STT_ENDPOINT
 # (v1, or asr for /api/asr-streaming), STT_MODEL (random; random-2.6b), STT_KV_CACHE (bf16, or
-# fp8), STT_PORT (8094), STT_OUT (/tmp/stt_capacity).
+# fp8), STT_PORT (8094), STT_OUT (/tmp/stt_capacity), STT_RAMP_MS (unset: a second run with the
+# streams connecting over that many milliseconds).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/cuda_env.sh
@@ -43,6 +44,32 @@ start_server() {
     sleep 1
   done
   return 1
+}
+
+# verdict REPORT N: PASS or FAIL with the report's figures.
+verdict_of() {
+  python3 - "$1" "$2" "$P99_MS" <<'PY'
+import json, sys
+path, n, p99_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"no report ({e})")
+    sys.exit(0)
+d = r["delay_ms"]
+ok = (r["errors"] == {} and r["streams_completed"] == n and r["frames_sent"] > 0
+      and r["steps_timed"] == r["frames_sent"] and r["missed_deadlines"] == 0
+      and d["p99"] < p99_max)
+print(f"{'PASS' if ok else 'FAIL'} streams {n}: p50 {d['p50']:.1f} p99 {d['p99']:.1f} max {d['max']:.1f} ms, "
+      f"missed {r['missed_deadlines']}, steps {r['steps_timed']}/{r['frames_sent']}, "
+      f"completed {r['streams_completed']}, errors {r['errors']}, client CPU {r['client_cpu_cores']:.2f} cores")
+f = r.get("first_step_ms")
+if f:
+    print(f"  admission to position 0's output: p50 {f['p50']:.1f} p99 {f['p99']:.1f} max {f['max']:.1f} ms")
+if r["missed_deadlines"]:
+    by = r.get("missed_by_second", [])
+    print("  missed by second: " + " ".join(f"{s}:{n}" for s, n in enumerate(by) if n))
+PY
 }
 
 best=0
@@ -97,30 +124,20 @@ PY
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('missed by position (1..8, later):', r.get('missed_by_position'))" "$report" 2>/dev/null
   # The step-time histogram and the stage's gauges as the run left them.
   curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^chorus_stt_(step_seconds_(sum|count)|frames_total|words_total|streams_refused_total)' || true
-  verdict=$(python3 - "$report" "$n" "$P99_MS" <<'PY'
-import json, sys
-path, n, p99_max = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-try:
-    r = json.load(open(path))
-except Exception as e:
-    print(f"no report ({e})")
-    sys.exit(0)
-d = r["delay_ms"]
-ok = (r["errors"] == {} and r["streams_completed"] == n and r["frames_sent"] > 0
-      and r["steps_timed"] == r["frames_sent"] and r["missed_deadlines"] == 0
-      and d["p99"] < p99_max)
-print(f"{'PASS' if ok else 'FAIL'} streams {n}: p50 {d['p50']:.1f} p99 {d['p99']:.1f} max {d['max']:.1f} ms, "
-      f"missed {r['missed_deadlines']}, steps {r['steps_timed']}/{r['frames_sent']}, "
-      f"completed {r['streams_completed']}, errors {r['errors']}, client CPU {r['client_cpu_cores']:.2f} cores")
-if r["missed_deadlines"]:
-    by = r.get("missed_by_second", [])
-    print("  missed by second: " + " ".join(f"{s}:{n}" for s, n in enumerate(by) if n))
-PY
-)
+  verdict=$(verdict_of "$report" "$n")
   echo "$verdict"
   case "$verdict" in
     PASS*) [ "$n" -gt "$best" ] && best=$n ;;
   esac
+  # STT_RAMP_MS: the same load again on the same server, the streams connecting over that many
+  # milliseconds instead of at once (reported, not counted in the verdict above).
+  if [ -n "${STT_RAMP_MS:-}" ]; then
+    echo "--- the same $n streams connecting over ${STT_RAMP_MS} ms:"
+    "$BIN"/chorus loadgen --url "ws://127.0.0.1:$PORT" --input audio --stt-endpoint "${STT_ENDPOINT:-v1}" \
+      --streams "$n" --duration "${STT_SECONDS:-20}" --ramp-ms "$STT_RAMP_MS" --json \
+      > "$OUT/loadgen_${n}_ramp.json" 2> "$OUT/loadgen_${n}_ramp.err"
+    verdict_of "$OUT/loadgen_${n}_ramp.json" "$n" | sed 's/^/ramp: /'
+  fi
   kill $server 2>/dev/null; wait $server 2>/dev/null
 done
 echo "largest real-time count (p99 < ${P99_MS} ms, no missed deadline): $best of ${COUNTS// /, }"

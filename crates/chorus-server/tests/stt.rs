@@ -962,6 +962,7 @@ fn load(server: &Server, endpoint: SttEndpoint, key: Option<&str>) -> SttLoadCon
         deadline: Duration::from_secs(10),
         wait_ready: Duration::from_secs(10),
         api_key: key.map(str::to_owned),
+        ramp: Duration::ZERO,
     }
 }
 
@@ -973,8 +974,18 @@ async fn the_load_generator_times_every_step_on_both_endpoints_with_a_key() {
     };
     let server = server_with(config, SttServeConfig::default()).await;
     for endpoint in [SttEndpoint::V1, SttEndpoint::Asr] {
-        let report = run_stt(load(&server, endpoint, Some(KEY))).await.unwrap();
+        let mut cfg = load(&server, endpoint, Some(KEY));
+        // `/v1/stt` with the streams connecting over 100 ms: each one's first step is timed.
+        let v1 = endpoint == SttEndpoint::V1;
+        if v1 {
+            cfg.ramp = Duration::from_millis(100);
+        }
+        let report = run_stt(cfg).await.unwrap();
         assert!(report.real_time(), "{}", report.summary());
+        if v1 {
+            let f = &report.first_step_ms;
+            assert!(f.max > 0.0 && f.p50 <= f.max, "{f:?}");
+        }
         assert_eq!(
             report.frames_sent,
             (SLOTS * 10) as u64,

@@ -114,6 +114,9 @@ pub struct LoadgenArgs {
     /// `--input audio`: a step's output later than this past its audio misses its deadline.
     #[arg(long, default_value_t = chorus_core::FRAME_MS as f64)]
     pub deadline_ms: f64,
+    /// `--input audio`: the streams connect spread over this many milliseconds (0: at once).
+    #[arg(long, default_value_t = 0.0)]
+    pub ramp_ms: f64,
     /// The API key every connection and request presents (the server's `kyutai-api-key`
     /// header), for servers started with keys.
     #[arg(long)]
@@ -219,6 +222,9 @@ fn run_stt(args: &LoadgenArgs) -> Result<()> {
     if !(args.deadline_ms.is_finite() && args.deadline_ms > 0.0) {
         bail!("--deadline-ms must be a positive number of milliseconds");
     }
+    if !(args.ramp_ms.is_finite() && args.ramp_ms >= 0.0) {
+        bail!("--ramp-ms must be zero or a positive number of milliseconds");
+    }
     let config = SttLoadConfig {
         url: args.url.clone(),
         streams: args.streams,
@@ -236,6 +242,7 @@ fn run_stt(args: &LoadgenArgs) -> Result<()> {
         deadline: Duration::from_secs_f64(args.deadline_ms / 1e3),
         wait_ready: Duration::from_secs_f64(args.wait_ready),
         api_key: args.api_key.clone(),
+        ramp: Duration::from_secs_f64(args.ramp_ms / 1e3),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

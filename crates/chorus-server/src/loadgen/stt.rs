@@ -59,6 +59,8 @@ pub struct SttLoadConfig {
     pub wait_ready: Duration,
     /// The key every connection presents (the gate's `kyutai-api-key` header).
     pub api_key: Option<String>,
+    /// Stream `s` connects `ramp * s / streams` after the start (zero: all at once).
+    pub ramp: Duration,
 }
 
 /// What one stream saw.
@@ -69,6 +71,8 @@ struct Listener {
     /// When each step output past the deadline arrived, and its position.
     missed_at: Vec<Instant>,
     missed_positions: Vec<usize>,
+    /// From `started` (or `Ready`) to the output of position 0, the stream's first step.
+    first_step_ms: Option<f64>,
     words: u64,
     completed: bool,
     errors: Vec<String>,
@@ -95,6 +99,8 @@ pub struct SttLoadReport {
     /// Missed deadlines at each stream's positions 1 to [`MISS_POSITIONS`] (its first frames),
     /// then at every later position together: a stream's start tells from a steady load.
     pub missed_by_position: Vec<u64>,
+    /// From a stream's admission (`started` / `Ready`) to the output of its position 0.
+    pub first_step_ms: Latency,
     pub words: u64,
     pub words_per_second: f64,
     /// Refusals and failures by error code (`busy`, `unauthorized`, `connect`, ...).
@@ -258,6 +264,11 @@ fn report(
         missed_deadlines: delays.iter().filter(|&&d| d > deadline_ms).count() as u64,
         missed_by_second,
         missed_by_position,
+        first_step_ms: {
+            let mut f: Vec<f64> = ls.iter().filter_map(|l| l.first_step_ms).collect();
+            f.sort_by(f64::total_cmp);
+            Latency::of_sorted(&f)
+        },
         delay_ms: Latency::of_sorted(&delays),
         deadline_ms,
         words,
@@ -297,6 +308,9 @@ async fn listen(
     frames: usize,
 ) -> Listener {
     let mut l = Listener::default();
+    if !cfg.ramp.is_zero() {
+        tokio::time::sleep(cfg.ramp.mul_f64(s as f64 / cfg.streams.max(1) as f64)).await;
+    }
     let opened = {
         let _permit = gate.acquire().await;
         open(cfg, addr).await
@@ -308,6 +322,7 @@ async fn listen(
             return l;
         }
     };
+    let admitted = Instant::now();
     let (sink, mut source) = ws.split();
     let sent_at = Arc::new(Mutex::new(Vec::with_capacity(frames)));
     let sender = {
@@ -345,6 +360,9 @@ async fn listen(
                     }
                     l.delays_ms.push(delay.as_secs_f64() * 1e3);
                 }
+            }
+            Heard::Step(0) if l.first_step_ms.is_none() => {
+                l.first_step_ms = Some((now - admitted).as_secs_f64() * 1e3);
             }
             Heard::Word => l.words += 1,
             Heard::Done => {
@@ -547,6 +565,7 @@ mod tests {
             deadline: Duration::from_millis(80),
             wait_ready: Duration::from_secs(1),
             api_key: None,
+            ramp: Duration::ZERO,
         };
         let ls = [
             Listener {
