@@ -28,7 +28,10 @@
 #              the binary before a change (chorus_base), after it (chorus) and a build variant
 #              (chorus_s2, when packed: two 8-bit decode stages, three blocks per SM), or AB_BINS;
 #   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
-#              same binaries, one process each (making the random weights takes ~100 s);
+#              same binaries, one process each (making the random weights takes ~100 s), model
+#              MUSIC_AB_MODEL (default random; random-int8 for the int8 products);
+#   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
+#              count);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -76,6 +79,10 @@ lm_attn() {
 }
 # The parts that are functions run in a child shell under `timeout`.
 export BIN
+q8() {
+  "$BIN"/lm_q8 --test-threads=1 --nocapture 2>&1
+  "$BIN"/lm_skinny --test-threads=1 --nocapture 2>&1
+}
 retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
   "$BIN"/lm_attention --test-threads=1 --nocapture combine 2>&1
@@ -107,10 +114,10 @@ stt_enc() {
     --fill ${STT_ENC_FILL:-250} --streams ${STT_ENC_STREAMS:-1024,1536,2500} 2>&1 | grep -v '^warning'
 }
 music_ab() {
-  each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model random --kv-cache fp8 \
+  each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model ${MUSIC_AB_MODEL:-random} --kv-cache fp8 \
     --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
 }
-export -f codec lm_attn retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+export -f codec lm_attn q8 retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do
@@ -122,6 +129,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     stages) part stages 150 env SKIP_STT=1 SKIP_TTS=1 bash scripts/device/lm_stages_check.sh ;;
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     retest) part retest 90 bash -c retest ;;
+    q8) part q8 200 bash -c q8 ;;
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
@@ -130,7 +138,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     music_tests) part music_tests 200 "$BIN"/music_cuda --test-threads=1 --skip full_size ;;
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_ab) part stt_ab 120 bash -c stt_ab ;;
-    music_ab) part music_ab 240 bash -c music_ab ;;
+    music_ab) part music_ab ${MUSIC_AB_LIMIT:-240} bash -c music_ab ;;
     stt_enc) part stt_enc 150 bash -c stt_enc ;;
     ncu_attn) part ncu_attn 330 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;

@@ -1,11 +1,12 @@
 // int8 ConvRot weights (chorus_core::convrot): out[n, m] = (x[n, k] . q[m, k]^T) * scale[m] with
 // int8 q and f32 scales, x already rotated by lm_hadamard; f32 accumulation, the scale applied
-// once per output after the sum.
+// once per output after the sum. The device holds each int8 b as the byte b + 128 (biased at
+// upload, src/lm/q8.rs), so the conversions below need no sign flip.
 //
 // - lm_gemv_q8 (n <= 16, used for n <= 4; k a multiple of 16): lm_gemv.cu's layout, one byte per weight: one warp
 //   per weight row, 16-byte loads (16 int8 per lane) that bypass L1, several in flight per lane,
 //   one f32 accumulator per activation row. An int8 becomes f32 exactly with one byte permute and
-//   one subtraction (2^23 + (b ^ 0x80) - (2^23 + 128) = b), cheaper than a conversion instruction.
+//   one subtraction (2^23 + (b + 128) - (2^23 + 128) = b), cheaper than a conversion instruction.
 // - lm_dequant_q8 (more rows, or k not a multiple of 16): the int8 rows times their scales in the
 //   storage type, for a cuBLAS product (W8A16 by dequantization: 5 bytes moved per weight instead
 //   of 1, but cuBLAS's speed at any row count; a tensor-core W8A16 kernel would do better).
@@ -25,9 +26,8 @@ __device__ __forceinline__ uint4 q8_ld_stream(const signed char* p) {
     return v;
 }
 
-// Four int8 (one 32-bit word, byte 0 first) to f32, exactly.
-__device__ __forceinline__ void q8_unpack4(unsigned w, float* f) {
-    const unsigned u = w ^ 0x80808080u;
+// Four biased int8 (one 32-bit word, byte 0 first) to f32, exactly.
+__device__ __forceinline__ void q8_unpack4(unsigned u, float* f) {
     f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.f;
     f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.f;
     f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.f;
@@ -131,13 +131,26 @@ extern "C" __global__ void lm_dequant_q8(const signed char* __restrict__ q, cons
             for (int p = 0; p < Q8_VEC / VEC; ++p) *reinterpret_cast<uint4*>(out + i + p * VEC) = pack(f + p * VEC);
         }
     } else {
-        GRID_LOOP(i, (unsigned)m * (unsigned)k) st(out + i, (float)q[i] * scale[i / (unsigned)k]);
+        const unsigned char* qb = reinterpret_cast<const unsigned char*>(q);
+        GRID_LOOP(i, (unsigned)m * (unsigned)k) st(out + i, (float)((int)qb[i] - 128) * scale[i / (unsigned)k]);
     }
 }
 
+// v as f16 bits, rounded to nearest even; finite values past the f16 range saturate to +-65504
+// (the largest finite f16), NaN stays NaN.
+__device__ __forceinline__ unsigned short q8_f16_sat(float v) {
+    v = fabsf(v) > 65504.f ? copysignf(65504.f, v) : v;
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+
 // The radix-4 stages of convrot::rotate_block on `group` = 4^stages floats in shared memory, then
-// the 2^-stages scale, stored to out (the caller's block filled hs and passed a barrier).
-__device__ __forceinline__ void q8_rotate_store(float* hs, T* __restrict__ out, int group, int stages) {
+// the 2^-stages scale, stored to out (the caller's block filled hs and passed a barrier): as T, or
+// with `half_out` as f16 bits (the input of lm_skinny's int8 products, whose tensor-core f16
+// products take it as it is).
+__device__ __forceinline__ void q8_rotate_store(float* hs, T* __restrict__ out, int group, int stages,
+                                                int half_out) {
     int s = 1;
     for (int stage = 0; stage < stages; ++stage) {
         for (int t = threadIdx.x; t < group / 4; t += blockDim.x) {
@@ -153,20 +166,25 @@ __device__ __forceinline__ void q8_rotate_store(float* hs, T* __restrict__ out, 
         s *= 4;
     }
     const float scale = 1.f / (float)(1 << stages);
-    for (int i = threadIdx.x; i < group; i += blockDim.x) st(out + i, hs[i] * scale);
+    if (half_out) {
+        unsigned short* oh = reinterpret_cast<unsigned short*>(out);
+        for (int i = threadIdx.x; i < group; i += blockDim.x) oh[i] = q8_f16_sat(hs[i] * scale);
+    } else {
+        for (int i = threadIdx.x; i < group; i += blockDim.x) st(out + i, hs[i] * scale);
+    }
 }
 
 // Block b rotates group b % (dim / group) of row b / (dim / group); `group` = 4^stages floats of
-// dynamic shared memory. out and x do not alias.
+// dynamic shared memory. out and x do not alias; `half_out`: out holds f16 bits (q8_rotate_store).
 extern "C" __global__ void lm_hadamard(const T* __restrict__ x, T* __restrict__ out, int dim, int group,
-                                       int stages) {
+                                       int stages, int half_out) {
     pdl_enter();
     extern __shared__ float q8_hs[];
     const int per_row = dim / group;
     const size_t base = (size_t)(blockIdx.x / per_row) * dim + (size_t)(blockIdx.x % per_row) * group;
     for (int i = threadIdx.x; i < group; i += blockDim.x) q8_hs[i] = ld(x + base + i);
     __syncthreads();
-    q8_rotate_store(q8_hs, out + base, group, stages);
+    q8_rotate_store(q8_hs, out + base, group, stages, half_out);
 }
 
 // RMSNorm and the rotation in one launch (the normed inputs of int8 products): as lm_rms_norm
@@ -178,7 +196,7 @@ extern "C" __global__ void lm_hadamard(const T* __restrict__ x, T* __restrict__ 
 #define Q8_NORM_THREADS 256
 extern "C" __global__ void __launch_bounds__(Q8_NORM_THREADS)
     lm_norm_hadamard(const T* __restrict__ x, const T* __restrict__ gamma, T* __restrict__ out, int dim, int group,
-                     int stages, float eps) {
+                     int stages, float eps, int half_out) {
     pdl_enter();
     extern __shared__ float q8_hs[];
     const int per_row = dim / group;
@@ -198,5 +216,5 @@ extern "C" __global__ void __launch_bounds__(Q8_NORM_THREADS)
         q8_hs[i] = ld(&normed);
     }
     __syncthreads();
-    q8_rotate_store(q8_hs, out + row + g0, group, stages);
+    q8_rotate_store(q8_hs, out + row + g0, group, stages, half_out);
 }

@@ -1,5 +1,7 @@
 // Skinny products on the tensor cores (bf16 storage): out = epilogue(norm?(x)[n, k] . W[rows, k]^T)
-// for n <= 64 activation rows, with dense bf16 or int8 (W8A16, dequantised in registers) weights.
+// for n <= 64 activation rows, with dense bf16 or int8 weights. int8 products are W8A16 in f16:
+// their input comes rotated as f16 (lm_q8.cu's rotation with `half_out`; 3 more mantissa bits than
+// bf16) and each int8 becomes f16 exactly in registers, the f16 MMA taking both.
 // The weights are the A operand of mma.m16n8k16 (16 weight rows per tile) and the activation rows
 // the B operand (8 per tile), so a warp streams 16 weight rows at once with 16-byte loads that
 // bypass L1, whatever n is.
@@ -33,14 +35,23 @@ __device__ __forceinline__ uint4 sk_ld_w(const unsigned char* p) {
 
 __device__ __forceinline__ unsigned sk_word(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// Bytes 2h and 2h + 1 of a word of four int8 as a bf16 pair, exactly: each int8 becomes f32 with
-// one byte permute and one subtraction (lm_q8.cu), and an integer below 2^8 keeps its f32 high
-// half exact.
-__device__ __forceinline__ unsigned sk_q8_pair(unsigned w, int h) {
-    const unsigned u = w ^ 0x80808080u;
-    const float a = __uint_as_float(__byte_perm(u, 0x4B000000u, h ? 0x7542 : 0x7540)) - 8388736.f;
-    const float b = __uint_as_float(__byte_perm(u, 0x4B000000u, h ? 0x7543 : 0x7541)) - 8388736.f;
-    return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
+// Bytes 2h and 2h + 1 of a word of four biased int8 (b + 128, lm_q8.cu) as an f16 pair, exactly:
+// one byte permute puts each byte under the exponent of 1024 (f16 0x64xx = 1024 + byte), one
+// paired subtraction of 1024 + 128 leaves b. Two instructions per pair, against six through f32
+// for a bf16 pair: the int8 products were bound by these conversions (docs/PERFORMANCE.md).
+__device__ __forceinline__ unsigned sk_q8_half2(unsigned u, int h) {
+    const unsigned biased = __byte_perm(u, 0x64646464u, h ? 0x4342 : 0x4140);
+    unsigned r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(biased), "r"(0x64806480u));
+    return r;
+}
+
+__device__ __forceinline__ void mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // x (8 bf16 in a uint4) times gamma into a bf16 B pair set, adding x^2 to `sq`.
@@ -179,12 +190,13 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
                     for (int i = 0; i < 4; ++i) {
                         // Dequantised once per chunk, used by every activation tile.
                         const unsigned w0 = sk_word(cur[u][mt][0], i), w1 = sk_word(cur[u][mt][1], i);
-                        const unsigned fa[4] = {sk_q8_pair(w0, 0), sk_q8_pair(w1, 0), sk_q8_pair(w0, 1), sk_q8_pair(w1, 1)};
+                        const unsigned fa[4] = {sk_q8_half2(w0, 0), sk_q8_half2(w1, 0), sk_q8_half2(w0, 1),
+                                                sk_q8_half2(w1, 1)};
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt) {
                             if (nt * 8 < n) {
                                 const uint4 xs = i < 2 ? xa[nt] : xb[nt];
-                                mma_bf16(acc[mt][nt], fa, (i & 1) ? xs.z : xs.x, (i & 1) ? xs.w : xs.y);
+                                mma_f16(acc[mt][nt], fa, (i & 1) ? xs.z : xs.x, (i & 1) ? xs.w : xs.y);
                             }
                         }
                     }

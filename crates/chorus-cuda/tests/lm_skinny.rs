@@ -176,6 +176,59 @@ fn fused_products_match_the_cpu() {
     }
 }
 
+/// The int8 products take their rotated input as f16 (kernels/lm_skinny.cu): inputs in the
+/// thousands (rotated values up to ~1.5e4, where bf16 and f16 both stay exact to their bits) match
+/// the CPU, and an input past the f16 range after rotation saturates instead of turning the row's
+/// outputs to inf or NaN.
+#[test]
+fn int8_products_keep_large_inputs_finite() {
+    let cpu = cpu();
+    let Some(cuda) = cuda_skinny(Precision::Bf16, true, false) else {
+        return;
+    };
+    for (key, (n, epilogue)) in [
+        (1, Epilogue::Store),
+        (9, Epilogue::Accumulate),
+        (64, Epilogue::Store),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = Case {
+            n,
+            k: 1024,
+            m: 520,
+            epilogue,
+            norm: false,
+            q8: true,
+        };
+        let mut d = data(&c, 40 + key as u64);
+        for v in d.x.iter_mut() {
+            *v *= 1000.0;
+        }
+        let want = run(&cpu, &c, &d, 2 * key);
+        let got = run(&cuda, &c, &d, 2 * key);
+        assert_parity(
+            &format!("{} inputs x1000", c.name()),
+            Precision::Bf16,
+            &got,
+            &want,
+        );
+        // One input of each row at 1e7: its rotated group holds 1e7 / 16, past 65504.
+        for r in 0..n {
+            d.x[r * c.k + 3] = 1e7;
+        }
+        let got = run(&cuda, &c, &d, 2 * key + 1);
+        let bad = got.iter().filter(|v| !v.is_finite()).count();
+        assert_eq!(
+            bad,
+            0,
+            "{}: {bad} outputs not finite past the f16 range",
+            c.name()
+        );
+    }
+}
+
 /// The fusions really act: without the norm, the SwiGLU or the prior output the CPU result
 /// differs, so the parity above cannot pass with a fusion dropped.
 #[test]
@@ -325,7 +378,7 @@ fn skinny_products_bandwidth_by_row_count() {
                     .iter()
                     .map(|&(k, m, _, _)| k * m * per_weight)
                     .sum::<usize>();
-            for n in [1usize, 2, 4, 8, 16, 32, 64] {
+            for n in [1usize, 2, 4, 8, 16, 32, 64, 128] {
                 let x = be.zeros(n * inter, BufRole::Activation).unwrap();
                 let mut out = be.zeros(n * 2 * inter, BufRole::Activation).unwrap();
                 let mut s1 = be.zeros(n * inter, BufRole::Activation).unwrap();

@@ -28,7 +28,11 @@ const HADAMARD_MAX_THREADS: usize = 256;
 /// Threads of the norm + rotation kernel (`Q8_NORM_THREADS`): the row's sum of squares is theirs.
 const NORM_ROTATION_THREADS: u32 = 256;
 
-/// An int8 weight `[rows, cols]` and its `[rows]` f32 scales on the device.
+/// The offset of the device's int8 bytes: `b` is stored as `b + 128` (`b ^ 0x80`).
+const Q8_BIAS: u8 = 0x80;
+
+/// An int8 weight `[rows, cols]` (biased by [`Q8_BIAS`]) and its `[rows]` f32 scales on the
+/// device.
 pub struct CudaQWeight {
     pub(crate) q: DevMem,
     pub(crate) scales: DevMem,
@@ -73,9 +77,12 @@ pub(super) fn upload_q8(
             ),
         ));
     }
+    // Each int8 b is held as the byte b + 128, so the kernels' conversions need no sign flip
+    // (kernels/lm_q8.cu): transformed here, once, at load time.
+    let biased: Vec<u8> = data.iter().map(|&b| (b as u8) ^ Q8_BIAS).collect();
     let q = be.alloc(data.len(), false)?;
     let s = be.alloc(scales.len() * 4, false)?;
-    be.copy_htod(q.ptr(), data.as_ptr() as *const u8, data.len())?;
+    be.copy_htod(q.ptr(), biased.as_ptr(), biased.len())?;
     be.copy_htod(s.ptr(), scales.as_ptr() as *const u8, scales.len() * 4)?;
     // The host slices are pageable and borrowed: wait for the copies before returning.
     be.sync()?;
@@ -149,17 +156,31 @@ pub(super) fn linear_q8(be: &CudaBackend, a: LinearQ8Args<'_, CudaBackend>) -> R
 }
 
 pub(super) fn hadamard(be: &CudaBackend, a: HadamardArgs<'_, CudaBackend>) -> Result<()> {
-    rotate_rows(be, "hadamard", a, None)
+    rotate_rows(be, "hadamard", a, None, RotationOut::Storage)
 }
 
-/// The RMSNorm of `a.x` by `weight` (as `rms_norm_rows`), then its rotation, in one launch.
-pub(super) fn norm_hadamard(
+/// What a rotation stores: the storage type, or f16 bits for the skinny kernel's int8 products
+/// (finite values past the f16 range saturate to +-65504).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum RotationOut {
+    Storage,
+    F16,
+}
+
+/// The rotation of `a.x` as f16 bits (see [`RotationOut::F16`]).
+pub(super) fn hadamard_f16(be: &CudaBackend, a: HadamardArgs<'_, CudaBackend>) -> Result<()> {
+    rotate_rows(be, "fused_linear", a, None, RotationOut::F16)
+}
+
+/// The RMSNorm of `a.x` by `weight` (as `rms_norm_rows`), then its rotation as f16 bits, in one
+/// launch.
+pub(super) fn norm_hadamard_f16(
     be: &CudaBackend,
     a: HadamardArgs<'_, CudaBackend>,
     weight: &CudaBuf,
     eps: f32,
 ) -> Result<()> {
-    rotate_rows(be, "fused_linear", a, Some((weight, eps)))
+    rotate_rows(be, "fused_linear", a, Some((weight, eps)), RotationOut::F16)
 }
 
 /// `lm_hadamard`, or `lm_norm_hadamard` with a norm's weight and epsilon.
@@ -168,6 +189,7 @@ fn rotate_rows(
     op: &'static str,
     a: HadamardArgs<'_, CudaBackend>,
     norm: Option<(&CudaBuf, f32)>,
+    store: RotationOut,
 ) -> Result<()> {
     let _timer = be.op_timer(if norm.is_some() {
         "norm_hadamard"
@@ -198,11 +220,18 @@ fn rotate_rows(
         smem: (group * 4) as u32,
     };
     let (dim32, group32, stages32) = (int(op, "dim", dim)?, group as i32, stages as i32);
+    let half = i32::from(store == RotationOut::F16);
+    if half == 1 && be.esize() != 2 {
+        return Err(cuda_error(
+            op,
+            "an f16 rotation needs 2-byte (bf16) storage for its output",
+        ));
+    }
     match norm {
         None => be.launch(
             Kernel::LmHadamard,
             cfg,
-            &mut kargs![&x, &out, &dim32, &group32, &stages32],
+            &mut kargs![&x, &out, &dim32, &group32, &stages32, &half],
         ),
         Some((weight, eps)) => {
             check_len(op, "norm.weight", weight.len, dim)?;
@@ -217,7 +246,7 @@ fn rotate_rows(
             be.launch(
                 Kernel::LmNormHadamard,
                 cfg,
-                &mut kargs![&x, &gamma, &out, &dim32, &group32, &stages32, &eps],
+                &mut kargs![&x, &gamma, &out, &dim32, &group32, &stages32, &eps, &half],
             )
         }
     }

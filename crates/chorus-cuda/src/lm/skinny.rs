@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use chorus_core::lm_ops::{
     fused_linear_apart, Epilogue, FusedLinearArgs, HadamardArgs, LinearWeight,
 };
-use chorus_core::{LmOps, Precision, Result};
+use chorus_core::{Precision, Result};
 
 use super::rows::rms_norm_rows;
 use super::{check_len, t_ptr};
@@ -141,7 +141,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 ));
             }
             // The int8 input is normed and rotated by one kernel (or two, for A/B) before the
-            // product, which takes its epilogue.
+            // product, which takes its epilogue; the rotation stores f16 for the f16 MMA.
             let input: &CudaBuf = match &norm {
                 Some(nm) if !be.fused_norm_rotation => {
                     rms_norm_rows(be, x, nm.weight, nm.eps, scratch.normed, (n, k))?;
@@ -158,9 +158,9 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
             };
             match norm {
                 Some(nm) if be.fused_norm_rotation => {
-                    super::q8::norm_hadamard(be, rot, nm.weight, nm.eps)?
+                    super::q8::norm_hadamard_f16(be, rot, nm.weight, nm.eps)?
                 }
-                _ => be.hadamard(rot)?,
+                _ => super::q8::hadamard_f16(be, rot)?,
             }
             let p = Skinny {
                 x: t_ptr(be, OP, "scratch.rot", scratch.rot)?,
