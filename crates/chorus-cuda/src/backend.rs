@@ -88,6 +88,10 @@ pub struct CudaOptions {
     /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
     /// measurements.
     pub fused_norm_rotation: bool,
+    /// int8 products of [`crate::SKINNY_MAX_ROWS`] + 1 to [`crate::Q8_GEMM_MAX_ROWS`] rows take
+    /// the tensor-core W8A16 GEMM (`kernels/lm_q8_gemm.cu`, with the skinny kernel); off (or
+    /// `CHORUS_Q8_GEMM=0`), dequantization into scratch and cuBLAS. For A/B measurements.
+    pub q8_gemm: bool,
     /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
     /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
     /// the plain decode kernel (`CHORUS_LM_ATTENTION_MMA=0`). On by default: measured on the H200
@@ -132,6 +136,7 @@ impl Default for CudaOptions {
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
+            q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
@@ -156,6 +161,8 @@ pub const FUSED_COMBINE_ENV: &str = "CHORUS_FUSED_COMBINE";
 pub const GEMV_TMA_ENV: &str = "CHORUS_GEMV_TMA";
 /// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
 pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
+/// Environment switch of [`CudaOptions::q8_gemm`]'s default.
+pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -277,6 +284,10 @@ pub struct CudaBackend {
     pub(crate) batch_invariant: bool,
     /// See [`CudaOptions::fused_norm_rotation`].
     pub(crate) fused_norm_rotation: bool,
+    /// The int8 GEMM's ticket counters ([`CudaOptions::q8_gemm`]); `None` when it is off.
+    pub(crate) q8_gemm: Option<crate::lm::q8_gemm::Q8Gemm>,
+    /// int8 GEMM launches enqueued so far.
+    pub(crate) q8_gemm_launches: AtomicUsize,
     /// See [`CudaOptions::lm_attention_mma`] (false without tensor cores or in f32 storage).
     pub(crate) lm_attention_mma: bool,
     /// The tensor-core decode may take 8-bit caches too (sm_90's shared memory per block; false
@@ -379,6 +390,16 @@ impl CudaBackend {
         if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
             crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
         }
+        let q8_gemm = if options.q8_gemm
+            && options.skinny_mma
+            && arch.0 >= MMA_MIN_MAJOR
+            && mma_smem_limit >= crate::lm::q8_gemm::SMEM
+        {
+            kernels.allow_dynamic_smem(Kernel::LmQ8Gemm, crate::lm::q8_gemm::SMEM)?;
+            Some(crate::lm::q8_gemm::Q8Gemm::new(&ctx)?)
+        } else {
+            None
+        };
         // The 8-bit tensor-core decode's stages need more shared memory than sm_89 lets a block
         // have: there, 8-bit caches take the plain decode kernel.
         let lm_attention_mma8 = options.lm_attention_mma
@@ -447,6 +468,8 @@ impl CudaBackend {
             skinny_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
             fused_norm_rotation: options.fused_norm_rotation,
+            q8_gemm,
+            q8_gemm_launches: AtomicUsize::new(0),
             lm_attention_mma: options.lm_attention_mma
                 && options.precision == Precision::Bf16
                 && arch.0 >= MMA_MIN_MAJOR,
@@ -477,6 +500,9 @@ impl CudaBackend {
         };
         if let Some(fc) = &be.fused_combine {
             fc.zero(&be)?;
+        }
+        if let Some(g) = &be.q8_gemm {
+            g.zero(&be)?;
         }
         Ok(be)
     }
@@ -542,6 +568,11 @@ impl CudaBackend {
     /// LM products enqueued on the tensor-core skinny kernel so far (a graph replay adds none).
     pub fn skinny_products(&self) -> usize {
         self.skinny_launches.load(Ordering::Relaxed)
+    }
+
+    /// int8 products enqueued on the tensor-core GEMM so far (a graph replay adds none).
+    pub fn q8_gemm_products(&self) -> usize {
+        self.q8_gemm_launches.load(Ordering::Relaxed)
     }
 
     pub(crate) fn describe(&self) -> &str {

@@ -39,6 +39,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lm_gemv.cu", include_str!("../kernels/lm_gemv.cu")),
     ("lm_q8.cu", include_str!("../kernels/lm_q8.cu")),
     ("lm_skinny.cu", include_str!("../kernels/lm_skinny.cu")),
+    ("lm_q8_gemm.cu", include_str!("../kernels/lm_q8_gemm.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -155,6 +156,8 @@ kernel_table! {
     LmSkinnyQ8N16M2 => "lm_skinny_q8_n16_m2",
     LmSkinnyQ8N32M2 => "lm_skinny_q8_n32_m2",
     LmSkinnyQ8N64M2 => "lm_skinny_q8_n64_m2",
+    // int8 products of 65 to 256 rows (kernels/lm_q8_gemm.cu).
+    LmQ8Gemm => "lm_q8_gemm",
 }
 
 /// Grid and block of one launch.

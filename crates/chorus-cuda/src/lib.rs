@@ -33,6 +33,7 @@ pub use backend::{
 };
 pub use kernels::{compile, compile_check, kernel_source, nvrtc_version, INCLUDE_ENV};
 pub use lm::gemv::GEMV_MIN_K;
+pub use lm::q8_gemm::Q8_GEMM_MAX_ROWS;
 pub use lm::skinny::SKINNY_MAX_ROWS;
 pub use lm::{CudaPinnedFloats, CudaPinnedInts, CudaQWeight};
 pub use loader::{cuda_available, nvrtc_available};

@@ -148,6 +148,11 @@ fn fused_products_match_the_cpu() {
             (64, 512, 520),
             (65, 512, 256),
             (130, 512, 520),
+            // The int8 GEMM: k split over blocks (few weight tiles), a second activation tile cut
+            // short, one split (many tiles), a partial last weight tile.
+            (128, 4096, 1000),
+            (200, 1024, 520),
+            (256, 512, 8448),
         ] {
             for epilogue in EPILOGUES {
                 for (norm, q8) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -160,15 +165,22 @@ fn fused_products_match_the_cpu() {
                         q8,
                     };
                     let d = data(&c, key as u64 + 1);
-                    let before = cuda.skinny_products();
+                    let (before, before_gemm) = (cuda.skinny_products(), cuda.q8_gemm_products());
                     let want = run(&cpu, &c, &d, key);
                     let got = run(&cuda, &c, &d, key);
                     assert_parity(&c.name(), precision, &got, &want);
                     let took = cuda.skinny_products() > before;
-                    let expect = precision == Precision::Bf16
-                        && ((n <= chorus_cuda::SKINNY_MAX_ROWS && q8) || invariant);
+                    let bf16 = precision == Precision::Bf16;
+                    let expect = bf16 && ((n <= chorus_cuda::SKINNY_MAX_ROWS && q8) || invariant);
                     let name = format!("{} invariant={invariant}", c.name());
                     assert_eq!(took, expect, "{name}: skinny kernel taken");
+                    let took_gemm = cuda.q8_gemm_products() > before_gemm;
+                    let expect_gemm = bf16
+                        && q8
+                        && !invariant
+                        && (chorus_cuda::SKINNY_MAX_ROWS + 1..=chorus_cuda::Q8_GEMM_MAX_ROWS)
+                            .contains(&n);
+                    assert_eq!(took_gemm, expect_gemm, "{name}: int8 GEMM taken");
                     key += 1;
                 }
             }
@@ -190,6 +202,7 @@ fn int8_products_keep_large_inputs_finite() {
         (1, Epilogue::Store),
         (9, Epilogue::Accumulate),
         (64, Epilogue::Store),
+        (128, Epilogue::Accumulate),
     ]
     .into_iter()
     .enumerate()
@@ -352,8 +365,10 @@ fn skinny_products_bandwidth_by_row_count() {
         (inter, h, Epilogue::Accumulate, false),
     ];
     let layers = 4;
-    for skinny in [true, false] {
-        let Some(be) = cuda_skinny(Precision::Bf16, skinny, true) else {
+    // (skinny kernel, batch-invariant mode): the skinny kernel at every row count, the default
+    // (int8 past 64 rows on the GEMM), the ops apart.
+    for (skinny, invariant) in [(true, true), (true, false), (false, true)] {
+        let Some(be) = cuda_skinny(Precision::Bf16, skinny, invariant) else {
             return;
         };
         for q8 in [false, true] {
@@ -378,13 +393,20 @@ fn skinny_products_bandwidth_by_row_count() {
                     .iter()
                     .map(|&(k, m, _, _)| k * m * per_weight)
                     .sum::<usize>();
-            for n in [1usize, 2, 4, 8, 16, 32, 64, 128] {
+            for n in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
+                if !invariant && n < 128 {
+                    continue;
+                }
                 let x = be.zeros(n * inter, BufRole::Activation).unwrap();
                 let mut out = be.zeros(n * 2 * inter, BufRole::Activation).unwrap();
                 let mut s1 = be.zeros(n * inter, BufRole::Activation).unwrap();
                 let mut s2 = be.zeros(n * inter, BufRole::Activation).unwrap();
                 let mut s3 = be.zeros(n * 2 * inter, BufRole::Activation).unwrap();
-                let key = 20_000 + n * 4 + usize::from(q8) * 2 + usize::from(skinny);
+                let key = 20_000
+                    + n * 8
+                    + usize::from(q8) * 4
+                    + usize::from(skinny) * 2
+                    + usize::from(invariant);
                 be.run(key, &mut |b: &CudaBackend| {
                     for (i, (dense, qw)) in weights.iter().enumerate() {
                         let (k, m, epilogue, norm) = shapes[i % shapes.len()];
@@ -419,7 +441,11 @@ fn skinny_products_bandwidth_by_row_count() {
                 })
                 .unwrap();
                 let ms = median_ms(&be, key);
-                let path = if skinny { "skinny kernel" } else { "ops apart" };
+                let path = match (skinny, invariant) {
+                    (true, true) => "skinny kernel",
+                    (true, false) => "default",
+                    _ => "ops apart",
+                };
                 let kind = if q8 { "int8" } else { "bf16" };
                 eprintln!(
                     "fused products {kind} n={n:>3} ({path}): {ms:.3} ms for {:.2} GB of weights = {:.0} GB/s",

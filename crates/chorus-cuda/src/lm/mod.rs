@@ -6,6 +6,7 @@ pub(crate) mod attention;
 mod draw;
 pub(crate) mod gemv;
 mod q8;
+pub(crate) mod q8_gemm;
 mod rows;
 pub(crate) mod skinny;
 

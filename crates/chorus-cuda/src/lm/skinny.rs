@@ -97,7 +97,10 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
     if be.gemv_tma_fused_fits(&a) {
         return be.gemv_tma_fused(a);
     }
-    if !be.skinny_fits(&a) {
+    let gemm = matches!(a.w, LinearWeight::Q8 { .. })
+        && be.precision == Precision::Bf16
+        && super::q8_gemm::fits(be, n, k, m, a.epilogue);
+    if !gemm && !be.skinny_fits(&a) {
         return apart(be, a);
     }
     let _timer = be.op_timer(OP);
@@ -162,8 +165,24 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 }
                 _ => super::q8::hadamard_f16(be, rot)?,
             }
+            let rotated = t_ptr(be, OP, "scratch.rot", scratch.rot)?;
+            if gemm {
+                return super::q8_gemm::launch(
+                    be,
+                    super::q8_gemm::Q8GemmArgs {
+                        x: rotated,
+                        w: weight.q.ptr(),
+                        scale: weight.scales.ptr(),
+                        out,
+                        n,
+                        k,
+                        m,
+                        epilogue,
+                    },
+                );
+            }
             let p = Skinny {
-                x: t_ptr(be, OP, "scratch.rot", scratch.rot)?,
+                x: rotated,
                 w: weight.q.ptr(),
                 scale: weight.scales.ptr(),
                 gamma: 0,

@@ -1,0 +1,210 @@
+// int8 products of 65 to 256 rows on the tensor cores (W8A16 in f16, bf16 storage):
+// out = epilogue(x[n, k] . W[rows, k]^T * scale) with x the f16 rotated input (lm_q8.cu's rotation
+// with `half_out`) and W biased int8, read once per block of 128 activation rows and converted
+// in registers (lm_skinny.cu's sk_q8_half2): no bf16 copy of the weights.
+//
+// - Block tile: 128 weight rows (or 64 gate/up pairs for SwiGLU, tile rows g: gate, g + 8: up,
+//   as lm_skinny.cu) x 128 activation rows, k in tiles of 64 through a Q8G_STAGES-deep cp.async
+//   pipeline in shared memory. 8 warps as 4 (weights, 32 rows each) x 2 (activations, 64 each):
+//   each weight is converted by two warps.
+// - Fragments without ldmatrix: lane (g, t) takes the 4-byte word t of a weight row's 16-column
+//   step (columns 4t..4t+3) for A (bytes 0-1 the first k pair, 2-3 the second) and the matching
+//   8 bytes of an activation row for B, a k permutation applied to both. The shared rows are
+//   swizzled by 16-byte chunk so that those 32-bit and 64-bit reads are free of bank conflicts.
+// - Split k: with few weight tiles, `splits` blocks sum consecutive parts of k into a workspace
+//   (f32); the last to finish (a ticket counter per tile, returned to zero by it) adds the parts
+//   in split order, so the result does not depend on which block finishes last.
+
+#define Q8G_WARPS 8
+#define Q8G_BM 128
+#define Q8G_BN 128
+#define Q8G_BK 64
+#define Q8G_STAGES 4
+// Shared bytes of one stage: the weights' int8 tile, then the activations' f16 tile.
+#define Q8G_W_BYTES (Q8G_BM * Q8G_BK)
+#define Q8G_X_BYTES (Q8G_BN * Q8G_BK * 2)
+#define Q8G_STAGE_BYTES (Q8G_W_BYTES + Q8G_X_BYTES)
+// Accumulators per thread: 2 (16-row weight tiles) x 8 (8-row activation tiles) x 4; two blocks
+// per multiprocessor (128 registers a thread) keep the weights streaming past a block's epilogue.
+#define Q8G_ACC 64
+
+#if MMA_ENABLED
+__device__ __forceinline__ void q8g_cp16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void q8g_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void q8g_wait_stages() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(Q8G_STAGES - 2) : "memory");
+}
+
+// Byte offset of 16-byte chunk c of weight tile row r (4 chunks a row).
+__device__ __forceinline__ int q8g_w_off(int r, int c) { return r * Q8G_BK + ((c ^ ((r >> 1) & 3)) << 4); }
+// Byte offset of 16-byte chunk c of activation tile row r (8 chunks a row).
+__device__ __forceinline__ int q8g_x_off(int r, int c) { return r * Q8G_BK * 2 + ((c ^ ((r & 3) << 1)) << 4); }
+
+// Weight row of tile row r in the block of first output j_base (SwiGLU: gate rows and up rows
+// m further, in alternate groups of 8), clamped to the last row.
+__device__ __forceinline__ int q8g_row(int r, int j_base, int m, bool swiglu) {
+    if (swiglu) {
+        const int j = min(j_base + (r >> 4) * 8 + (r & 7), m - 1);
+        return (r & 8) ? m + j : j;
+    }
+    return min(j_base + r, m - 1);
+}
+
+// Loads k tile kt of the block into stage `st`: 2 weight chunks and 4 activation chunks per thread;
+// activation rows past n are zero-filled.
+__device__ __forceinline__ void q8g_load(unsigned smem, int st, int kt, const unsigned char* __restrict__ w,
+                                         const unsigned short* __restrict__ x, const int* wrows, int n0, int n,
+                                         int k) {
+    const unsigned base = smem + st * Q8G_STAGE_BYTES;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int idx = threadIdx.x + i * Q8G_WARPS * 32;
+        const int r = idx >> 2, c = idx & 3;
+        q8g_cp16(base + q8g_w_off(r, c), w + (size_t)wrows[i] * k + kt * Q8G_BK + c * 16, 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int idx = threadIdx.x + i * Q8G_WARPS * 32;
+        const int r = idx >> 3, c = idx & 7;
+        const int row = n0 + r;
+        const unsigned short* src = x + (size_t)min(row, n - 1) * k + kt * Q8G_BK + c * 8;
+        q8g_cp16(base + Q8G_W_BYTES + q8g_x_off(r, c), src, row < n ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ unsigned q8g_smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// The output of accumulator e of (mi, ni): stored, added, or (gate rows, e < 2) SwiGLU'd with the
+// up row's accumulator e + 2.
+__device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __restrict__ scale, T* __restrict__ out,
+                                             int j_base, int n0, int n, int m, int epi) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
+    const bool swiglu = epi == SK_SWIGLU;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni) {
+            const float* a = acc + (mi * 8 + ni) * 4;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = n0 + wn * 64 + ni * 8 + 2 * t + (e & 1);
+                if (r >= n) continue;
+                if (swiglu) {
+                    if (e >= 2) continue;
+                    const int j = j_base + (wm * 2 + mi) * 8 + g;
+                    if (j >= m) continue;
+                    const float gate = a[e] * scale[j], up = a[e + 2] * scale[m + j];
+                    st(out + (size_t)r * m + j, gate / (1.f + expf(-gate)) * up);
+                } else {
+                    const int j = j_base + wm * 32 + mi * 16 + g + ((e & 2) ? 8 : 0);
+                    if (j >= m) continue;
+                    const float y = a[e] * scale[j];
+                    T* o = out + (size_t)r * m + j;
+                    st(o, epi == SK_ACC ? ld(o) + y : y);
+                }
+            }
+        }
+    }
+}
+
+// One block per (split, activation tile, weight tile), weight tiles fastest; `m` output columns
+// (gate rows for SwiGLU, whose weight holds 2 m rows); k a multiple of Q8G_BK; `work` (f32,
+// splits x tiles x Q8G_ACC x 256) and `tickets` (one zeroed int per tile) are used when
+// splits > 1.
+extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
+    lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
+               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work,
+               int* __restrict__ tickets, int n, int k, int m, int epi, int splits) {
+    pdl_enter();
+    extern __shared__ __align__(16) unsigned char q8g_smem[];
+    const unsigned smem = q8g_smem_addr(q8g_smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
+    const bool swiglu = epi == SK_SWIGLU;
+    const int per_block = swiglu ? Q8G_BM / 2 : Q8G_BM;
+    const int tiles_w = (m + per_block - 1) / per_block;
+    const int tiles = tiles_w * ((n + Q8G_BN - 1) / Q8G_BN);
+    const int tile = blockIdx.x % tiles, split = blockIdx.x / tiles;
+    const int j_base = (tile % tiles_w) * per_block;
+    const int n0 = (tile / tiles_w) * Q8G_BN;
+    const int tiles_k = k / Q8G_BK;
+    const int kt0 = (int)((long long)tiles_k * split / splits);
+    const int kt1 = (int)((long long)tiles_k * (split + 1) / splits);
+    const int steps = kt1 - kt0;
+    int wrows[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
+    float acc[Q8G_ACC];
+#pragma unroll
+    for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
+#pragma unroll
+    for (int s = 0; s < Q8G_STAGES - 1; ++s) {
+        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k);
+        q8g_commit();
+    }
+    for (int it = 0; it < steps; ++it) {
+        q8g_wait_stages();
+        __syncthreads();
+        const int nxt = it + Q8G_STAGES - 1;
+        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k);
+        q8g_commit();
+        const unsigned char* ws = q8g_smem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
+        const unsigned char* xs = ws + Q8G_W_BYTES;
+#pragma unroll
+        for (int ks = 0; ks < Q8G_BK / 16; ++ks) {
+            unsigned a[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                const int r0 = wm * 32 + mi * 16 + g;
+                const unsigned w0 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0, ks) + 4 * t);
+                const unsigned w1 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0 + 8, ks) + 4 * t);
+                a[mi][0] = sk_q8_half2(w0, 0);
+                a[mi][1] = sk_q8_half2(w1, 0);
+                a[mi][2] = sk_q8_half2(w0, 1);
+                a[mi][3] = sk_q8_half2(w1, 1);
+            }
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+                const int r = wn * 64 + ni * 8 + g;
+                const uint2 b = *reinterpret_cast<const uint2*>(xs + q8g_x_off(r, 2 * ks + (t >> 1)) + 8 * (t & 1));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) mma_f16(acc + (mi * 8 + ni) * 4, a[mi], b.x, b.y);
+            }
+        }
+    }
+    if (splits > 1) {
+        float* mine = work + ((size_t)split * tiles + tile) * Q8G_ACC * blockDim.x;
+#pragma unroll
+        for (int e = 0; e < Q8G_ACC; ++e) mine[e * blockDim.x + threadIdx.x] = acc[e];
+        // This block's part is visible to the whole device before its ticket is taken.
+        __threadfence();
+        __syncthreads();
+        __shared__ int ticket;
+        if (threadIdx.x == 0) ticket = atomicAdd(tickets + tile, 1);
+        __syncthreads();
+        if (ticket != splits - 1) return;
+        __threadfence();
+#pragma unroll
+        for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            const float* part = work + ((size_t)s * tiles + tile) * Q8G_ACC * blockDim.x;
+#pragma unroll
+            for (int e = 0; e < Q8G_ACC; ++e) acc[e] += __ldcg(part + e * blockDim.x + threadIdx.x);
+        }
+        if (threadIdx.x == 0) tickets[tile] = 0;
+    }
+    q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
+}
+#else
+extern "C" __global__ void lm_q8_gemm(const unsigned short* x, const unsigned char* w, const float* scale, T* out,
+                                      float* work, int* tickets, int n, int k, int m, int epi, int splits) {
+    pdl_enter();
+}
+#endif

@@ -1,0 +1,126 @@
+//! The int8 GEMM (kernels/lm_q8_gemm.cu): `fused_linear`'s int8 products of
+//! [`SKINNY_MAX_ROWS`] + 1 to [`Q8_GEMM_MAX_ROWS`] rows outside the batch-invariant mode, on the
+//! tensor cores with the int8 weights read once per 128 activation rows and converted in
+//! registers. With few weight tiles a product's `k` is split over several blocks (so that every
+//! multiprocessor streams weights), summed in split order by the last of them.
+
+use std::sync::atomic::Ordering;
+
+use chorus_core::lm_ops::Epilogue;
+use chorus_core::Result;
+
+use super::skinny::SKINNY_MAX_ROWS;
+use crate::backend::CudaBackend;
+use crate::error::cuda_error;
+use crate::kernels::{kargs, Kernel, Launch};
+use crate::memory::DevMem;
+
+/// Most activation rows the GEMM takes (two tiles of [`TILE_ROWS`]); past them (prefill) the
+/// dequantizing cuBLAS product stays faster than re-reading the weights per tile.
+pub const Q8_GEMM_MAX_ROWS: usize = 256;
+/// Weight rows per block (`Q8G_BM`), activation rows per block (`Q8G_BN`), `k` per stage
+/// (`Q8G_BK`), pipeline stages (`Q8G_STAGES`), threads (`Q8G_WARPS` warps).
+const TILE_W: usize = 128;
+const TILE_ROWS: usize = 128;
+const TILE_K: usize = 64;
+const STAGES: usize = 4;
+const THREADS: usize = 256;
+/// Accumulators per thread (`Q8G_ACC`).
+const ACC: usize = 64;
+/// Dynamic shared memory of a block: the stages' int8 and f16 tiles.
+pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2);
+/// Most tiles (weight x activation) a split product keeps tickets for.
+const MAX_TILES: usize = 4096;
+/// Most splits of `k`, and the fewest k stages each split keeps (the pipeline's depth).
+const MAX_SPLITS: usize = 8;
+const MIN_STEPS: usize = 2 * STAGES;
+
+/// The split products' ticket counters: one i32 per tile, zeroed once and returned to zero by
+/// the block that sums the parts.
+pub(crate) struct Q8Gemm {
+    tickets: DevMem,
+}
+
+impl Q8Gemm {
+    pub(crate) fn new(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<Self> {
+        Ok(Self {
+            tickets: DevMem::new(ctx, MAX_TILES * 4, None)?,
+        })
+    }
+
+    /// Zeroes every counter (once, before any product).
+    pub(crate) fn zero(&self, be: &CudaBackend) -> Result<()> {
+        be.memset32(self.tickets.ptr(), 0, MAX_TILES)
+    }
+}
+
+/// True when the GEMM takes an int8 product of `n` rows, `k` inputs and `m` weight rows.
+pub(crate) fn fits(be: &CudaBackend, n: usize, k: usize, m: usize, epilogue: Epilogue) -> bool {
+    be.q8_gemm.is_some()
+        && !be.batch_invariant
+        && (SKINNY_MAX_ROWS + 1..=Q8_GEMM_MAX_ROWS).contains(&n)
+        && k.is_multiple_of(TILE_K)
+        && (epilogue != Epilogue::Swiglu || m.is_multiple_of(2))
+        && m * k <= i32::MAX as usize
+}
+
+/// Splits of `k` for `tiles` blocks: enough for one block per multiprocessor, each split keeping
+/// at least [`MIN_STEPS`] stages.
+fn splits(tiles: usize, k: usize, sm_count: usize) -> usize {
+    if tiles >= sm_count || tiles > MAX_TILES {
+        return 1;
+    }
+    let by_depth = (k / TILE_K / MIN_STEPS).max(1);
+    sm_count.div_ceil(tiles).min(MAX_SPLITS).min(by_depth)
+}
+
+/// Device pointers and the shape of one product.
+pub(crate) struct Q8GemmArgs {
+    /// The f16 rotated input `[n, k]`, the biased int8 weight and its scales, the output.
+    pub x: u64,
+    pub w: u64,
+    pub scale: u64,
+    pub out: u64,
+    pub n: usize,
+    pub k: usize,
+    /// Weight rows (gate and up rows together for SwiGLU).
+    pub m: usize,
+    pub epilogue: Epilogue,
+}
+
+pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
+    const OP: &str = "fused_linear";
+    let gemm = be
+        .q8_gemm
+        .as_ref()
+        .ok_or_else(|| cuda_error(OP, "the int8 GEMM is off on this backend"))?;
+    let swiglu = a.epilogue == Epilogue::Swiglu;
+    let cols = if swiglu { a.m / 2 } else { a.m };
+    let per_block = if swiglu { TILE_W / 2 } else { TILE_W };
+    let (tiles_w, tiles_n) = (cols.div_ceil(per_block), a.n.div_ceil(TILE_ROWS));
+    let tiles = tiles_w * tiles_n;
+    let splits = splits(tiles, a.k, be.sm_count);
+    let work = if splits > 1 {
+        be.scratch(splits * tiles * ACC * THREADS * std::mem::size_of::<f32>())?
+    } else {
+        0
+    };
+    let cfg = Launch {
+        grid: (tiles * splits) as u32,
+        block: THREADS as u32,
+        smem: SMEM as u32,
+    };
+    let epi: i32 = match a.epilogue {
+        Epilogue::Store => 0,
+        Epilogue::Accumulate => 1,
+        Epilogue::Swiglu => 2,
+    };
+    let (n32, k32, m32, s32) = (a.n as i32, a.k as i32, cols as i32, splits as i32);
+    let tickets = gemm.tickets.ptr();
+    be.q8_gemm_launches.fetch_add(1, Ordering::Relaxed);
+    be.launch(
+        Kernel::LmQ8Gemm,
+        cfg,
+        &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &tickets, &n32, &k32, &m32, &epi, &s32],
+    )
+}
