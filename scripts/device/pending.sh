@@ -32,6 +32,10 @@
 #              MUSIC_AB_MODEL (default random; random-int8 for the int8 products);
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
 #              count);
+#   gemm       the int8 GEMM: lm_skinny's GEMM parity cases, its 128- and 256-row products under
+#              both schedules (CHORUS_Q8_GEMM_STREAM_K=1, 0) for lm_skinny_base (the binary before
+#              the change, when packed) and lm_skinny, then Nsight Compute's sections for one
+#              launch of each of a layer's four products at 128 rows (gemm-ncu.txt);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -83,6 +87,25 @@ q8() {
   "$BIN"/lm_q8 --test-threads=1 --nocapture 2>&1
   "$BIN"/lm_skinny --test-threads=1 --nocapture 2>&1
 }
+gemm() {
+  "$BIN"/lm_skinny --test-threads=1 --nocapture int8_gemm fused_products_match 2>&1 | grep -v '^parity'
+  for b in lm_skinny_base lm_skinny; do
+    [ -x "$BIN/$b" ] || continue
+    for sk in 1 0; do
+      echo "== $b CHORUS_Q8_GEMM_STREAM_K=$sk"
+      CHORUS_Q8_GEMM_STREAM_K=$sk "$BIN/$b" --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+        | grep -E 'n=(128|256) \(default\)|test result'
+    done
+  done
+  ncu --clock-control none --kernel-name regex:lm_q8_gemm --launch-count 4 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
+    --section ComputeWorkloadAnalysis -f -o "$OUT/gemm-ncu" \
+    "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth > "$OUT/gemm-ncu.log" 2>&1
+  echo "ncu exit $?"
+  ncu -i "$OUT/gemm-ncu.ncu-rep" > "$OUT/gemm-ncu.txt" 2>&1
+  grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe' "$OUT/gemm-ncu.txt" | head -120
+}
 retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
   "$BIN"/lm_attention --test-threads=1 --nocapture combine 2>&1
@@ -117,7 +140,7 @@ music_ab() {
   each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model ${MUSIC_AB_MODEL:-random} --kv-cache fp8 \
     --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
 }
-export -f codec lm_attn q8 retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+export -f codec lm_attn q8 gemm retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do
@@ -130,6 +153,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     retest) part retest 90 bash -c retest ;;
     q8) part q8 200 bash -c q8 ;;
+    gemm) part gemm 240 bash -c gemm ;;
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;

@@ -11,9 +11,8 @@
 //   step (columns 4t..4t+3) for A (bytes 0-1 the first k pair, 2-3 the second) and the matching
 //   8 bytes of an activation row for B, a k permutation applied to both. The shared rows are
 //   swizzled by 16-byte chunk so that those 32-bit and 64-bit reads are free of bank conflicts.
-// - Split k: with few weight tiles, `splits` blocks sum consecutive parts of k into a workspace
-//   (f32); the last to finish (a ticket counter per tile, returned to zero by it) adds the parts
-//   in split order, so the result does not depend on which block finishes last.
+// - Stream-K (lm_q8_gemm below): the blocks share the tiles' k iterations evenly, so that tile
+//   counts below or between multiples of the multiprocessors' slots leave none idle.
 
 #define Q8G_WARPS 8
 #define Q8G_BM 128
@@ -113,42 +112,28 @@ __device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __re
     }
 }
 
-// One block per (split, activation tile, weight tile), weight tiles fastest; `m` output columns
-// (gate rows for SwiGLU, whose weight holds 2 m rows); k a multiple of Q8G_BK; `work` (f32,
-// splits x tiles x Q8G_ACC x 256) and `tickets` (one zeroed int per tile) are used when
-// splits > 1.
-extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
-    lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
-               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work,
-               int* __restrict__ tickets, int n, int k, int m, int epi, int splits) {
-    pdl_enter();
-    extern __shared__ __align__(16) unsigned char q8g_smem[];
-    const unsigned smem = q8g_smem_addr(q8g_smem);
+// The block's accumulators for k tiles [kt0, kt1) of the tile whose first output is j_base and
+// first activation row n0.
+__device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsigned short* __restrict__ x,
+                                         const unsigned char* __restrict__ w, int j_base, int n0, int kt0, int kt1,
+                                         int n, int k, int m, bool swiglu) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
-    const bool swiglu = epi == SK_SWIGLU;
-    const int per_block = swiglu ? Q8G_BM / 2 : Q8G_BM;
-    const int tiles_w = (m + per_block - 1) / per_block;
-    const int tiles = tiles_w * ((n + Q8G_BN - 1) / Q8G_BN);
-    const int tile = blockIdx.x % tiles, split = blockIdx.x / tiles;
-    const int j_base = (tile % tiles_w) * per_block;
-    const int n0 = (tile / tiles_w) * Q8G_BN;
-    const int tiles_k = k / Q8G_BK;
-    const int kt0 = (int)((long long)tiles_k * split / splits);
-    const int kt1 = (int)((long long)tiles_k * (split + 1) / splits);
     const int steps = kt1 - kt0;
     int wrows[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
-    float acc[Q8G_ACC];
 #pragma unroll
     for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
+    // The previous tile's last reads of the ring are done before its stages are refilled.
+    __syncthreads();
 #pragma unroll
     for (int s = 0; s < Q8G_STAGES - 1; ++s) {
         if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k);
         q8g_commit();
     }
+    extern __shared__ __align__(16) unsigned char q8g_smem[];
     for (int it = 0; it < steps; ++it) {
         q8g_wait_stages();
         __syncthreads();
@@ -179,32 +164,88 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
             }
         }
     }
-    if (splits > 1) {
-        float* mine = work + ((size_t)split * tiles + tile) * Q8G_ACC * blockDim.x;
+}
+
+// First k iteration of block b of `blocks` over `total` (tiles x k tiles, tile-major); the host
+// keeps total x blocks within 32 bits (a 64-bit division is a call, whose saves spill the
+// accumulators).
+__device__ __forceinline__ int q8g_start(int b, int blocks, int total) {
+    return (int)((unsigned)total * (unsigned)b / (unsigned)blocks);
+}
+
+// The block whose iterations hold iteration `i`.
+__device__ __forceinline__ int q8g_owner(int i, int blocks, int total) {
+    int b = (int)((unsigned)i * (unsigned)blocks / (unsigned)total);
+    while (b + 1 < blocks && q8g_start(b + 1, blocks, total) <= i) ++b;
+    while (b > 0 && q8g_start(b, blocks, total) > i) --b;
+    return b;
+}
+
+// Stream-K: the grid's blocks split the (tile, k tile) iterations, tile-major, into equal
+// contiguous ranges, so that every multiprocessor gets the same work whatever the tile count. A
+// tile covered by one block gets its epilogue there; a tile shared by several blocks gets their
+// parts through `work` (f32, two slots of Q8G_ACC x 256 per block: a block's first and last
+// tile), and the last of them to finish (a ticket per tile counting its k iterations done,
+// returned to zero by it) adds the parts in block order, so the result does not depend on which block finishes last. `m` output
+// columns (gate rows for SwiGLU, whose weight holds 2 m rows); k a multiple of Q8G_BK.
+extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
+    lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
+               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work,
+               int* __restrict__ tickets, int n, int k, int m, int epi) {
+    pdl_enter();
+    extern __shared__ __align__(16) unsigned char q8g_smem[];
+    const unsigned smem = q8g_smem_addr(q8g_smem);
+    const bool swiglu = epi == SK_SWIGLU;
+    const int per_block = swiglu ? Q8G_BM / 2 : Q8G_BM;
+    const int tiles_w = (m + per_block - 1) / per_block;
+    const int tiles = tiles_w * ((n + Q8G_BN - 1) / Q8G_BN);
+    const int tiles_k = k / Q8G_BK;
+    const int total = tiles * tiles_k;
+    const int blocks = gridDim.x, b = blockIdx.x;
+    const int first = q8g_start(b, blocks, total), last = q8g_start(b + 1, blocks, total);
+    __shared__ int ticket;
+    float acc[Q8G_ACC];
+    for (int i = first; i < last;) {
+        const int tile = i / tiles_k;
+        const int kt0 = i - tile * tiles_k;
+        const int kt1 = min(last - tile * tiles_k, tiles_k);
+        i = tile * tiles_k + kt1;
+        const int j_base = (tile % tiles_w) * per_block;
+        const int n0 = (tile / tiles_w) * Q8G_BN;
+        q8g_tile(acc, smem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
+        if (kt0 > 0 || kt1 < tiles_k) {
+            // A block's slot 0 holds the tile its range starts in, slot 1 the tile it ends in.
+            const int slot = first >= tile * tiles_k ? 0 : 1;
+            float* mine = work + ((size_t)b * 2 + slot) * Q8G_ACC * blockDim.x;
 #pragma unroll
-        for (int e = 0; e < Q8G_ACC; ++e) mine[e * blockDim.x + threadIdx.x] = acc[e];
-        // This block's part is visible to the whole device before its ticket is taken.
-        __threadfence();
-        __syncthreads();
-        __shared__ int ticket;
-        if (threadIdx.x == 0) ticket = atomicAdd(tickets + tile, 1);
-        __syncthreads();
-        if (ticket != splits - 1) return;
-        __threadfence();
+            for (int e = 0; e < Q8G_ACC; ++e) mine[e * blockDim.x + threadIdx.x] = acc[e];
+            // This block's part is visible to the whole device before its ticket is taken.
+            __threadfence();
+            __syncthreads();
+            // The ticket counts the tile's k iterations done: the block that completes them sums.
+            if (threadIdx.x == 0) ticket = atomicAdd(tickets + tile, kt1 - kt0) + (kt1 - kt0);
+            __syncthreads();
+            if (ticket != tiles_k) continue;
+            __threadfence();
 #pragma unroll
-        for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
-        for (int s = 0; s < splits; ++s) {
-            const float* part = work + ((size_t)s * tiles + tile) * Q8G_ACC * blockDim.x;
+            for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
+            const int tile_end = (tile + 1) * tiles_k;
+#pragma unroll 1
+            for (int p = q8g_owner(tile * tiles_k, blocks, total), ps = q8g_start(p, blocks, total); ps < tile_end;) {
+                const int slot_p = ps >= tile * tiles_k ? 0 : 1;
+                const float* part = work + ((size_t)p * 2 + slot_p) * Q8G_ACC * blockDim.x;
 #pragma unroll
-            for (int e = 0; e < Q8G_ACC; ++e) acc[e] += __ldcg(part + e * blockDim.x + threadIdx.x);
+                for (int e = 0; e < Q8G_ACC; ++e) acc[e] += __ldcg(part + e * blockDim.x + threadIdx.x);
+                ps = q8g_start(++p, blocks, total);
+            }
+            if (threadIdx.x == 0) tickets[tile] = 0;
         }
-        if (threadIdx.x == 0) tickets[tile] = 0;
+        q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
     }
-    q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
 }
 #else
 extern "C" __global__ void lm_q8_gemm(const unsigned short* x, const unsigned char* w, const float* scale, T* out,
-                                      float* work, int* tickets, int n, int k, int m, int epi, int splits) {
+                                      float* work, int* tickets, int n, int k, int m, int epi) {
     pdl_enter();
 }
 #endif

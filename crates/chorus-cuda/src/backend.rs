@@ -92,6 +92,10 @@ pub struct CudaOptions {
     /// the tensor-core W8A16 GEMM (`kernels/lm_q8_gemm.cu`, with the skinny kernel); off (or
     /// `CHORUS_Q8_GEMM=0`), dequantization into scratch and cuBLAS. For A/B measurements.
     pub q8_gemm: bool,
+    /// The int8 GEMM shares every tile's k iterations evenly among two blocks per multiprocessor
+    /// (stream-K); off (or `CHORUS_Q8_GEMM_STREAM_K=0`), whole tiles, with k split only where
+    /// tiles are fewer than multiprocessors. For A/B measurements.
+    pub q8_gemm_stream_k: bool,
     /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
     /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
     /// the plain decode kernel (`CHORUS_LM_ATTENTION_MMA=0`). On by default: measured on the H200
@@ -137,6 +141,7 @@ impl Default for CudaOptions {
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
+            q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
@@ -163,6 +168,8 @@ pub const GEMV_TMA_ENV: &str = "CHORUS_GEMV_TMA";
 pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 /// Environment switch of [`CudaOptions::q8_gemm`]'s default.
 pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
+/// Environment switch of [`CudaOptions::q8_gemm_stream_k`]'s default.
+pub const Q8_GEMM_STREAM_K_ENV: &str = "CHORUS_Q8_GEMM_STREAM_K";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -396,7 +403,10 @@ impl CudaBackend {
             && mma_smem_limit >= crate::lm::q8_gemm::SMEM
         {
             kernels.allow_dynamic_smem(Kernel::LmQ8Gemm, crate::lm::q8_gemm::SMEM)?;
-            Some(crate::lm::q8_gemm::Q8Gemm::new(&ctx)?)
+            Some(crate::lm::q8_gemm::Q8Gemm::new(
+                &ctx,
+                options.q8_gemm_stream_k,
+            )?)
         } else {
             None
         };

@@ -188,6 +188,58 @@ fn fused_products_match_the_cpu() {
     }
 }
 
+/// The int8 GEMM under both schedules (stream-K, and whole tiles with k split in equal parts)
+/// against the CPU, on shapes where a block's range starts and ends inside tiles, spans several
+/// tiles, or splits a tile in many parts; each result is the same bits when run again (the parts
+/// are added in block order, not in the order blocks finish).
+#[test]
+fn int8_gemm_schedules_match_the_cpu() {
+    let cpu = cpu();
+    for stream_k in [true, false] {
+        let Some(cuda) = cuda_with(CudaOptions {
+            precision: Precision::Bf16,
+            q8_gemm_stream_k: stream_k,
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let mut key = 0;
+        for (n, k, m, epilogue) in [
+            (65, 4096, 1000, Epilogue::Store),
+            (128, 12288, 512, Epilogue::Accumulate),
+            (100, 512, 8448, Epilogue::Store),
+            (256, 1024, 2 * 12288, Epilogue::Swiglu),
+            (129, 2048, 2 * 1000, Epilogue::Swiglu),
+        ] {
+            for norm in [false, true] {
+                let c = Case {
+                    n,
+                    k,
+                    m,
+                    epilogue,
+                    norm,
+                    q8: true,
+                };
+                let d = data(&c, key as u64 + 7);
+                let before = cuda.q8_gemm_products();
+                let want = run(&cpu, &c, &d, key);
+                let got = run(&cuda, &c, &d, key);
+                let name = format!("{} stream_k={stream_k}", c.name());
+                assert!(cuda.q8_gemm_products() > before, "{name}: int8 GEMM taken");
+                assert_parity(&name, Precision::Bf16, &got, &want);
+                let again = run(&cuda, &c, &d, key + 1);
+                assert!(
+                    got.iter()
+                        .zip(&again)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name}: a second run gave other bits"
+                );
+                key += 2;
+            }
+        }
+    }
+}
+
 /// The int8 products take their rotated input as f16 (kernels/lm_skinny.cu): inputs in the
 /// thousands (rotated values up to ~1.5e4, where bf16 and f16 both stay exact to their bits) match
 /// the CPU, and an input past the f16 range after rotation saturates instead of turning the row's

@@ -1,8 +1,8 @@
 //! The int8 GEMM (kernels/lm_q8_gemm.cu): `fused_linear`'s int8 products of
 //! [`SKINNY_MAX_ROWS`] + 1 to [`Q8_GEMM_MAX_ROWS`] rows outside the batch-invariant mode, on the
 //! tensor cores with the int8 weights read once per 128 activation rows and converted in
-//! registers. With few weight tiles a product's `k` is split over several blocks (so that every
-//! multiprocessor streams weights), summed in split order by the last of them.
+//! registers. The blocks share the tiles' `k` iterations evenly (stream-K), two blocks per
+//! multiprocessor; a tile shared by several blocks is summed in block order by the last of them.
 
 use std::sync::atomic::Ordering;
 
@@ -31,20 +31,34 @@ const ACC: usize = 64;
 pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2);
 /// Most tiles (weight x activation) a split product keeps tickets for.
 const MAX_TILES: usize = 4096;
-/// Most splits of `k`, and the fewest k stages each split keeps (the pipeline's depth).
+/// Most splits of `k`, and the fewest k stages each split keeps (the pipeline's depth), for
+/// the split schedule ([`Q8Gemm::stream_k`] off).
 const MAX_SPLITS: usize = 8;
 const MIN_STEPS: usize = 2 * STAGES;
+/// Blocks resident per multiprocessor (`__launch_bounds__(256, 2)`, two rings of [`SMEM`]).
+const BLOCKS_PER_SM: usize = 2;
+/// Fewest k stages a stream-K block takes.
+const MIN_STREAM_STEPS: usize = STAGES;
+/// Workspace slots per block: the parts of the tile its range starts in and of the one it ends in.
+const SLOTS: usize = 2;
 
 /// The split products' ticket counters: one i32 per tile, zeroed once and returned to zero by
 /// the block that sums the parts.
 pub(crate) struct Q8Gemm {
     tickets: DevMem,
+    /// Stream-K (even shares of every tile's k iterations); off, whole tiles with k split in
+    /// equal parts only where tiles are fewer than multiprocessors. For A/B measurements.
+    stream_k: bool,
 }
 
 impl Q8Gemm {
-    pub(crate) fn new(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<Self> {
+    pub(crate) fn new(
+        ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+        stream_k: bool,
+    ) -> Result<Self> {
         Ok(Self {
             tickets: DevMem::new(ctx, MAX_TILES * 4, None)?,
+            stream_k,
         })
     }
 
@@ -56,22 +70,35 @@ impl Q8Gemm {
 
 /// True when the GEMM takes an int8 product of `n` rows, `k` inputs and `m` weight rows.
 pub(crate) fn fits(be: &CudaBackend, n: usize, k: usize, m: usize, epilogue: Epilogue) -> bool {
+    let swiglu = epilogue == Epilogue::Swiglu;
+    let per_block = if swiglu { TILE_W / 2 } else { TILE_W };
+    let cols = if swiglu { m / 2 } else { m };
     be.q8_gemm.is_some()
         && !be.batch_invariant
         && (SKINNY_MAX_ROWS + 1..=Q8_GEMM_MAX_ROWS).contains(&n)
         && k.is_multiple_of(TILE_K)
-        && (epilogue != Epilogue::Swiglu || m.is_multiple_of(2))
+        && (!swiglu || m.is_multiple_of(2))
         && m * k <= i32::MAX as usize
+        && cols.div_ceil(per_block) * n.div_ceil(TILE_ROWS) <= MAX_TILES
 }
 
-/// Splits of `k` for `tiles` blocks: enough for one block per multiprocessor, each split keeping
-/// at least [`MIN_STEPS`] stages.
-fn splits(tiles: usize, k: usize, sm_count: usize) -> usize {
-    if tiles >= sm_count || tiles > MAX_TILES {
-        return 1;
+/// Blocks of the split schedule for `tiles` tiles: `k` split in equal parts, enough for one
+/// block per multiprocessor, each part keeping at least [`MIN_STEPS`] stages.
+fn split_blocks(tiles: usize, k: usize, sm_count: usize) -> usize {
+    if tiles >= sm_count {
+        return tiles;
     }
     let by_depth = (k / TILE_K / MIN_STEPS).max(1);
-    sm_count.div_ceil(tiles).min(MAX_SPLITS).min(by_depth)
+    tiles * sm_count.div_ceil(tiles).min(MAX_SPLITS).min(by_depth)
+}
+
+/// Blocks of the stream-K schedule: every resident slot, each block taking at least
+/// [`MIN_STREAM_STEPS`] of the `tiles x k / TILE_K` iterations.
+fn stream_blocks(tiles: usize, k: usize, sm_count: usize) -> usize {
+    let total = tiles * (k / TILE_K);
+    (BLOCKS_PER_SM * sm_count)
+        .min(total / MIN_STREAM_STEPS)
+        .max(1)
 }
 
 /// Device pointers and the shape of one product.
@@ -99,14 +126,27 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
     let per_block = if swiglu { TILE_W / 2 } else { TILE_W };
     let (tiles_w, tiles_n) = (cols.div_ceil(per_block), a.n.div_ceil(TILE_ROWS));
     let tiles = tiles_w * tiles_n;
-    let splits = splits(tiles, a.k, be.sm_count);
-    let work = if splits > 1 {
-        be.scratch(splits * tiles * ACC * THREADS * std::mem::size_of::<f32>())?
+    if tiles > MAX_TILES {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "{tiles} tiles for n {} m {cols}: past the {MAX_TILES} tickets",
+                a.n
+            ),
+        ));
+    }
+    let blocks = if gemm.stream_k {
+        stream_blocks(tiles, a.k, be.sm_count)
+    } else {
+        split_blocks(tiles, a.k, be.sm_count)
+    };
+    let work = if blocks != tiles {
+        be.scratch(SLOTS * blocks * ACC * THREADS * std::mem::size_of::<f32>())?
     } else {
         0
     };
     let cfg = Launch {
-        grid: (tiles * splits) as u32,
+        grid: blocks as u32,
         block: THREADS as u32,
         smem: SMEM as u32,
     };
@@ -115,12 +155,12 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
         Epilogue::Accumulate => 1,
         Epilogue::Swiglu => 2,
     };
-    let (n32, k32, m32, s32) = (a.n as i32, a.k as i32, cols as i32, splits as i32);
+    let (n32, k32, m32) = (a.n as i32, a.k as i32, cols as i32);
     let tickets = gemm.tickets.ptr();
     be.q8_gemm_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
         Kernel::LmQ8Gemm,
         cfg,
-        &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &tickets, &n32, &k32, &m32, &epi, &s32],
+        &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &tickets, &n32, &k32, &m32, &epi],
     )
 }
