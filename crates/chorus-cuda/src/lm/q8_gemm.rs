@@ -68,18 +68,44 @@ impl Q8Gemm {
     }
 }
 
+/// Output columns (gate rows for SwiGLU) and tiles (weight x activation) of a product.
+fn geometry(n: usize, m: usize, epilogue: Epilogue) -> (usize, usize) {
+    let swiglu = epilogue == Epilogue::Swiglu;
+    let (cols, per_block) = if swiglu {
+        (m / 2, TILE_W / 2)
+    } else {
+        (m, TILE_W)
+    };
+    (cols, cols.div_ceil(per_block) * n.div_ceil(TILE_ROWS))
+}
+
+/// Blocks of a product of `tiles` tiles and `k` inputs under the backend's schedule.
+fn blocks(gemm: &Q8Gemm, tiles: usize, k: usize, sm_count: usize) -> usize {
+    if gemm.stream_k {
+        stream_blocks(tiles, k, sm_count)
+    } else {
+        split_blocks(tiles, k, sm_count)
+    }
+}
+
+/// The kernel's block ranges are products of an iteration and a block count in 32 bits.
+fn index_fits(tiles: usize, k: usize, blocks: usize) -> bool {
+    (tiles * (k / TILE_K)).saturating_mul(blocks) <= u32::MAX as usize
+}
+
 /// True when the GEMM takes an int8 product of `n` rows, `k` inputs and `m` weight rows.
 pub(crate) fn fits(be: &CudaBackend, n: usize, k: usize, m: usize, epilogue: Epilogue) -> bool {
-    let swiglu = epilogue == Epilogue::Swiglu;
-    let per_block = if swiglu { TILE_W / 2 } else { TILE_W };
-    let cols = if swiglu { m / 2 } else { m };
-    be.q8_gemm.is_some()
-        && !be.batch_invariant
+    let Some(gemm) = &be.q8_gemm else {
+        return false;
+    };
+    let (_, tiles) = geometry(n, m, epilogue);
+    !be.batch_invariant
         && (SKINNY_MAX_ROWS + 1..=Q8_GEMM_MAX_ROWS).contains(&n)
         && k.is_multiple_of(TILE_K)
-        && (!swiglu || m.is_multiple_of(2))
+        && (epilogue != Epilogue::Swiglu || m.is_multiple_of(2))
         && m * k <= i32::MAX as usize
-        && cols.div_ceil(per_block) * n.div_ceil(TILE_ROWS) <= MAX_TILES
+        && tiles <= MAX_TILES
+        && index_fits(tiles, k, blocks(gemm, tiles, k, be.sm_count))
 }
 
 /// Blocks of the split schedule for `tiles` tiles: `k` split in equal parts, enough for one
@@ -121,25 +147,17 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
         .q8_gemm
         .as_ref()
         .ok_or_else(|| cuda_error(OP, "the int8 GEMM is off on this backend"))?;
-    let swiglu = a.epilogue == Epilogue::Swiglu;
-    let cols = if swiglu { a.m / 2 } else { a.m };
-    let per_block = if swiglu { TILE_W / 2 } else { TILE_W };
-    let (tiles_w, tiles_n) = (cols.div_ceil(per_block), a.n.div_ceil(TILE_ROWS));
-    let tiles = tiles_w * tiles_n;
-    if tiles > MAX_TILES {
+    let (cols, tiles) = geometry(a.n, a.m, a.epilogue);
+    let blocks = blocks(gemm, tiles, a.k, be.sm_count);
+    if tiles > MAX_TILES || !index_fits(tiles, a.k, blocks) {
         return Err(cuda_error(
             OP,
             format!(
-                "{tiles} tiles for n {} m {cols}: past the {MAX_TILES} tickets",
-                a.n
+                "{tiles} tiles for n {} k {} m {cols}: past the {MAX_TILES} tickets or 32-bit ranges",
+                a.n, a.k
             ),
         ));
     }
-    let blocks = if gemm.stream_k {
-        stream_blocks(tiles, a.k, be.sm_count)
-    } else {
-        split_blocks(tiles, a.k, be.sm_count)
-    };
     let work = if blocks != tiles {
         be.scratch(SLOTS * blocks * ACC * THREADS * std::mem::size_of::<f32>())?
     } else {
@@ -150,11 +168,7 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
         block: THREADS as u32,
         smem: SMEM as u32,
     };
-    let epi: i32 = match a.epilogue {
-        Epilogue::Store => 0,
-        Epilogue::Accumulate => 1,
-        Epilogue::Swiglu => 2,
-    };
+    let epi = super::skinny::epi_code(a.epilogue);
     let (n32, k32, m32) = (a.n as i32, a.k as i32, cols as i32);
     let tickets = gemm.tickets.ptr();
     be.q8_gemm_launches.fetch_add(1, Ordering::Relaxed);
@@ -163,4 +177,24 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
         cfg,
         &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &tickets, &n32, &k32, &m32, &epi],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_ranges_stay_within_32_bits() {
+        // A decode-sized product (gate/up at 128 rows) fits; one with 2^32 iterations x blocks
+        // does not, so `fits` sends it elsewhere.
+        assert!(index_fits(192, 4096, 264));
+        assert!(!index_fits(4096, 1 << 20, 264));
+    }
+
+    #[test]
+    fn geometry_counts_swiglu_pairs_per_block() {
+        assert_eq!(geometry(128, 4096, Epilogue::Store), (4096, 32));
+        assert_eq!(geometry(256, 2 * 12288, Epilogue::Swiglu), (12288, 384));
+        assert_eq!(geometry(65, 1000, Epilogue::Accumulate), (1000, 8));
+    }
 }

@@ -31,7 +31,7 @@ const SKINNY_WARPS: usize = 8;
 const CHUNK_DENSE: usize = 32;
 const CHUNK_Q8: usize = 64;
 /// `epi` codes of the kernel (`SK_STORE`, `SK_ACC`, `SK_SWIGLU`).
-fn epi_code(e: Epilogue) -> i32 {
+pub(super) fn epi_code(e: Epilogue) -> i32 {
     match e {
         Epilogue::Store => 0,
         Epilogue::Accumulate => 1,
