@@ -35,7 +35,8 @@
 #   gemm       the int8 GEMM: lm_skinny's GEMM parity cases, its 128- and 256-row products under
 #              both schedules (CHORUS_Q8_GEMM_STREAM_K=1, 0) for lm_skinny_base (the binary before
 #              the change, when packed) and lm_skinny, then Nsight Compute's sections for one
-#              launch of each of a layer's four products at 128 rows (gemm-ncu.txt);
+#              launch of each of a layer's four products at 128 rows and of the sum kernel after
+#              each (gemm-ncu.txt);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -97,14 +98,14 @@ gemm() {
         | grep -E 'n=(128|256) \(default\)|test result'
     done
   done
-  ncu --clock-control none --kernel-name regex:lm_q8_gemm --launch-count 4 \
+  ncu --clock-control none --kernel-name regex:lm_q8_gemm --launch-count 8 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
     --section ComputeWorkloadAnalysis -f -o "$OUT/gemm-ncu" \
     "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth > "$OUT/gemm-ncu.log" 2>&1
   echo "ncu exit $?"
   ncu -i "$OUT/gemm-ncu.ncu-rep" > "$OUT/gemm-ncu.txt" 2>&1
-  grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe' "$OUT/gemm-ncu.txt" | head -120
+  grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe|lm_q8_gemm' "$OUT/gemm-ncu.txt" | head -240
 }
 retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1

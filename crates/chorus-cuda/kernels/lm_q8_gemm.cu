@@ -77,38 +77,40 @@ __device__ __forceinline__ unsigned q8g_smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
-// The output of accumulator e of (mi, ni): stored, added, or (gate rows, e < 2) SwiGLU'd with the
-// up row's accumulator e + 2.
-__device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __restrict__ scale, T* __restrict__ out,
-                                             int j_base, int n0, int n, int m, int epi) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// The outputs of accumulator group (mi, ni) of thread `tid` (`a`: its 4 values): stored, added,
+// or (gate rows, e < 2) SwiGLU'd with the up row's accumulator e + 2.
+__device__ __forceinline__ void q8g_out(const float* a, int tid, int mi, int ni, const float* __restrict__ scale,
+                                        T* __restrict__ out, int j_base, int n0, int n, int m, int epi) {
+    const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
-    const bool swiglu = epi == SK_SWIGLU;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int r = n0 + wn * 64 + ni * 8 + 2 * t + (e & 1);
+        if (r >= n) continue;
+        if (epi == SK_SWIGLU) {
+            if (e >= 2) continue;
+            const int j = j_base + (wm * 2 + mi) * 8 + g;
+            if (j >= m) continue;
+            const float gate = a[e] * scale[j], up = a[e + 2] * scale[m + j];
+            st(out + (size_t)r * m + j, gate / (1.f + expf(-gate)) * up);
+        } else {
+            const int j = j_base + wm * 32 + mi * 16 + g + ((e & 2) ? 8 : 0);
+            if (j >= m) continue;
+            const float y = a[e] * scale[j];
+            T* o = out + (size_t)r * m + j;
+            st(o, epi == SK_ACC ? ld(o) + y : y);
+        }
+    }
+}
+
+__device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __restrict__ scale, T* __restrict__ out,
+                                             int j_base, int n0, int n, int m, int epi) {
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < 8; ++ni) {
-            const float* a = acc + (mi * 8 + ni) * 4;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = n0 + wn * 64 + ni * 8 + 2 * t + (e & 1);
-                if (r >= n) continue;
-                if (swiglu) {
-                    if (e >= 2) continue;
-                    const int j = j_base + (wm * 2 + mi) * 8 + g;
-                    if (j >= m) continue;
-                    const float gate = a[e] * scale[j], up = a[e + 2] * scale[m + j];
-                    st(out + (size_t)r * m + j, gate / (1.f + expf(-gate)) * up);
-                } else {
-                    const int j = j_base + wm * 32 + mi * 16 + g + ((e & 2) ? 8 : 0);
-                    if (j >= m) continue;
-                    const float y = a[e] * scale[j];
-                    T* o = out + (size_t)r * m + j;
-                    st(o, epi == SK_ACC ? ld(o) + y : y);
-                }
-            }
-        }
+        for (int ni = 0; ni < 8; ++ni)
+            q8g_out(acc + (mi * 8 + ni) * 4, threadIdx.x, mi, ni, scale, out, j_base, n0, n, m, epi);
     }
 }
 
@@ -173,79 +175,101 @@ __device__ __forceinline__ int q8g_start(int b, int blocks, int total) {
     return (int)((unsigned)total * (unsigned)b / (unsigned)blocks);
 }
 
-// The block whose iterations hold iteration `i`.
-__device__ __forceinline__ int q8g_owner(int i, int blocks, int total) {
-    int b = (int)((unsigned)i * (unsigned)blocks / (unsigned)total);
-    while (b + 1 < blocks && q8g_start(b + 1, blocks, total) <= i) ++b;
-    while (b > 0 && q8g_start(b, blocks, total) > i) --b;
-    return b;
+// The tile geometry of a product: outputs per block, weight tiles, tiles, k tiles.
+struct Q8gShape {
+    int per_block, tiles_w, tiles, tiles_k;
+};
+__device__ __forceinline__ Q8gShape q8g_shape(int n, int k, int m, int epi) {
+    Q8gShape s;
+    s.per_block = epi == SK_SWIGLU ? Q8G_BM / 2 : Q8G_BM;
+    s.tiles_w = (m + s.per_block - 1) / s.per_block;
+    s.tiles = s.tiles_w * ((n + Q8G_BN - 1) / Q8G_BN);
+    s.tiles_k = k / Q8G_BK;
+    return s;
+}
+
+// Block b's part of a tile it shares: slot 0 when its range starts in the tile, slot 1 when it
+// ends there (a block shares at most the tile it starts in and the one it ends in).
+__device__ __forceinline__ float* q8g_part(float* work, int b, int first, int tile_first) {
+    return work + ((size_t)b * 2 + (first >= tile_first ? 0 : 1)) * Q8G_ACC * (Q8G_WARPS * 32);
 }
 
 // Stream-K: the grid's blocks split the (tile, k tile) iterations, tile-major, into equal
 // contiguous ranges, so that every multiprocessor gets the same work whatever the tile count. A
-// tile covered by one block gets its epilogue there; a tile shared by several blocks gets their
-// parts through `work` (f32, two slots of Q8G_ACC x 256 per block: a block's first and last
-// tile), and the last of them to finish (a ticket per tile counting its k iterations done,
-// returned to zero by it) adds the parts in block order, so the result does not depend on which block finishes last. `m` output
-// columns (gate rows for SwiGLU, whose weight holds 2 m rows); k a multiple of Q8G_BK.
+// tile covered by one block gets its epilogue there; a tile shared by several blocks leaves their
+// parts in `work` for lm_q8_gemm_sum (f32, two slots of Q8G_ACC x 256 per block; accumulator
+// group q of a thread at float4 q x 256 + thread), so that no block waits on another and the
+// sum's order does not depend on which finishes first. `m` output columns (gate rows for SwiGLU,
+// whose weight holds 2 m rows); k a multiple of Q8G_BK.
 extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
     lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
-               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work,
-               int* __restrict__ tickets, int n, int k, int m, int epi) {
+               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
+               int epi) {
     pdl_enter();
     extern __shared__ __align__(16) unsigned char q8g_smem[];
     const unsigned smem = q8g_smem_addr(q8g_smem);
     const bool swiglu = epi == SK_SWIGLU;
-    const int per_block = swiglu ? Q8G_BM / 2 : Q8G_BM;
-    const int tiles_w = (m + per_block - 1) / per_block;
-    const int tiles = tiles_w * ((n + Q8G_BN - 1) / Q8G_BN);
-    const int tiles_k = k / Q8G_BK;
-    const int total = tiles * tiles_k;
+    const Q8gShape sh = q8g_shape(n, k, m, epi);
+    const int total = sh.tiles * sh.tiles_k;
     const int blocks = gridDim.x, b = blockIdx.x;
     const int first = q8g_start(b, blocks, total), last = q8g_start(b + 1, blocks, total);
-    __shared__ int ticket;
     float acc[Q8G_ACC];
     for (int i = first; i < last;) {
-        const int tile = i / tiles_k;
-        const int kt0 = i - tile * tiles_k;
-        const int kt1 = min(last - tile * tiles_k, tiles_k);
-        i = tile * tiles_k + kt1;
-        const int j_base = (tile % tiles_w) * per_block;
-        const int n0 = (tile / tiles_w) * Q8G_BN;
+        const int tile = i / sh.tiles_k;
+        const int kt0 = i - tile * sh.tiles_k;
+        const int kt1 = min(last - tile * sh.tiles_k, sh.tiles_k);
+        i = tile * sh.tiles_k + kt1;
+        const int j_base = (tile % sh.tiles_w) * sh.per_block;
+        const int n0 = (tile / sh.tiles_w) * Q8G_BN;
         q8g_tile(acc, smem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
-        if (kt0 > 0 || kt1 < tiles_k) {
-            // A block's slot 0 holds the tile its range starts in, slot 1 the tile it ends in.
-            const int slot = first >= tile * tiles_k ? 0 : 1;
-            float* mine = work + ((size_t)b * 2 + slot) * Q8G_ACC * blockDim.x;
+        if (kt0 > 0 || kt1 < sh.tiles_k) {
+            float* mine = q8g_part(work, b, first, tile * sh.tiles_k);
 #pragma unroll
-            for (int e = 0; e < Q8G_ACC; ++e) mine[e * blockDim.x + threadIdx.x] = acc[e];
-            // This block's part is visible to the whole device before its ticket is taken.
-            __threadfence();
-            __syncthreads();
-            // The ticket counts the tile's k iterations done: the block that completes them sums.
-            if (threadIdx.x == 0) ticket = atomicAdd(tickets + tile, kt1 - kt0) + (kt1 - kt0);
-            __syncthreads();
-            if (ticket != tiles_k) continue;
-            __threadfence();
-#pragma unroll
-            for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
-            const int tile_end = (tile + 1) * tiles_k;
-#pragma unroll 1
-            for (int p = q8g_owner(tile * tiles_k, blocks, total), ps = q8g_start(p, blocks, total); ps < tile_end;) {
-                const int slot_p = ps >= tile * tiles_k ? 0 : 1;
-                const float* part = work + ((size_t)p * 2 + slot_p) * Q8G_ACC * blockDim.x;
-#pragma unroll
-                for (int e = 0; e < Q8G_ACC; ++e) acc[e] += __ldcg(part + e * blockDim.x + threadIdx.x);
-                ps = q8g_start(++p, blocks, total);
-            }
-            if (threadIdx.x == 0) tickets[tile] = 0;
+            for (int q = 0; q < Q8G_ACC / 4; ++q)
+                reinterpret_cast<float4*>(mine)[q * (Q8G_WARPS * 32) + threadIdx.x] =
+                    make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        } else {
+            q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
         }
-        q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
     }
+}
+
+// The shared tiles' sums and epilogues after lm_q8_gemm of `blocks` blocks: block (b, q) of
+// blocks x 16 takes accumulator group q (mi = q / 8, ni = q % 8) of every lm_q8_gemm thread for
+// the tile b's range ends in, when b is the first of the blocks sharing it (each shared tile
+// has one such block), adding the parts in block order.
+extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32)
+    lm_q8_gemm_sum(const float* __restrict__ work, const float* __restrict__ scale, T* __restrict__ out, int blocks,
+                   int n, int k, int m, int epi) {
+    pdl_enter();
+    const Q8gShape sh = q8g_shape(n, k, m, epi);
+    const int total = sh.tiles * sh.tiles_k;
+    const int b = blockIdx.x >> 4, q = blockIdx.x & 15;
+    const int first = q8g_start(b, blocks, total), last = q8g_start(b + 1, blocks, total);
+    if (first >= last) return;
+    const int tile = (last - 1) / sh.tiles_k;
+    const int tile_first = tile * sh.tiles_k, tile_end = tile_first + sh.tiles_k;
+    if (first > tile_first || last >= tile_end) return;
+    float a[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int p = b, ps = first; ps < tile_end;) {
+        const float4 v = reinterpret_cast<const float4*>(
+            q8g_part(const_cast<float*>(work), p, ps, tile_first))[q * (Q8G_WARPS * 32) + threadIdx.x];
+        a[0] += v.x;
+        a[1] += v.y;
+        a[2] += v.z;
+        a[3] += v.w;
+        ps = q8g_start(++p, blocks, total);
+    }
+    q8g_out(a, threadIdx.x, q >> 3, q & 7, scale, out, (tile % sh.tiles_w) * sh.per_block,
+            (tile / sh.tiles_w) * Q8G_BN, n, m, epi);
 }
 #else
 extern "C" __global__ void lm_q8_gemm(const unsigned short* x, const unsigned char* w, const float* scale, T* out,
-                                      float* work, int* tickets, int n, int k, int m, int epi) {
+                                      float* work, int n, int k, int m, int epi) {
+    pdl_enter();
+}
+extern "C" __global__ void lm_q8_gemm_sum(const float* work, const float* scale, T* out, int blocks, int n, int k,
+                                          int m, int epi) {
     pdl_enter();
 }
 #endif

@@ -291,7 +291,7 @@ pub struct CudaBackend {
     pub(crate) batch_invariant: bool,
     /// See [`CudaOptions::fused_norm_rotation`].
     pub(crate) fused_norm_rotation: bool,
-    /// The int8 GEMM's ticket counters ([`CudaOptions::q8_gemm`]); `None` when it is off.
+    /// The int8 GEMM's schedule ([`CudaOptions::q8_gemm`]); `None` when it is off.
     pub(crate) q8_gemm: Option<crate::lm::q8_gemm::Q8Gemm>,
     /// int8 GEMM launches enqueued so far.
     pub(crate) q8_gemm_launches: AtomicUsize,
@@ -403,10 +403,9 @@ impl CudaBackend {
             && mma_smem_limit >= crate::lm::q8_gemm::SMEM
         {
             kernels.allow_dynamic_smem(Kernel::LmQ8Gemm, crate::lm::q8_gemm::SMEM)?;
-            Some(crate::lm::q8_gemm::Q8Gemm::new(
-                &ctx,
-                options.q8_gemm_stream_k,
-            )?)
+            Some(crate::lm::q8_gemm::Q8Gemm {
+                stream_k: options.q8_gemm_stream_k,
+            })
         } else {
             None
         };
@@ -510,9 +509,6 @@ impl CudaBackend {
         };
         if let Some(fc) = &be.fused_combine {
             fc.zero(&be)?;
-        }
-        if let Some(g) = &be.q8_gemm {
-            g.zero(&be)?;
         }
         Ok(be)
     }

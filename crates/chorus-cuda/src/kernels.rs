@@ -158,6 +158,7 @@ kernel_table! {
     LmSkinnyQ8N64M2 => "lm_skinny_q8_n64_m2",
     // int8 products of 65 to 256 rows (kernels/lm_q8_gemm.cu).
     LmQ8Gemm => "lm_q8_gemm",
+    LmQ8GemmSum => "lm_q8_gemm_sum",
 }
 
 /// Grid and block of one launch.

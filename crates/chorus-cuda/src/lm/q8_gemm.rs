@@ -2,7 +2,8 @@
 //! [`SKINNY_MAX_ROWS`] + 1 to [`Q8_GEMM_MAX_ROWS`] rows outside the batch-invariant mode, on the
 //! tensor cores with the int8 weights read once per 128 activation rows and converted in
 //! registers. The blocks share the tiles' `k` iterations evenly (stream-K), two blocks per
-//! multiprocessor; a tile shared by several blocks is summed in block order by the last of them.
+//! multiprocessor; the parts of a tile shared by several blocks are summed in block order by a
+//! second kernel, 16 blocks per tile, so that no block of the first waits on another.
 
 use std::sync::atomic::Ordering;
 
@@ -13,7 +14,6 @@ use super::skinny::SKINNY_MAX_ROWS;
 use crate::backend::CudaBackend;
 use crate::error::cuda_error;
 use crate::kernels::{kargs, Kernel, Launch};
-use crate::memory::DevMem;
 
 /// Most activation rows the GEMM takes (two tiles of [`TILE_ROWS`]); past them (prefill) the
 /// dequantizing cuBLAS product stays faster than re-reading the weights per tile.
@@ -29,7 +29,7 @@ const THREADS: usize = 256;
 const ACC: usize = 64;
 /// Dynamic shared memory of a block: the stages' int8 and f16 tiles.
 pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2);
-/// Most tiles (weight x activation) a split product keeps tickets for.
+/// Most tiles (weight x activation) of a product.
 const MAX_TILES: usize = 4096;
 /// Most splits of `k`, and the fewest k stages each split keeps (the pipeline's depth), for
 /// the split schedule ([`Q8Gemm::stream_k`] off).
@@ -41,31 +41,14 @@ const BLOCKS_PER_SM: usize = 2;
 const MIN_STREAM_STEPS: usize = STAGES;
 /// Workspace slots per block: the parts of the tile its range starts in and of the one it ends in.
 const SLOTS: usize = 2;
+/// Blocks of the sum kernel per shared tile: one per accumulator group (2 x 8 mma tiles).
+const SUM_BLOCKS_PER_TILE: usize = 16;
 
-/// The split products' ticket counters: one i32 per tile, zeroed once and returned to zero by
-/// the block that sums the parts.
+/// The GEMM's schedule.
 pub(crate) struct Q8Gemm {
-    tickets: DevMem,
     /// Stream-K (even shares of every tile's k iterations); off, whole tiles with k split in
     /// equal parts only where tiles are fewer than multiprocessors. For A/B measurements.
-    stream_k: bool,
-}
-
-impl Q8Gemm {
-    pub(crate) fn new(
-        ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
-        stream_k: bool,
-    ) -> Result<Self> {
-        Ok(Self {
-            tickets: DevMem::new(ctx, MAX_TILES * 4, None)?,
-            stream_k,
-        })
-    }
-
-    /// Zeroes every counter (once, before any product).
-    pub(crate) fn zero(&self, be: &CudaBackend) -> Result<()> {
-        be.memset32(self.tickets.ptr(), 0, MAX_TILES)
-    }
+    pub(crate) stream_k: bool,
 }
 
 /// Output columns (gate rows for SwiGLU) and tiles (weight x activation) of a product.
@@ -153,7 +136,7 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
         return Err(cuda_error(
             OP,
             format!(
-                "{tiles} tiles for n {} k {} m {cols}: past the {MAX_TILES} tickets or 32-bit ranges",
+                "{tiles} tiles for n {} k {} m {cols}: past {MAX_TILES} tiles or 32-bit ranges",
                 a.n, a.k
             ),
         ));
@@ -170,12 +153,26 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
     };
     let epi = super::skinny::epi_code(a.epilogue);
     let (n32, k32, m32) = (a.n as i32, a.k as i32, cols as i32);
-    let tickets = gemm.tickets.ptr();
     be.q8_gemm_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
         Kernel::LmQ8Gemm,
         cfg,
-        &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &tickets, &n32, &k32, &m32, &epi],
+        &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &n32, &k32, &m32, &epi],
+    )?;
+    if blocks == tiles {
+        return Ok(());
+    }
+    // The first block sharing a tile sums it, a group of accumulators per block; the rest return.
+    let sum = Launch {
+        grid: (blocks * SUM_BLOCKS_PER_TILE) as u32,
+        block: THREADS as u32,
+        smem: 0,
+    };
+    let blocks32 = blocks as i32;
+    be.launch(
+        Kernel::LmQ8GemmSum,
+        sum,
+        &mut kargs![&work, &a.scale, &a.out, &blocks32, &n32, &k32, &m32, &epi],
     )
 }
 
