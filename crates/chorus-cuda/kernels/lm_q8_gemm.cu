@@ -3,10 +3,10 @@
 // with `half_out`) and W biased int8, read once per block of 128 activation rows and converted
 // in registers (lm_skinny.cu's sk_q8_half2): no bf16 copy of the weights.
 //
-// - Block tile: 128 weight rows (or 64 gate/up pairs for SwiGLU, tile rows g: gate, g + 8: up,
-//   as lm_skinny.cu) x 128 activation rows, k in tiles of 64 through a Q8G_STAGES-deep cp.async
-//   pipeline in shared memory. 8 warps as 4 (weights, 32 rows each) x 2 (activations, 64 each):
-//   each weight is converted by two warps.
+// - Block tile: Q8G_BM weight rows (or Q8G_BM / 2 gate/up pairs for SwiGLU, tile rows g: gate,
+//   g + 8: up, as lm_skinny.cu) x 128 activation rows, k in tiles of 64 through a
+//   Q8G_STAGES-deep cp.async pipeline in shared memory. 8 warps as 4 (weights, Q8G_MI x 16 rows
+//   each) x 2 (activations, 64 each): each weight is converted by two warps.
 // - Fragments without ldmatrix: lane (g, t) takes the 4-byte word t of a weight row's 16-column
 //   step (columns 4t..4t+3) for A (bytes 0-1 the first k pair, 2-3 the second) and the matching
 //   8 bytes of an activation row for B, a k permutation applied to both. The shared rows are
@@ -15,7 +15,11 @@
 //   counts below or between multiples of the multiprocessors' slots leave none idle.
 
 #define Q8G_WARPS 8
-#define Q8G_BM 128
+// 16-row weight tiles per warp (4 warps along the weights): 4 gives 256 weight rows a block, so
+// that each activation byte read from L2 serves twice the weights of 2 (two blocks a
+// multiprocessor, 128 registers). src/lm/q8_gemm.rs's WARP_TILES matches it.
+#define Q8G_MI 4
+#define Q8G_BM (Q8G_MI * 64)
 #define Q8G_BN 128
 #define Q8G_BK 64
 #define Q8G_STAGES 4
@@ -23,9 +27,12 @@
 #define Q8G_W_BYTES (Q8G_BM * Q8G_BK)
 #define Q8G_X_BYTES (Q8G_BN * Q8G_BK * 2)
 #define Q8G_STAGE_BYTES (Q8G_W_BYTES + Q8G_X_BYTES)
-// Accumulators per thread: 2 (16-row weight tiles) x 8 (8-row activation tiles) x 4; two blocks
-// per multiprocessor (128 registers a thread) keep the weights streaming past a block's epilogue.
-#define Q8G_ACC 64
+// Accumulator groups per thread: Q8G_MI (16-row weight tiles) x 8 (8-row activation tiles), of 4.
+#define Q8G_GROUPS (Q8G_MI * 8)
+#define Q8G_ACC (Q8G_GROUPS * 4)
+// Blocks a multiprocessor keeps: the registers of Q8G_ACC accumulators a thread allow two at
+// Q8G_MI 2 (128 registers), one at 4.
+#define Q8G_MIN_BLOCKS (Q8G_MI == 2 ? 2 : 1)
 
 #if MMA_ENABLED
 __device__ __forceinline__ void q8g_cp16(unsigned dst, const void* src, int bytes) {
@@ -51,14 +58,14 @@ __device__ __forceinline__ int q8g_row(int r, int j_base, int m, bool swiglu) {
     return min(j_base + r, m - 1);
 }
 
-// Loads k tile kt of the block into stage `st`: 2 weight chunks and 4 activation chunks per thread;
+// Loads k tile kt of the block into stage `st`: Q8G_MI weight chunks and 4 activation chunks per thread;
 // activation rows past n are zero-filled.
 __device__ __forceinline__ void q8g_load(unsigned smem, int st, int kt, const unsigned char* __restrict__ w,
                                          const unsigned short* __restrict__ x, const int* wrows, int n0, int n,
                                          int k) {
     const unsigned base = smem + st * Q8G_STAGE_BYTES;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < Q8G_MI; ++i) {
         const int idx = threadIdx.x + i * Q8G_WARPS * 32;
         const int r = idx >> 2, c = idx & 3;
         q8g_cp16(base + q8g_w_off(r, c), w + (size_t)wrows[i] * k + kt * Q8G_BK + c * 16, 16);
@@ -90,12 +97,12 @@ __device__ __forceinline__ void q8g_out(const float* a, int tid, int mi, int ni,
         if (r >= n) continue;
         if (epi == SK_SWIGLU) {
             if (e >= 2) continue;
-            const int j = j_base + (wm * 2 + mi) * 8 + g;
+            const int j = j_base + (wm * Q8G_MI + mi) * 8 + g;
             if (j >= m) continue;
             const float gate = a[e] * scale[j], up = a[e + 2] * scale[m + j];
             st(out + (size_t)r * m + j, gate / (1.f + expf(-gate)) * up);
         } else {
-            const int j = j_base + wm * 32 + mi * 16 + g + ((e & 2) ? 8 : 0);
+            const int j = j_base + (wm * Q8G_MI + mi) * 16 + g + ((e & 2) ? 8 : 0);
             if (j >= m) continue;
             const float y = a[e] * scale[j];
             T* o = out + (size_t)r * m + j;
@@ -107,7 +114,7 @@ __device__ __forceinline__ void q8g_out(const float* a, int tid, int mi, int ni,
 __device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __restrict__ scale, T* __restrict__ out,
                                              int j_base, int n0, int n, int m, int epi) {
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < Q8G_MI; ++mi) {
 #pragma unroll
         for (int ni = 0; ni < 8; ++ni)
             q8g_out(acc + (mi * 8 + ni) * 4, threadIdx.x, mi, ni, scale, out, j_base, n0, n, m, epi);
@@ -123,9 +130,9 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
     const int steps = kt1 - kt0;
-    int wrows[2];
+    int wrows[Q8G_MI];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
+    for (int i = 0; i < Q8G_MI; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
 #pragma unroll
     for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
     // The previous tile's last reads of the ring are done before its stages are refilled.
@@ -146,10 +153,10 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
         const unsigned char* xs = ws + Q8G_W_BYTES;
 #pragma unroll
         for (int ks = 0; ks < Q8G_BK / 16; ++ks) {
-            unsigned a[2][4];
+            unsigned a[Q8G_MI][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-                const int r0 = wm * 32 + mi * 16 + g;
+            for (int mi = 0; mi < Q8G_MI; ++mi) {
+                const int r0 = (wm * Q8G_MI + mi) * 16 + g;
                 const unsigned w0 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0, ks) + 4 * t);
                 const unsigned w1 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0 + 8, ks) + 4 * t);
                 a[mi][0] = sk_q8_half2(w0, 0);
@@ -162,7 +169,7 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
                 const int r = wn * 64 + ni * 8 + g;
                 const uint2 b = *reinterpret_cast<const uint2*>(xs + q8g_x_off(r, 2 * ks + (t >> 1)) + 8 * (t & 1));
 #pragma unroll
-                for (int mi = 0; mi < 2; ++mi) mma_f16(acc + (mi * 8 + ni) * 4, a[mi], b.x, b.y);
+                for (int mi = 0; mi < Q8G_MI; ++mi) mma_f16(acc + (mi * 8 + ni) * 4, a[mi], b.x, b.y);
             }
         }
     }
@@ -201,7 +208,7 @@ __device__ __forceinline__ float* q8g_part(float* work, int b, int first, int ti
 // group q of a thread at float4 q x 256 + thread), so that no block waits on another and the
 // sum's order does not depend on which finishes first. `m` output columns (gate rows for SwiGLU,
 // whose weight holds 2 m rows); k a multiple of Q8G_BK.
-extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
+extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
     lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
                const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
                int epi) {
@@ -235,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 2)
 }
 
 // The shared tiles' sums and epilogues after lm_q8_gemm of `blocks` blocks: block (b, q) of
-// blocks x 16 takes accumulator group q (mi = q / 8, ni = q % 8) of every lm_q8_gemm thread for
+// blocks x Q8G_GROUPS takes accumulator group q (mi = q / 8, ni = q % 8) of every lm_q8_gemm thread for
 // the tile b's range ends in, when b is the first of the blocks sharing it (each shared tile
 // has one such block), adding the parts in block order.
 extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32)
@@ -244,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32)
     pdl_enter();
     const Q8gShape sh = q8g_shape(n, k, m, epi);
     const int total = sh.tiles * sh.tiles_k;
-    const int b = blockIdx.x >> 4, q = blockIdx.x & 15;
+    const int b = blockIdx.x / Q8G_GROUPS, q = blockIdx.x % Q8G_GROUPS;
     const int first = q8g_start(b, blocks, total), last = q8g_start(b + 1, blocks, total);
     if (first >= last) return;
     const int tile = (last - 1) / sh.tiles_k;

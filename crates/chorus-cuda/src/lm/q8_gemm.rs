@@ -1,9 +1,10 @@
 //! The int8 GEMM (kernels/lm_q8_gemm.cu): `fused_linear`'s int8 products of
 //! [`SKINNY_MAX_ROWS`] + 1 to [`Q8_GEMM_MAX_ROWS`] rows outside the batch-invariant mode, on the
 //! tensor cores with the int8 weights read once per 128 activation rows and converted in
-//! registers. The blocks share the tiles' `k` iterations evenly (stream-K), two blocks per
-//! multiprocessor; the parts of a tile shared by several blocks are summed in block order by a
-//! second kernel, 16 blocks per tile, so that no block of the first waits on another.
+//! registers, 256 weight rows a block (one a multiprocessor) so that each activation byte read
+//! from L2 serves 256 weight rows. The blocks share the tiles' `k` iterations evenly (stream-K);
+//! the parts of a tile shared by several blocks are summed in block order by a second kernel, a
+//! block per accumulator group, so that no block of the first waits on another.
 
 use std::sync::atomic::Ordering;
 
@@ -18,15 +19,18 @@ use crate::kernels::{kargs, Kernel, Launch};
 /// Most activation rows the GEMM takes (two tiles of [`TILE_ROWS`]); past them (prefill) the
 /// dequantizing cuBLAS product stays faster than re-reading the weights per tile.
 pub const Q8_GEMM_MAX_ROWS: usize = 256;
-/// Weight rows per block (`Q8G_BM`), activation rows per block (`Q8G_BN`), `k` per stage
-/// (`Q8G_BK`), pipeline stages (`Q8G_STAGES`), threads (`Q8G_WARPS` warps).
-const TILE_W: usize = 128;
+/// 16-row weight tiles per warp (`Q8G_MI`); weight rows per block (`Q8G_BM`, four warps along
+/// the weights), activation rows per block (`Q8G_BN`), `k` per stage (`Q8G_BK`), pipeline stages
+/// (`Q8G_STAGES`), threads (`Q8G_WARPS` warps).
+const WARP_TILES: usize = 4;
+const TILE_W: usize = WARP_TILES * 64;
 const TILE_ROWS: usize = 128;
 const TILE_K: usize = 64;
 const STAGES: usize = 4;
 const THREADS: usize = 256;
-/// Accumulators per thread (`Q8G_ACC`).
-const ACC: usize = 64;
+/// Accumulator groups of 4 per thread (`Q8G_GROUPS`: 16-row x 8-row mma tiles) and accumulators.
+const GROUPS: usize = WARP_TILES * 8;
+const ACC: usize = GROUPS * 4;
 /// Dynamic shared memory of a block: the stages' int8 and f16 tiles.
 pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2);
 /// Most tiles (weight x activation) of a product.
@@ -35,14 +39,14 @@ const MAX_TILES: usize = 4096;
 /// the split schedule ([`Q8Gemm::stream_k`] off).
 const MAX_SPLITS: usize = 8;
 const MIN_STEPS: usize = 2 * STAGES;
-/// Blocks resident per multiprocessor (`__launch_bounds__(256, 2)`, two rings of [`SMEM`]).
-const BLOCKS_PER_SM: usize = 2;
+/// Blocks resident per multiprocessor (`Q8G_MIN_BLOCKS`: the accumulators' registers).
+const BLOCKS_PER_SM: usize = if WARP_TILES == 2 { 2 } else { 1 };
 /// Fewest k stages a stream-K block takes.
 const MIN_STREAM_STEPS: usize = STAGES;
 /// Workspace slots per block: the parts of the tile its range starts in and of the one it ends in.
 const SLOTS: usize = 2;
-/// Blocks of the sum kernel per shared tile: one per accumulator group (2 x 8 mma tiles).
-const SUM_BLOCKS_PER_TILE: usize = 16;
+/// Blocks of the sum kernel per shared tile: one per accumulator group.
+const SUM_BLOCKS_PER_TILE: usize = GROUPS;
 
 /// The GEMM's schedule.
 pub(crate) struct Q8Gemm {
@@ -190,8 +194,8 @@ mod tests {
 
     #[test]
     fn geometry_counts_swiglu_pairs_per_block() {
-        assert_eq!(geometry(128, 4096, Epilogue::Store), (4096, 32));
-        assert_eq!(geometry(256, 2 * 12288, Epilogue::Swiglu), (12288, 384));
-        assert_eq!(geometry(65, 1000, Epilogue::Accumulate), (1000, 8));
+        assert_eq!(geometry(128, 4096, Epilogue::Store), (4096, 16));
+        assert_eq!(geometry(256, 2 * 12288, Epilogue::Swiglu), (12288, 192));
+        assert_eq!(geometry(65, 1000, Epilogue::Accumulate), (1000, 4));
     }
 }
