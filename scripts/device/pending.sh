@@ -32,11 +32,12 @@
 #              MUSIC_AB_MODEL (default random; random-int8 for the int8 products);
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
 #              count);
-#   gemm       the int8 GEMM: lm_skinny's GEMM parity cases, its 128- and 256-row products under
-#              both schedules (CHORUS_Q8_GEMM_STREAM_K=1, 0) for lm_skinny_base (the binary before
-#              the change, when packed) and lm_skinny, then Nsight Compute's sections for one
-#              launch of each of a layer's four products at 128 rows and of the sum kernel after
-#              each (gemm-ncu.txt);
+#   gemm       the int8 GEMM: the parity cases of each test binary in GEMM_BINS (default
+#              lm_skinny; variants of the kernel built as lm_skinny_<name>), then its 128- and
+#              256-row products (stream-K) for lm_skinny_base (the binary before the change, when
+#              packed) and each of GEMM_BINS, then Nsight Compute's sections for one launch of
+#              each of a layer's four products at 128 rows and of the sum kernel after each, for
+#              GEMM_NCU (default the last of GEMM_BINS; gemm-ncu.txt);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -84,26 +85,34 @@ lm_attn() {
 }
 # The parts that are functions run in a child shell under `timeout`.
 export BIN
+export GEMM_BINS=${GEMM_BINS:-lm_skinny}
+export GEMM_NCU=${GEMM_NCU:-${GEMM_BINS##* }}
 q8() {
   "$BIN"/lm_q8 --test-threads=1 --nocapture 2>&1
   "$BIN"/lm_skinny --test-threads=1 --nocapture 2>&1
 }
 gemm() {
-  "$BIN"/lm_skinny --test-threads=1 --nocapture int8_gemm fused_products_match 2>&1 | grep -v '^parity'
-  for b in lm_skinny_base lm_skinny; do
-    [ -x "$BIN/$b" ] || continue
-    for sk in 1 0; do
-      echo "== $b CHORUS_Q8_GEMM_STREAM_K=$sk"
-      CHORUS_Q8_GEMM_STREAM_K=$sk "$BIN/$b" --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
-        | grep -E 'n=(128|256) \(default\)|test result'
-    done
+  # Parity of every packed GEMM variant at once (the CPU reference dominates), then speed in turn.
+  local v
+  for v in $GEMM_BINS; do
+    [ -x "$BIN/$v" ] || continue
+    ("$BIN/$v" --test-threads=1 --nocapture int8_gemm fused_products_match 2>&1 | grep -v '^parity' \
+      | sed "s/^/[$v] /" > "$OUT/gemm-parity-$v.log") &
+  done
+  wait
+  cat "$OUT"/gemm-parity-*.log
+  for v in lm_skinny_base $GEMM_BINS; do
+    [ -x "$BIN/$v" ] || continue
+    echo "== $v"
+    "$BIN/$v" --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+      | grep -E 'n=(128|256) \(default\)|test result'
   done
   ncu --clock-control none --kernel-name regex:lm_q8_gemm --launch-count 8 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
     --section ComputeWorkloadAnalysis -f -o "$OUT/gemm-ncu" \
-    "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth > "$OUT/gemm-ncu.log" 2>&1
-  echo "ncu exit $?"
+    "$BIN/$GEMM_NCU" --test-threads=1 --nocapture skinny_products_bandwidth > "$OUT/gemm-ncu.log" 2>&1
+  echo "ncu exit $? ($GEMM_NCU)"
   ncu -i "$OUT/gemm-ncu.ncu-rep" > "$OUT/gemm-ncu.txt" 2>&1
   grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe|lm_q8_gemm' "$OUT/gemm-ncu.txt" | head -240
 }
@@ -154,7 +163,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     whole) part whole 80 env WHOLE_PRECISIONS=bf16 bash scripts/device/codec_whole_file.sh ;;
     retest) part retest 90 bash -c retest ;;
     q8) part q8 200 bash -c q8 ;;
-    gemm) part gemm 240 bash -c gemm ;;
+    gemm) part gemm ${GEMM_LIMIT:-240} bash -c gemm ;;
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;
