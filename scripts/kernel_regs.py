@@ -34,7 +34,7 @@ def main():
     prog = ctypes.c_void_p()
     src = sources().encode()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"chorus_kernels.cu", 0, None, None) == 0
-    opts = [b"--gpu-architecture=sm_90", b"--std=c++17", b"-DCHORUS_BF16=%d" % bf16, b"--ptxas-options=-v"]
+    opts = [b"--gpu-architecture=sm_90a", b"--std=c++17", b"-DCHORUS_BF16=%d" % bf16, b"--ptxas-options=-v"]
     inc = os.environ.get("CHORUS_CUDA_INCLUDE")
     if inc:
         opts.append(b"-I" + inc.encode())

@@ -29,7 +29,8 @@
 #              (chorus_s2, when packed: two 8-bit decode stages, three blocks per SM), or AB_BINS;
 #   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
 #              same binaries, one process each (making the random weights takes ~100 s), model
-#              MUSIC_AB_MODEL (default random; random-int8 for the int8 products);
+#              MUSIC_AB_MODEL (default random; random-int8 for the int8 products), once under
+#              each setting of AB_ENVS (as GEMM_ENVS, for stt_ab too);
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
 #              count);
 #   gemm       the int8 GEMM: the parity cases of each test binary in GEMM_BINS (default
@@ -37,7 +38,9 @@
 #              256-row products (stream-K) for lm_skinny_base (the binary before the change, when
 #              packed) and each of GEMM_BINS, then Nsight Compute's sections for one launch of
 #              each of a layer's four products at 128 rows and of the sum kernel after each, for
-#              GEMM_NCU (default the last of GEMM_BINS; gemm-ncu.txt);
+#              GEMM_NCU (default the last of GEMM_BINS; gemm-ncu.txt); the products and the
+#              profile once under each setting of GEMM_ENVS (e.g. "CHORUS_Q8_GEMM_WGMMA=0
+#              CHORUS_Q8_GEMM_WGMMA=1"; default none), the profile under GEMM_NCU_ENV;
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -103,18 +106,20 @@ gemm() {
   cat "$OUT"/gemm-parity-*.log
   for v in lm_skinny_base $GEMM_BINS; do
     [ -x "$BIN/$v" ] || continue
-    echo "== $v"
-    "$BIN/$v" --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
-      | grep -E 'n=(128|256) \(default\)|test result'
+    for e in ${GEMM_ENVS:-NO_SETTING=}; do
+      echo "== $v $e"
+      env "$e" "$BIN/$v" --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+        | grep -E 'n=(128|256) \(default\)|test result'
+    done
   done
-  ncu --clock-control none --kernel-name regex:lm_q8_gemm --launch-count 8 \
+  env ${GEMM_NCU_ENV:-NO_SETTING=} ncu --clock-control none --kernel-name regex:'lm_q8_(gemm|wgmma)' --launch-count 8 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
     --section ComputeWorkloadAnalysis -f -o "$OUT/gemm-ncu" \
     "$BIN/$GEMM_NCU" --test-threads=1 --nocapture skinny_products_bandwidth > "$OUT/gemm-ncu.log" 2>&1
   echo "ncu exit $? ($GEMM_NCU)"
   ncu -i "$OUT/gemm-ncu.ncu-rep" > "$OUT/gemm-ncu.txt" 2>&1
-  grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe|lm_q8_gemm' "$OUT/gemm-ncu.txt" | head -240
+  grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe|lm_q8_' "$OUT/gemm-ncu.txt" | head -240
 }
 retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
@@ -134,8 +139,10 @@ each_bin() {
   shift
   for b in $bins; do
     [ -x "$BIN/$b" ] || continue
-    echo "== $b"
-    "$BIN/$b" "$@" 2>&1 | grep -v '^warning'
+    for e in ${AB_ENVS:-NO_SETTING=}; do
+      echo "== $b $e"
+      env "$e" "$BIN/$b" "$@" 2>&1 | grep -v '^warning'
+    done
   done
 }
 stt_ab() {

@@ -33,6 +33,9 @@
 // Blocks a multiprocessor keeps: the registers of Q8G_ACC accumulators a thread allow two at
 // Q8G_MI 2 (128 registers), one at 4.
 #define Q8G_MIN_BLOCKS (Q8G_MI == 2 ? 2 : 1)
+// Alignment of the stages' base: the wgmma variant's 128-byte swizzle repeats every 1024 bytes
+// of shared address (lm_q8_wgmma.cu); src/lm/q8_gemm.rs's SMEM keeps the slack.
+#define Q8G_ALIGN 1024
 
 #if MMA_ENABLED
 __device__ __forceinline__ void q8g_cp16(unsigned dst, const void* src, int bytes) {
@@ -45,8 +48,15 @@ __device__ __forceinline__ void q8g_wait_stages() {
 
 // Byte offset of 16-byte chunk c of weight tile row r (4 chunks a row).
 __device__ __forceinline__ int q8g_w_off(int r, int c) { return r * Q8G_BK + ((c ^ ((r >> 1) & 3)) << 4); }
-// Byte offset of 16-byte chunk c of activation tile row r (8 chunks a row).
-__device__ __forceinline__ int q8g_x_off(int r, int c) { return r * Q8G_BK * 2 + ((c ^ ((r & 3) << 1)) << 4); }
+// Byte offset of 16-byte chunk c of activation tile row r (8 chunks a row): swizzled for the
+// mma.sync fragments' 8-byte reads, or (`sw128`) in the wgmma's 128-byte swizzle, chunk c ^ (r & 7).
+__device__ __forceinline__ int q8g_x_off(int r, int c, bool sw128) {
+    return r * Q8G_BK * 2 + ((c ^ (sw128 ? (r & 7) : ((r & 3) << 1))) << 4);
+}
+
+// 16-row weight tile of warp tile mi of warp wm (of 4 along the weights): the warps' tiles
+// interleave so that tiles 4 mi .. 4 mi + 3 are one wgmma's 64 rows (lm_q8_wgmma.cu).
+__device__ __forceinline__ int q8g_t16(int wm, int mi) { return mi * 4 + wm; }
 
 // Weight row of tile row r in the block of first output j_base (SwiGLU: gate rows and up rows
 // m further, in alternate groups of 8), clamped to the last row.
@@ -62,7 +72,7 @@ __device__ __forceinline__ int q8g_row(int r, int j_base, int m, bool swiglu) {
 // activation rows past n are zero-filled.
 __device__ __forceinline__ void q8g_load(unsigned smem, int st, int kt, const unsigned char* __restrict__ w,
                                          const unsigned short* __restrict__ x, const int* wrows, int n0, int n,
-                                         int k) {
+                                         int k, bool sw128) {
     const unsigned base = smem + st * Q8G_STAGE_BYTES;
 #pragma unroll
     for (int i = 0; i < Q8G_MI; ++i) {
@@ -76,7 +86,7 @@ __device__ __forceinline__ void q8g_load(unsigned smem, int st, int kt, const un
         const int r = idx >> 3, c = idx & 7;
         const int row = n0 + r;
         const unsigned short* src = x + (size_t)min(row, n - 1) * k + kt * Q8G_BK + c * 8;
-        q8g_cp16(base + Q8G_W_BYTES + q8g_x_off(r, c), src, row < n ? 16 : 0);
+        q8g_cp16(base + Q8G_W_BYTES + q8g_x_off(r, c, sw128), src, row < n ? 16 : 0);
     }
 }
 
@@ -97,12 +107,12 @@ __device__ __forceinline__ void q8g_out(const float* a, int tid, int mi, int ni,
         if (r >= n) continue;
         if (epi == SK_SWIGLU) {
             if (e >= 2) continue;
-            const int j = j_base + (wm * Q8G_MI + mi) * 8 + g;
+            const int j = j_base + q8g_t16(wm, mi) * 8 + g;
             if (j >= m) continue;
             const float gate = a[e] * scale[j], up = a[e + 2] * scale[m + j];
             st(out + (size_t)r * m + j, gate / (1.f + expf(-gate)) * up);
         } else {
-            const int j = j_base + (wm * Q8G_MI + mi) * 16 + g + ((e & 2) ? 8 : 0);
+            const int j = j_base + q8g_t16(wm, mi) * 16 + g + ((e & 2) ? 8 : 0);
             if (j >= m) continue;
             const float y = a[e] * scale[j];
             T* o = out + (size_t)r * m + j;
@@ -123,7 +133,8 @@ __device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __re
 
 // The block's accumulators for k tiles [kt0, kt1) of the tile whose first output is j_base and
 // first activation row n0.
-__device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsigned short* __restrict__ x,
+__device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsigned char* gsmem,
+                                         const unsigned short* __restrict__ x,
                                          const unsigned char* __restrict__ w, int j_base, int n0, int kt0, int kt1,
                                          int n, int k, int m, bool swiglu) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -139,24 +150,23 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < Q8G_STAGES - 1; ++s) {
-        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k);
+        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k, false);
         q8g_commit();
     }
-    extern __shared__ __align__(16) unsigned char q8g_smem[];
     for (int it = 0; it < steps; ++it) {
         q8g_wait_stages();
         __syncthreads();
         const int nxt = it + Q8G_STAGES - 1;
-        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k);
+        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k, false);
         q8g_commit();
-        const unsigned char* ws = q8g_smem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
+        const unsigned char* ws = gsmem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
         const unsigned char* xs = ws + Q8G_W_BYTES;
 #pragma unroll
         for (int ks = 0; ks < Q8G_BK / 16; ++ks) {
             unsigned a[Q8G_MI][4];
 #pragma unroll
             for (int mi = 0; mi < Q8G_MI; ++mi) {
-                const int r0 = (wm * Q8G_MI + mi) * 16 + g;
+                const int r0 = q8g_t16(wm, mi) * 16 + g;
                 const unsigned w0 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0, ks) + 4 * t);
                 const unsigned w1 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0 + 8, ks) + 4 * t);
                 a[mi][0] = sk_q8_half2(w0, 0);
@@ -167,7 +177,8 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
 #pragma unroll
             for (int ni = 0; ni < 8; ++ni) {
                 const int r = wn * 64 + ni * 8 + g;
-                const uint2 b = *reinterpret_cast<const uint2*>(xs + q8g_x_off(r, 2 * ks + (t >> 1)) + 8 * (t & 1));
+                const uint2 b =
+                    *reinterpret_cast<const uint2*>(xs + q8g_x_off(r, 2 * ks + (t >> 1), false) + 8 * (t & 1));
 #pragma unroll
                 for (int mi = 0; mi < Q8G_MI; ++mi) mma_f16(acc + (mi * 8 + ni) * 4, a[mi], b.x, b.y);
             }
@@ -207,14 +218,16 @@ __device__ __forceinline__ float* q8g_part(float* work, int b, int first, int ti
 // parts in `work` for lm_q8_gemm_sum (f32, two slots of Q8G_ACC x 256 per block; accumulator
 // group q of a thread at float4 q x 256 + thread), so that no block waits on another and the
 // sum's order does not depend on which finishes first. `m` output columns (gate rows for SwiGLU,
-// whose weight holds 2 m rows); k a multiple of Q8G_BK.
-extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
-    lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
-               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
-               int epi) {
-    pdl_enter();
+// whose weight holds 2 m rows); k a multiple of Q8G_BK. `Tile` computes one tile's accumulators
+// (q8g_tile here, on mma.sync; q8w_tile in lm_q8_wgmma.cu), both in the same accumulator layout.
+template <typename Tile>
+__device__ __forceinline__ void q8g_run(Tile tile_fn, const unsigned short* __restrict__ x,
+                                        const unsigned char* __restrict__ w, const float* __restrict__ scale,
+                                        T* __restrict__ out, float* __restrict__ work, int n, int k, int m, int epi) {
     extern __shared__ __align__(16) unsigned char q8g_smem[];
-    const unsigned smem = q8g_smem_addr(q8g_smem);
+    const unsigned raw = q8g_smem_addr(q8g_smem);
+    const unsigned smem = (raw + Q8G_ALIGN - 1) & ~(unsigned)(Q8G_ALIGN - 1);
+    const unsigned char* gsmem = q8g_smem + (smem - raw);
     const bool swiglu = epi == SK_SWIGLU;
     const Q8gShape sh = q8g_shape(n, k, m, epi);
     const int total = sh.tiles * sh.tiles_k;
@@ -228,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
         i = tile * sh.tiles_k + kt1;
         const int j_base = (tile % sh.tiles_w) * sh.per_block;
         const int n0 = (tile / sh.tiles_w) * Q8G_BN;
-        q8g_tile(acc, smem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
+        tile_fn(acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
         if (kt0 > 0 || kt1 < sh.tiles_k) {
             float* mine = q8g_part(work, b, first, tile * sh.tiles_k);
 #pragma unroll
@@ -239,6 +252,23 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
             q8g_epilogue(acc, scale, out, j_base, n0, n, m, epi);
         }
     }
+}
+
+struct Q8gMmaTile {
+    __device__ __forceinline__ void operator()(float* acc, unsigned smem, const unsigned char* gsmem,
+                                               const unsigned short* __restrict__ x,
+                                               const unsigned char* __restrict__ w, int j_base, int n0, int kt0,
+                                               int kt1, int n, int k, int m, bool swiglu) const {
+        q8g_tile(acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
+    lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
+               const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
+               int epi) {
+    pdl_enter();
+    q8g_run(Q8gMmaTile{}, x, w, scale, out, work, n, k, m, epi);
 }
 
 // The shared tiles' sums and epilogues after lm_q8_gemm of `blocks` blocks: block (b, q) of

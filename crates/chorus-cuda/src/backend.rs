@@ -96,6 +96,10 @@ pub struct CudaOptions {
     /// (stream-K); off (or `CHORUS_Q8_GEMM_STREAM_K=0`), whole tiles, with k split only where
     /// tiles are fewer than multiprocessors. For A/B measurements.
     pub q8_gemm_stream_k: bool,
+    /// On sm_90 the int8 GEMM issues its products as warpgroup wgmmas (`kernels/lm_q8_wgmma.cu`,
+    /// A converted in registers, B read by the tensor cores from swizzled shared memory) instead
+    /// of mma.sync; off (or `CHORUS_Q8_GEMM_WGMMA=0`), mma.sync. Other devices ignore it.
+    pub q8_gemm_wgmma: bool,
     /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
     /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
     /// the plain decode kernel (`CHORUS_LM_ATTENTION_MMA=0`). On by default: measured on the H200
@@ -142,6 +146,7 @@ impl Default for CudaOptions {
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
+            q8_gemm_wgmma: std::env::var(Q8_GEMM_WGMMA_ENV).is_ok_and(|v| v == "1"),
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
@@ -170,6 +175,8 @@ pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
 /// Environment switch of [`CudaOptions::q8_gemm_stream_k`]'s default.
 pub const Q8_GEMM_STREAM_K_ENV: &str = "CHORUS_Q8_GEMM_STREAM_K";
+/// Environment switch of [`CudaOptions::q8_gemm_wgmma`]'s default.
+pub const Q8_GEMM_WGMMA_ENV: &str = "CHORUS_Q8_GEMM_WGMMA";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -403,8 +410,13 @@ impl CudaBackend {
             && mma_smem_limit >= crate::lm::q8_gemm::SMEM
         {
             kernels.allow_dynamic_smem(Kernel::LmQ8Gemm, crate::lm::q8_gemm::SMEM)?;
+            let wgmma = options.q8_gemm_wgmma && arch == crate::kernels::WGMMA_ARCH;
+            if wgmma {
+                kernels.allow_dynamic_smem(Kernel::LmQ8Wgmma, crate::lm::q8_gemm::SMEM)?;
+            }
             Some(crate::lm::q8_gemm::Q8Gemm {
                 stream_k: options.q8_gemm_stream_k,
+                wgmma,
             })
         } else {
             None
@@ -579,6 +591,12 @@ impl CudaBackend {
     /// int8 products enqueued on the tensor-core GEMM so far (a graph replay adds none).
     pub fn q8_gemm_products(&self) -> usize {
         self.q8_gemm_launches.load(Ordering::Relaxed)
+    }
+
+    /// True when the int8 GEMM issues warpgroup wgmmas ([`CudaOptions::q8_gemm_wgmma`] on an
+    /// sm_90 device).
+    pub fn q8_gemm_wgmma(&self) -> bool {
+        self.q8_gemm.as_ref().is_some_and(|g| g.wgmma)
     }
 
     pub(crate) fn describe(&self) -> &str {

@@ -40,6 +40,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lm_q8.cu", include_str!("../kernels/lm_q8.cu")),
     ("lm_skinny.cu", include_str!("../kernels/lm_skinny.cu")),
     ("lm_q8_gemm.cu", include_str!("../kernels/lm_q8_gemm.cu")),
+    ("lm_q8_wgmma.cu", include_str!("../kernels/lm_q8_wgmma.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -159,6 +160,8 @@ kernel_table! {
     // int8 products of 65 to 256 rows (kernels/lm_q8_gemm.cu).
     LmQ8Gemm => "lm_q8_gemm",
     LmQ8GemmSum => "lm_q8_gemm_sum",
+    // The same on sm_90a's warpgroup tensor cores (kernels/lm_q8_wgmma.cu).
+    LmQ8Wgmma => "lm_q8_wgmma",
 }
 
 /// Grid and block of one launch.
@@ -188,9 +191,20 @@ fn include_dir() -> Option<PathBuf> {
     default.is_dir().then(|| default.to_path_buf())
 }
 
+/// The architecture compiled for: sm_90 as sm_90a, whose arch-specific instructions (wgmma) the
+/// int8 GEMM's Hopper variant uses; its CUBIN runs on sm_90 devices only, which is all it is
+/// loaded on.
+fn arch_name(arch: (i32, i32)) -> String {
+    let specific = if arch == WGMMA_ARCH { "a" } else { "" };
+    format!("sm_{}{}{specific}", arch.0, arch.1)
+}
+
+/// The one architecture with wgmma (Hopper, sm_90a).
+pub(crate) const WGMMA_ARCH: (i32, i32) = (9, 0);
+
 fn options(precision: Precision, arch: (i32, i32)) -> Vec<String> {
     let mut opts = vec![
-        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        format!("--gpu-architecture={}", arch_name(arch)),
         "--std=c++17".to_string(),
         format!("-DCHORUS_BF16={}", i32::from(precision == Precision::Bf16)),
     ];
@@ -233,7 +247,7 @@ pub fn compile(precision: Precision, arch: (i32, i32)) -> Result<Vec<u8>> {
                 .unwrap_or_default();
             Err(cuda_error(
                 OP,
-                format!("{e:?} for sm_{}{} with {opts:?}:\n{log}", arch.0, arch.1),
+                format!("{e:?} for {} with {opts:?}:\n{log}", arch_name(arch)),
             ))
         }
     };

@@ -189,20 +189,31 @@ fn fused_products_match_the_cpu() {
 }
 
 /// The int8 GEMM under both schedules (stream-K, and whole tiles with k split in equal parts)
-/// against the CPU, on shapes where a block's range starts and ends inside tiles, spans several
-/// tiles, or splits a tile in many parts; each result is the same bits when run again (the parts
-/// are added in block order, not in the order blocks finish).
+/// and, on sm_90, both instruction sets (mma.sync and warpgroup wgmma) against the CPU, on
+/// shapes where a block's range starts and ends inside tiles, spans several tiles, or splits a
+/// tile in many parts; each result is the same bits when run again (the parts are added in block
+/// order, not in the order blocks finish).
 #[test]
 fn int8_gemm_schedules_match_the_cpu() {
     let cpu = cpu();
-    for stream_k in [true, false] {
+    for (stream_k, wgmma) in [(true, false), (false, false), (true, true), (false, true)] {
         let Some(cuda) = cuda_with(CudaOptions {
             precision: Precision::Bf16,
             q8_gemm_stream_k: stream_k,
+            q8_gemm_wgmma: wgmma,
             ..Default::default()
         }) else {
             return;
         };
+        let hopper = cuda.arch() == (9, 0);
+        assert_eq!(
+            cuda.q8_gemm_wgmma(),
+            wgmma && hopper,
+            "wgmma taken on sm_90 only"
+        );
+        if wgmma && !hopper {
+            continue;
+        }
         let mut key = 0;
         for (n, k, m, epilogue) in [
             (65, 4096, 1000, Epilogue::Store),
@@ -224,7 +235,7 @@ fn int8_gemm_schedules_match_the_cpu() {
                 let before = cuda.q8_gemm_products();
                 let want = run(&cpu, &c, &d, key);
                 let got = run(&cuda, &c, &d, key);
-                let name = format!("{} stream_k={stream_k}", c.name());
+                let name = format!("{} stream_k={stream_k} wgmma={wgmma}", c.name());
                 assert!(cuda.q8_gemm_products() > before, "{name}: int8 GEMM taken");
                 assert_parity(&name, Precision::Bf16, &got, &want);
                 let again = run(&cuda, &c, &d, key + 1);

@@ -4,7 +4,8 @@
 //! registers, 256 weight rows a block (one a multiprocessor) so that each activation byte read
 //! from L2 serves 256 weight rows. The blocks share the tiles' `k` iterations evenly (stream-K);
 //! the parts of a tile shared by several blocks are summed in block order by a second kernel, a
-//! block per accumulator group, so that no block of the first waits on another.
+//! block per accumulator group, so that no block of the first waits on another. On sm_90 the
+//! products may be issued as warpgroup wgmmas (`kernels/lm_q8_wgmma.cu`) in the same layout.
 
 use std::sync::atomic::Ordering;
 
@@ -31,8 +32,11 @@ const THREADS: usize = 256;
 /// Accumulator groups of 4 per thread (`Q8G_GROUPS`: 16-row x 8-row mma tiles) and accumulators.
 const GROUPS: usize = WARP_TILES * 8;
 const ACC: usize = GROUPS * 4;
+/// Slack for the kernels' alignment of the stages to 1,024 bytes (`Q8G_ALIGN`: the period of
+/// the wgmma variant's 128-byte swizzle).
+const SMEM_ALIGN: usize = 1024;
 /// Dynamic shared memory of a block: the stages' int8 and f16 tiles.
-pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2);
+pub(crate) const SMEM: usize = STAGES * (TILE_W * TILE_K + TILE_ROWS * TILE_K * 2) + SMEM_ALIGN;
 /// Most tiles (weight x activation) of a product.
 const MAX_TILES: usize = 4096;
 /// Most splits of `k`, and the fewest k stages each split keeps (the pipeline's depth), for
@@ -53,6 +57,9 @@ pub(crate) struct Q8Gemm {
     /// Stream-K (even shares of every tile's k iterations); off, whole tiles with k split in
     /// equal parts only where tiles are fewer than multiprocessors. For A/B measurements.
     pub(crate) stream_k: bool,
+    /// The products issued as Hopper's warpgroup wgmmas (`kernels/lm_q8_wgmma.cu`) instead of
+    /// mma.sync; the same tiles, schedule and sums.
+    pub(crate) wgmma: bool,
 }
 
 /// Output columns (gate rows for SwiGLU) and tiles (weight x activation) of a product.
@@ -158,8 +165,13 @@ pub(crate) fn launch(be: &CudaBackend, a: Q8GemmArgs) -> Result<()> {
     let epi = super::skinny::epi_code(a.epilogue);
     let (n32, k32, m32) = (a.n as i32, a.k as i32, cols as i32);
     be.q8_gemm_launches.fetch_add(1, Ordering::Relaxed);
+    let kernel = if gemm.wgmma {
+        Kernel::LmQ8Wgmma
+    } else {
+        Kernel::LmQ8Gemm
+    };
     be.launch(
-        Kernel::LmQ8Gemm,
+        kernel,
         cfg,
         &mut kargs![&a.x, &a.w, &a.scale, &a.out, &work, &n32, &k32, &m32, &epi],
     )?;
