@@ -131,35 +131,16 @@ __device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __re
     }
 }
 
-// The block's accumulators for k tiles [kt0, kt1) of the tile whose first output is j_base and
-// first activation row n0.
-__device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsigned char* gsmem,
-                                         const unsigned short* __restrict__ x,
-                                         const unsigned char* __restrict__ w, int j_base, int n0, int kt0, int kt1,
-                                         int n, int k, int m, bool swiglu) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm = warp & 3, wn = warp >> 2;
-    const int steps = kt1 - kt0;
-    int wrows[Q8G_MI];
-#pragma unroll
-    for (int i = 0; i < Q8G_MI; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
-#pragma unroll
-    for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
-    // The previous tile's last reads of the ring are done before its stages are refilled.
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < Q8G_STAGES - 1; ++s) {
-        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k, false);
-        q8g_commit();
-    }
-    for (int it = 0; it < steps; ++it) {
-        q8g_wait_stages();
-        __syncthreads();
-        const int nxt = it + Q8G_STAGES - 1;
-        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k, false);
-        q8g_commit();
-        const unsigned char* ws = gsmem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
+// One stage's products on mma.sync: each warp converts its weight fragments from int8 in registers
+// and reads its activation fragments from the mma-swizzled tile. `ws`: the stage's generic base.
+struct Q8gMmaStage {
+    static constexpr bool sw128 = false;
+    __device__ __forceinline__ void begin(float*) const {}
+    __device__ __forceinline__ void ready() const {}
+    __device__ __forceinline__ void operator()(float* acc, const unsigned char* ws, unsigned) const {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int g = lane >> 2, t = lane & 3;
+        const int wm = warp & 3, wn = warp >> 2;
         const unsigned char* xs = ws + Q8G_W_BYTES;
 #pragma unroll
         for (int ks = 0; ks < Q8G_BK / 16; ++ks) {
@@ -183,6 +164,40 @@ __device__ __forceinline__ void q8g_tile(float* acc, unsigned smem, const unsign
                 for (int mi = 0; mi < Q8G_MI; ++mi) mma_f16(acc + (mi * 8 + ni) * 4, a[mi], b.x, b.y);
             }
         }
+    }
+};
+
+// The block's accumulators for k tiles [kt0, kt1) of the tile whose first output is j_base and
+// first activation row n0: the cp.async ring of Q8G_STAGES stages, each consumed by `stage`
+// (Q8gMmaStage, or Q8wStage in lm_q8_wgmma.cu: its tile layout, its fences, its products).
+template <typename Stage>
+__device__ __forceinline__ void q8g_tile(Stage stage, float* acc, unsigned smem, const unsigned char* gsmem,
+                                         const unsigned short* __restrict__ x,
+                                         const unsigned char* __restrict__ w, int j_base, int n0, int kt0, int kt1,
+                                         int n, int k, int m, bool swiglu) {
+    const int steps = kt1 - kt0;
+    int wrows[Q8G_MI];
+#pragma unroll
+    for (int i = 0; i < Q8G_MI; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
+#pragma unroll
+    for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
+    stage.begin(acc);
+    // The previous tile's last reads of the ring are done before its stages are refilled.
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < Q8G_STAGES - 1; ++s) {
+        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k, Stage::sw128);
+        q8g_commit();
+    }
+    for (int it = 0; it < steps; ++it) {
+        q8g_wait_stages();
+        stage.ready();
+        __syncthreads();
+        const int nxt = it + Q8G_STAGES - 1;
+        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k, Stage::sw128);
+        q8g_commit();
+        const int at = (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
+        stage(acc, gsmem + at, smem + at);
     }
 }
 
@@ -218,10 +233,10 @@ __device__ __forceinline__ float* q8g_part(float* work, int b, int first, int ti
 // parts in `work` for lm_q8_gemm_sum (f32, two slots of Q8G_ACC x 256 per block; accumulator
 // group q of a thread at float4 q x 256 + thread), so that no block waits on another and the
 // sum's order does not depend on which finishes first. `m` output columns (gate rows for SwiGLU,
-// whose weight holds 2 m rows); k a multiple of Q8G_BK. `Tile` computes one tile's accumulators
-// (q8g_tile here, on mma.sync; q8w_tile in lm_q8_wgmma.cu), both in the same accumulator layout.
-template <typename Tile>
-__device__ __forceinline__ void q8g_run(Tile tile_fn, const unsigned short* __restrict__ x,
+// whose weight holds 2 m rows); k a multiple of Q8G_BK. `Stage` computes a stage's products
+// (Q8gMmaStage, or Q8wStage in lm_q8_wgmma.cu), both in the same accumulator layout.
+template <typename Stage>
+__device__ __forceinline__ void q8g_run(Stage stage, const unsigned short* __restrict__ x,
                                         const unsigned char* __restrict__ w, const float* __restrict__ scale,
                                         T* __restrict__ out, float* __restrict__ work, int n, int k, int m, int epi) {
     extern __shared__ __align__(16) unsigned char q8g_smem[];
@@ -241,7 +256,7 @@ __device__ __forceinline__ void q8g_run(Tile tile_fn, const unsigned short* __re
         i = tile * sh.tiles_k + kt1;
         const int j_base = (tile % sh.tiles_w) * sh.per_block;
         const int n0 = (tile / sh.tiles_w) * Q8G_BN;
-        tile_fn(acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
+        q8g_tile(stage, acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
         if (kt0 > 0 || kt1 < sh.tiles_k) {
             float* mine = q8g_part(work, b, first, tile * sh.tiles_k);
 #pragma unroll
@@ -254,21 +269,12 @@ __device__ __forceinline__ void q8g_run(Tile tile_fn, const unsigned short* __re
     }
 }
 
-struct Q8gMmaTile {
-    __device__ __forceinline__ void operator()(float* acc, unsigned smem, const unsigned char* gsmem,
-                                               const unsigned short* __restrict__ x,
-                                               const unsigned char* __restrict__ w, int j_base, int n0, int kt0,
-                                               int kt1, int n, int k, int m, bool swiglu) const {
-        q8g_tile(acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
-    }
-};
-
 extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, Q8G_MIN_BLOCKS)
     lm_q8_gemm(const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
                const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
                int epi) {
     pdl_enter();
-    q8g_run(Q8gMmaTile{}, x, w, scale, out, work, n, k, m, epi);
+    q8g_run(Q8gMmaStage{}, x, w, scale, out, work, n, k, m, epi);
 }
 
 // The shared tiles' sums and epilogues after lm_q8_gemm of `blocks` blocks: block (b, q) of

@@ -56,37 +56,21 @@ __device__ __forceinline__ void q8w_mma(float* d, const unsigned* a, unsigned lo
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
 }
 
-// The block's accumulators for k tiles [kt0, kt1) of one tile, as q8g_tile.
-__device__ __forceinline__ void q8w_tile(float* acc, unsigned smem, const unsigned char* gsmem,
-                                         const unsigned short* __restrict__ x, const unsigned char* __restrict__ w,
-                                         int j_base, int n0, int kt0, int kt1, int n, int k, int m, bool swiglu) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm = warp & 3, wg = warp >> 2;
-    // Byte pairs 0-1 (even t) or 2-3 (odd t) of the low and the high word.
-    const unsigned pick = (t & 1) ? 0x7632 : 0x5410;
-    const int steps = kt1 - kt0;
-    int wrows[Q8G_MI];
-#pragma unroll
-    for (int i = 0; i < Q8G_MI; ++i) wrows[i] = q8g_row((threadIdx.x + i * Q8G_WARPS * 32) >> 2, j_base, m, swiglu);
-#pragma unroll
-    for (int e = 0; e < Q8G_ACC; ++e) acc[e] = 0.f;
-    q8w_pin(acc);
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < Q8G_STAGES - 1; ++s) {
-        if (s < steps) q8g_load(smem, s, kt0 + s, w, x, wrows, n0, n, k, true);
-        q8g_commit();
-    }
-    for (int it = 0; it < steps; ++it) {
-        q8g_wait_stages();
-        q8w_proxy_fence();
-        __syncthreads();
-        const int nxt = it + Q8G_STAGES - 1;
-        if (nxt < steps) q8g_load(smem, nxt % Q8G_STAGES, kt0 + nxt, w, x, wrows, n0, n, k, true);
-        q8g_commit();
-        const unsigned char* ws = gsmem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES;
-        const unsigned xs = smem + (it % Q8G_STAGES) * Q8G_STAGE_BYTES + Q8G_W_BYTES + wg * Q8W_N * Q8G_BK * 2;
+// One stage's products on wgmma: per 16-column step, each warp converts its weight fragments
+// (A) and the warpgroup issues Q8G_MI m64n64k16 wgmmas over its 64 activation rows (B, through
+// the descriptor); the stage's wgmmas complete before the ring refills it.
+struct Q8wStage {
+    static constexpr bool sw128 = true;
+    __device__ __forceinline__ void begin(float* acc) const { q8w_pin(acc); }
+    // This thread's cp.async writes made visible to the tensor cores' reads before the barrier.
+    __device__ __forceinline__ void ready() const { q8w_proxy_fence(); }
+    __device__ __forceinline__ void operator()(float* acc, const unsigned char* ws, unsigned stage) const {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int g = lane >> 2, t = lane & 3;
+        const int wm = warp & 3, wg = warp >> 2;
+        // Byte pairs 0-1 (even t) or 2-3 (odd t) of the low and the high word.
+        const unsigned pick = (t & 1) ? 0x7632 : 0x5410;
+        const unsigned xs = stage + Q8G_W_BYTES + wg * Q8W_N * Q8G_BK * 2;
 #pragma unroll
         for (int ks = 0; ks < Q8G_BK / 16; ++ks) {
             unsigned a[Q8G_MI][4];
@@ -115,15 +99,6 @@ __device__ __forceinline__ void q8w_tile(float* acc, unsigned smem, const unsign
         q8w_wait_all();
         q8w_pin(acc);
     }
-}
-
-struct Q8wTile {
-    __device__ __forceinline__ void operator()(float* acc, unsigned smem, const unsigned char* gsmem,
-                                               const unsigned short* __restrict__ x,
-                                               const unsigned char* __restrict__ w, int j_base, int n0, int kt0,
-                                               int kt1, int n, int k, int m, bool swiglu) const {
-        q8w_tile(acc, smem, gsmem, x, w, j_base, n0, kt0, kt1, n, k, m, swiglu);
-    }
 };
 
 // lm_q8_gemm's contract, on wgmma; launched only on sm_90 (the host's Q8Gemm::wgmma).
@@ -132,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(Q8G_WARPS * 32, 1)
                 const float* __restrict__ scale, T* __restrict__ out, float* __restrict__ work, int n, int k, int m,
                 int epi) {
     pdl_enter();
-    q8g_run(Q8wTile{}, x, w, scale, out, work, n, k, m, epi);
+    q8g_run(Q8wStage{}, x, w, scale, out, work, n, k, m, epi);
 }
 #else
 extern "C" __global__ void lm_q8_wgmma(const unsigned short* x, const unsigned char* w, const float* scale, T* out,
