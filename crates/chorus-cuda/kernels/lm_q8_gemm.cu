@@ -131,6 +131,14 @@ __device__ __forceinline__ void q8g_epilogue(const float* acc, const float* __re
     }
 }
 
+// A 16 x 16 f16 A fragment from the byte pairs of rows g (w0) and g + 8 (w1): low pairs, then high.
+__device__ __forceinline__ void q8g_afrag(unsigned* a, unsigned w0, unsigned w1) {
+    a[0] = sk_q8_half2(w0, 0);
+    a[1] = sk_q8_half2(w1, 0);
+    a[2] = sk_q8_half2(w0, 1);
+    a[3] = sk_q8_half2(w1, 1);
+}
+
 // One stage's products on mma.sync: each warp converts its weight fragments from int8 in registers
 // and reads its activation fragments from the mma-swizzled tile. `ws`: the stage's generic base.
 struct Q8gMmaStage {
@@ -150,10 +158,7 @@ struct Q8gMmaStage {
                 const int r0 = q8g_t16(wm, mi) * 16 + g;
                 const unsigned w0 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0, ks) + 4 * t);
                 const unsigned w1 = *reinterpret_cast<const unsigned*>(ws + q8g_w_off(r0 + 8, ks) + 4 * t);
-                a[mi][0] = sk_q8_half2(w0, 0);
-                a[mi][1] = sk_q8_half2(w1, 0);
-                a[mi][2] = sk_q8_half2(w0, 1);
-                a[mi][3] = sk_q8_half2(w1, 1);
+                q8g_afrag(a[mi], w0, w1);
             }
 #pragma unroll
             for (int ni = 0; ni < 8; ++ni) {

@@ -83,10 +83,7 @@ struct Q8wStage {
                                                 *reinterpret_cast<const unsigned*>(p0 + 8), pick);
                 const unsigned w1 = __byte_perm(*reinterpret_cast<const unsigned*>(p1),
                                                 *reinterpret_cast<const unsigned*>(p1 + 8), pick);
-                a[mi][0] = sk_q8_half2(w0, 0);
-                a[mi][1] = sk_q8_half2(w1, 0);
-                a[mi][2] = sk_q8_half2(w0, 1);
-                a[mi][3] = sk_q8_half2(w1, 1);
+                q8g_afrag(a[mi], w0, w1);
             }
             q8w_fence();
             // 16 columns of 2 bytes further along the swizzled rows.
