@@ -98,7 +98,8 @@ pub struct CudaOptions {
     pub q8_gemm_stream_k: bool,
     /// On sm_90 the int8 GEMM issues its products as warpgroup wgmmas (`kernels/lm_q8_wgmma.cu`,
     /// A converted in registers, B read by the tensor cores from swizzled shared memory) instead
-    /// of mma.sync; off (or `CHORUS_Q8_GEMM_WGMMA=0`), mma.sync. Other devices ignore it.
+    /// of mma.sync (5% faster products at 128 rows on an H100, docs/PERFORMANCE.md); off (or
+    /// `CHORUS_Q8_GEMM_WGMMA=0`), mma.sync. Other devices ignore it.
     pub q8_gemm_wgmma: bool,
     /// LM decode attention of head_dim 128 (GQA groups of 1, 2, 4 or 8) runs on the tensor cores
     /// (`kernels/lm_attention_mma.cu`, bf16 storage, sm_80+), over bf16 and 8-bit caches; off, on
@@ -146,7 +147,7 @@ impl Default for CudaOptions {
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
-            q8_gemm_wgmma: std::env::var(Q8_GEMM_WGMMA_ENV).is_ok_and(|v| v == "1"),
+            q8_gemm_wgmma: std::env::var(Q8_GEMM_WGMMA_ENV).map_or(true, |v| v != "0"),
             lm_attention_mma: std::env::var(LM_ATTENTION_MMA_ENV).map_or(true, |v| v != "0"),
             gemv_tma: std::env::var(GEMV_TMA_ENV).is_ok_and(|v| v == "1"),
             fused_combine: std::env::var(FUSED_COMBINE_ENV).is_ok_and(|v| v == "1"),
