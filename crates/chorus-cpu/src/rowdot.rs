@@ -134,9 +134,15 @@ macro_rules! row_chunks {
 /// Every row chunk of one column tile `[j0, j1)`.
 fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU supports AVX-512F (checked just above), which implies FMA.
-        return unsafe { avx512::tile_task(p, d, j0, j1) };
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above), which implies FMA.
+            return unsafe { avx512::tile_task(p, d, j0, j1) };
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            return unsafe { avx2::tile_task(p, d, j0, j1) };
+        }
     }
     portable_tile_task(p, d, j0, j1);
 }
@@ -291,6 +297,124 @@ mod avx512 {
     }
 }
 
+/// The same arithmetic as `micro` in explicit AVX2: a 16-lane accumulator is two 8-lane registers
+/// (lanes 0-7 and 8-15), so the per-element order and bits match the AVX-512 and portable kernels.
+/// AVX2 has 16 registers, half AVX-512's 32, so a call holds fewer rows and columns.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Dst, RowDot, LANES};
+    use std::arch::x86_64::*;
+
+    /// Most lhs rows one call handles: six rows of one column are 12 accumulator registers.
+    const ROWS: usize = 6;
+
+    /// Columns per call for `r` rows: at most 12 of the 16 registers hold accumulators (two per
+    /// output), the rest the activation or weight vectors in flight.
+    const fn cols_per_call(r: usize) -> usize {
+        match r {
+            1 => 6,
+            2 => 3,
+            3 => 2,
+            _ => 1,
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn tile_task(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
+        for i0 in (0..p.n).step_by(ROWS) {
+            match p.n - i0 {
+                1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
+                2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
+                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
+                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
+                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
+                _ => cols::<ROWS, { cols_per_call(ROWS) }>(p, d, i0, j0, j1),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn cols<const R: usize, const C: usize>(
+        p: &RowDot<'_>,
+        d: Dst,
+        i0: usize,
+        j0: usize,
+        j1: usize,
+    ) {
+        let k = p.k;
+        let x: [&[f32]; R] =
+            std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
+        let mut j = j0;
+        while j + C <= j1 {
+            micro::<R, C>(&x, p, d, i0, j);
+            j += C;
+        }
+        while j < j1 {
+            micro::<R, 1>(&x, p, d, i0, j);
+            j += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn micro<const R: usize, const C: usize>(
+        x: &[&[f32]; R],
+        p: &RowDot<'_>,
+        d: Dst,
+        i0: usize,
+        j0: usize,
+    ) {
+        let (k, w, accumulate) = (p.k, p.w, p.accumulate);
+        let wr: [&[f32]; C] = std::array::from_fn(|c| &w[(j0 + c) * k..(j0 + c + 1) * k]);
+        let body = k / LANES * LANES;
+        let mut lo = [[_mm256_setzero_ps(); C]; R];
+        let mut hi = [[_mm256_setzero_ps(); C]; R];
+        let mut o = 0;
+        while o < body {
+            for r in 0..R {
+                // SAFETY: o + LANES <= body <= k, the length of every row slice in `wr` and `x`.
+                let (xl, xh) = unsafe {
+                    let px = x[r].as_ptr().add(o);
+                    (_mm256_loadu_ps(px), _mm256_loadu_ps(px.add(8)))
+                };
+                for c in 0..C {
+                    // SAFETY: as above.
+                    let (wl, wh) = unsafe {
+                        let pw = wr[c].as_ptr().add(o);
+                        (_mm256_loadu_ps(pw), _mm256_loadu_ps(pw.add(8)))
+                    };
+                    lo[r][c] = _mm256_fmadd_ps(xl, wl, lo[r][c]);
+                    hi[r][c] = _mm256_fmadd_ps(xh, wh, hi[r][c]);
+                }
+            }
+            o += LANES;
+        }
+        for r in 0..R {
+            for c in 0..C {
+                let mut v = hsum(lo[r][c], hi[r][c]);
+                for kk in body..k {
+                    v = x[r][kk].mul_add(wr[c][kk], v);
+                }
+                // SAFETY: i0 + r < n and j0 + c < m (the callers' loops stay in range); this task
+                // owns the column tile holding j0 + c.
+                unsafe { d.store(i0 + r, j0 + c, v, accumulate) };
+            }
+        }
+    }
+
+    /// `math::hsum`'s tree over lanes 0-7 (`lo`) and 8-15 (`hi`): lane l plus lane l + 8 first.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn hsum(lo: __m256, hi: __m256) -> f32 {
+        let s8 = _mm256_add_ps(lo, hi);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2));
+        _mm_cvtss_f32(s1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,16 +451,36 @@ mod tests {
         }
     }
 
+    type Tile = fn(&RowDot<'_>, Dst, usize, usize);
+
+    /// The AVX2 kernel, named so that it is tested on AVX-512 machines too (where `tile_task`
+    /// takes the AVX-512 one); `None` without AVX2 and FMA.
+    fn avx2_kernel() -> Option<Tile> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            fn run(p: &RowDot<'_>, d: Dst, j0: usize, j1: usize) {
+                // SAFETY: only returned after the CPU was found to support AVX2 and FMA.
+                unsafe { avx2::tile_task(p, d, j0, j1) }
+            }
+            return Some(run);
+        }
+        None
+    }
+
+    /// Every kernel this CPU can run: the dispatched one, the portable one and AVX2's.
+    fn kernels() -> Vec<Tile> {
+        let mut all: Vec<Tile> = vec![tile_task, portable_tile_task];
+        all.extend(avx2_kernel());
+        all
+    }
+
     #[test]
     fn a_rows_bits_do_not_depend_on_how_many_rows_share_the_call() {
-        // Every row count 1..=17 takes each row tail (1 to 7 rows) and its column count; m leaves
+        // Every row count 1..=17 takes each row tail (1 to 7 rows, AVX2's 1 to 5) and its column count; m leaves
         // a partial group of every width and k a partial 16-lane block.
         let (m, k) = (53, 83);
         let (x, w) = (gen(17 * k, 2_246_822_519, 3), gen(m * k, 2_246_822_519, 4));
-        for tile in [
-            tile_task as fn(&RowDot<'_>, Dst, usize, usize),
-            portable_tile_task,
-        ] {
+        for tile in kernels() {
             let alone: Vec<Vec<f32>> = (0..17)
                 .map(|i| product(&dot(&x[i * k..(i + 1) * k], &w, 1, m, k), tile))
                 .collect();
@@ -364,6 +508,12 @@ mod tests {
         let portable = product(&p, portable_tile_task);
         assert!(fast.iter().all(|v| v.is_finite()));
         assert!(fast == portable, "dispatched and portable kernels differ");
+        if let Some(avx2) = avx2_kernel() {
+            assert!(
+                product(&p, avx2) == portable,
+                "AVX2 and portable kernels differ"
+            );
+        }
         let want: Vec<f32> = (0..n * m)
             .map(|e| {
                 let (i, j) = (e / m, e % m);
