@@ -41,6 +41,12 @@
 #              GEMM_NCU (default the last of GEMM_BINS; gemm-ncu.txt); the products and the
 #              profile once under each setting of GEMM_ENVS (e.g. "CHORUS_Q8_GEMM_WGMMA=0
 #              CHORUS_Q8_GEMM_WGMMA=1"; default none), the profile under GEMM_NCU_ENV;
+#   skinny     the skinny kernel's persistent grid (CudaOptions::skinny_persistent): its bits
+#              against one block a tile and the CPU, the other skinny parity cases, then the
+#              products by row count once under each setting of SKINNY_ENVS (default
+#              "CHORUS_SKINNY_PERSISTENT=0 CHORUS_SKINNY_PERSISTENT=1");
+#   skinny_ncu Nsight Compute's sections for a layer's four int8 skinny products at one row under
+#              each setting of SKINNY_ENVS (skinny-ncu-N.txt);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -126,6 +132,34 @@ gemm() {
   ncu -i "$OUT/gemm-ncu.ncu-rep" > "$OUT/gemm-ncu.txt" 2>&1
   grep -E 'Duration|Throughput|Registers|Stall|Issued|Eligible|Occupancy|Waves|Grid Size|Pipe|lm_q8_' "$OUT/gemm-ncu.txt" | head -240
 }
+export SKINNY_ENVS=${SKINNY_ENVS:-CHORUS_SKINNY_PERSISTENT=0 CHORUS_SKINNY_PERSISTENT=1}
+skinny() {
+  "$BIN"/lm_skinny --test-threads=1 --nocapture persistent a_rows_bits fused_products_match 2>&1 \
+    > "$OUT/skinny-parity.log"
+  grep -v '^parity' "$OUT/skinny-parity.log"
+  grep -o 'rel L2 [0-9.e-]*' "$OUT/skinny-parity.log" | sort -g -k3 | tail -1 | sed 's/^/worst: /'
+  local e
+  for e in $SKINNY_ENVS; do
+    echo "== $e"
+    env "$e" "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+      | grep -E '\((skinny kernel|default)\)|test result'
+  done
+}
+skinny_ncu() {
+  local e i=0
+  for e in $SKINNY_ENVS; do
+    i=$((i + 1))
+    echo "== $e"
+    env "$e" ncu --clock-control none --kernel-name regex:'lm_skinny_q8' --launch-count 4 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      -f -o "$OUT/skinny-ncu-$i" "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth \
+      > "$OUT/skinny-ncu-$i.log" 2>&1
+    echo "ncu exit $?"
+    ncu -i "$OUT/skinny-ncu-$i.ncu-rep" > "$OUT/skinny-ncu-$i.txt" 2>&1
+    grep -E 'lm_skinny_q8|Duration|DRAM Throughput|Memory Throughput|Grid Size|Achieved Occupancy|Waves' \
+      "$OUT/skinny-ncu-$i.txt" | head -40
+  done
+}
 retest() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture bulk_copy 2>&1
   "$BIN"/lm_attention --test-threads=1 --nocapture combine 2>&1
@@ -162,7 +196,7 @@ music_ab() {
   each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model ${MUSIC_AB_MODEL:-random} --kv-cache fp8 \
     --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
 }
-export -f codec lm_attn q8 gemm retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+export -f codec lm_attn q8 gemm skinny skinny_ncu retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do
@@ -176,6 +210,8 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     retest) part retest 90 bash -c retest ;;
     q8) part q8 200 bash -c q8 ;;
     gemm) part gemm ${GEMM_LIMIT:-240} bash -c gemm ;;
+    skinny) part skinny ${SKINNY_LIMIT:-200} bash -c skinny ;;
+    skinny_ncu) part skinny_ncu 150 bash -c skinny_ncu ;;
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;
     stt_1b) part stt_1b 80 env STT_STREAMS=${STT_1B_STREAMS:-1300} bash scripts/device/stt_capacity.sh ;;

@@ -89,186 +89,216 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
     const int k0 = warp * ks;
     const int chunks = ks / CH;
     const bool swiglu = epi == SK_SWIGLU;
-    // Output columns of this block: 16 MT weight rows, or 8 MT gate/up pairs.
+    // Output columns of a tile: 16 MT weight rows, or 8 MT gate/up pairs. A block takes tiles
+    // blockIdx.x, + gridDim.x, ... (one tile a block, or a persistent grid of resident blocks).
     const int per_block = swiglu ? 8 * MT : 16 * MT;
-    const int j_base = blockIdx.x * per_block;
-    const unsigned char* wrow[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int row;
-            if (swiglu) {
-                const int j = min(j_base + mt * 8 + g, m - 1);
-                row = h ? m + j : j;
-            } else {
-                row = min(j_base + mt * 16 + g + 8 * h, m - 1);
-            }
-            wrow[mt][h] = w + ((size_t)row * k + k0) * ESZ + 16 * t;
-        }
-    }
-    // Two named weight groups (not one array indexed by a variable, which would live in local
-    // memory): the loop body runs twice per iteration with their roles swapped.
-    uint4 wa[U][MT][2], wb[U][MT][2];
-    // The weights are constants: the first group loads before waiting on the previous kernel.
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        if (u < chunks) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                wa[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * u);
-                wa[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * u);
-            }
-        }
-    }
-    pdl_enter();
-    float acc[MT][NT][4];
-    float sq[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        sq[nt] = 0.f;
+    const int tiles = (m + per_block - 1) / per_block;
+    // This lane's first weight byte of each row pair of the tile at output j_base.
+    auto rows_of = [&](int j_base, const unsigned char* (&wr)[MT][2]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+            for (int h = 0; h < 2; ++h) {
+                int row;
+                if (swiglu) {
+                    const int j = min(j_base + mt * 8 + g, m - 1);
+                    row = h ? m + j : j;
+                } else {
+                    row = min(j_base + mt * 16 + g + 8 * h, m - 1);
+                }
+                wr[mt][h] = w + ((size_t)row * k + k0) * ESZ + 16 * t;
+            }
         }
-    }
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    // The group at chunk c0 multiplies `cur` while `nxt` loads the group after it.
-    auto group = [&](int c0, uint4 (&cur)[U][MT][2], uint4 (&nxt)[U][MT][2]) {
+    };
+    // Two named weight groups (not one array indexed by a variable, which would live in local
+    // memory): the loop body runs twice per iteration with their roles swapped.
+    uint4 wa[U][MT][2], wb[U][MT][2];
+    auto load_first = [&](const unsigned char* (&wr)[MT][2], uint4 (&dst)[U][MT][2]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if (c0 + U + u < chunks) {
+            if (u < chunks) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    nxt[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * (c0 + U + u));
-                    nxt[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * (c0 + U + u));
+                    dst[u][mt][0] = sk_ld_w(wr[mt][0] + 64 * u);
+                    dst[u][mt][1] = sk_ld_w(wr[mt][1] + 64 * u);
                 }
             }
         }
+    };
+    // With an even number of groups a tile's last group multiplies `wb`, so the next tile's
+    // first group can load into `wa` meanwhile: the weights keep streaming through the partial
+    // sums' reduction and the epilogue.
+    const int groups = (chunks + U - 1) / U;
+    const bool carry = (groups & 1) == 0;
+    const unsigned char* wrow[MT][2];
+    const unsigned char* wnext[MT][2];
+    rows_of(blockIdx.x * per_block, wrow);
+    // The weights are constants: the first group loads before waiting on the previous kernel.
+    load_first(wrow, wa);
+    pdl_enter();
+    float acc[MT][NT][4];
+    float sq[NT];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int j_base = tile * per_block;
+        const bool prefetch = carry && tile + (int)gridDim.x < tiles;
+        if (tile != (int)blockIdx.x) {
+            rows_of(j_base, wrow);
+            if (!carry) load_first(wrow, wa);
+        }
+        if (prefetch) rows_of(j_base + (int)gridDim.x * per_block, wnext);
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (c0 + u >= chunks) break;
-            const int kc = k0 + (c0 + u) * CH;
-            if (!Q8) {
-                uint4 xv[NT];
+        for (int nt = 0; nt < NT; ++nt) {
+            sq[nt] = 0.f;
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const int r = nt * 8 + g;
-                    xv[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * k + kc + 8 * t)) : zero;
-                }
-                if (gamma != nullptr) {
-                    const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma + kc + 8 * t));
+            for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) xv[nt] = sk_norm_in(xv[nt], gv, sq[nt]);
-                }
+                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+            }
+        }
+        // The group at chunk c0 multiplies `cur` while `nxt` loads the group after it (the next
+        // tile's first, after the last).
+        auto group = [&](int c0, uint4 (&cur)[U][MT][2], uint4 (&nxt)[U][MT][2]) {
+            if (c0 + U < chunks) {
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const uint4 a0 = cur[u][mt][0], a1 = cur[u][mt][1];
-                    const unsigned fa[4] = {a0.x, a1.x, a0.y, a1.y};
-                    const unsigned fb[4] = {a0.z, a1.z, a0.w, a1.w};
+                for (int u = 0; u < U; ++u) {
+                    if (c0 + U + u < chunks) {
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        if (nt * 8 < n) {
-                            mma_bf16(acc[mt][nt], fa, xv[nt].x, xv[nt].y);
-                            mma_bf16(acc[mt][nt], fb, xv[nt].z, xv[nt].w);
+                        for (int mt = 0; mt < MT; ++mt) {
+                            nxt[u][mt][0] = sk_ld_w(wrow[mt][0] + 64 * (c0 + U + u));
+                            nxt[u][mt][1] = sk_ld_w(wrow[mt][1] + 64 * (c0 + U + u));
                         }
                     }
                 }
-            } else {
-                uint4 xa[NT], xb[NT];
+            } else if (prefetch) {
+                load_first(wnext, nxt);
+            }
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const int r = nt * 8 + g;
-                    const T* xp = x + (size_t)r * k + kc + 16 * t;
-                    xa[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
-                    xb[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
-                }
+            for (int u = 0; u < U; ++u) {
+                if (c0 + u >= chunks) break;
+                const int kc = k0 + (c0 + u) * CH;
+                if (!Q8) {
+                    uint4 xv[NT];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
+                    for (int nt = 0; nt < NT; ++nt) {
+                        const int r = nt * 8 + g;
+                        xv[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * k + kc + 8 * t)) : zero;
+                    }
+                    if (gamma != nullptr) {
+                        const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gamma + kc + 8 * t));
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        // Dequantised once per chunk, used by every activation tile.
-                        const unsigned w0 = sk_word(cur[u][mt][0], i), w1 = sk_word(cur[u][mt][1], i);
-                        const unsigned fa[4] = {sk_q8_half2(w0, 0), sk_q8_half2(w1, 0), sk_q8_half2(w0, 1),
-                                                sk_q8_half2(w1, 1)};
+                        for (int nt = 0; nt < NT; ++nt) xv[nt] = sk_norm_in(xv[nt], gv, sq[nt]);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const uint4 a0 = cur[u][mt][0], a1 = cur[u][mt][1];
+                        const unsigned fa[4] = {a0.x, a1.x, a0.y, a1.y};
+                        const unsigned fb[4] = {a0.z, a1.z, a0.w, a1.w};
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt) {
                             if (nt * 8 < n) {
-                                const uint4 xs = i < 2 ? xa[nt] : xb[nt];
-                                mma_f16(acc[mt][nt], fa, (i & 1) ? xs.z : xs.x, (i & 1) ? xs.w : xs.y);
+                                mma_bf16(acc[mt][nt], fa, xv[nt].x, xv[nt].y);
+                                mma_bf16(acc[mt][nt], fb, xv[nt].z, xv[nt].w);
+                            }
+                        }
+                    }
+                } else {
+                    uint4 xa[NT], xb[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        const int r = nt * 8 + g;
+                        const T* xp = x + (size_t)r * k + kc + 16 * t;
+                        xa[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
+                        xb[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            // Dequantised once per chunk, used by every activation tile.
+                            const unsigned w0 = sk_word(cur[u][mt][0], i), w1 = sk_word(cur[u][mt][1], i);
+                            const unsigned fa[4] = {sk_q8_half2(w0, 0), sk_q8_half2(w1, 0), sk_q8_half2(w0, 1),
+                                                    sk_q8_half2(w1, 1)};
+#pragma unroll
+                            for (int nt = 0; nt < NT; ++nt) {
+                                if (nt * 8 < n) {
+                                    const uint4 xs = i < 2 ? xa[nt] : xb[nt];
+                                    mma_f16(acc[mt][nt], fa, (i & 1) ? xs.z : xs.x, (i & 1) ? xs.w : xs.y);
+                                }
                             }
                         }
                     }
                 }
             }
+        };
+        for (int c0 = 0; c0 < chunks; c0 += 2 * U) {
+            group(c0, wa, wb);
+            if (c0 + U < chunks) group(c0 + U, wb, wa);
         }
-    };
-    for (int c0 = 0; c0 < chunks; c0 += 2 * U) {
-        group(c0, wa, wb);
-        if (c0 + U < chunks) group(c0 + U, wb, wa);
-    }
-    // Partial sums to shared memory: [warp][MT * 16 tile rows][NT * 8 activation rows].
-    constexpr int P = SK_PITCH(NT);
-    constexpr int WARP_FLOATS = MT * 16 * P;
-    float* mine = sk_smem + warp * WARP_FLOATS;
+        // Partial sums to shared memory: [warp][MT * 16 tile rows][NT * 8 activation rows].
+        constexpr int P = SK_PITCH(NT);
+        constexpr int WARP_FLOATS = MT * 16 * P;
+        float* mine = sk_smem + warp * WARP_FLOATS;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            float* p = mine + (mt * 16 + g) * P + nt * 8 + 2 * t;
-            p[0] = acc[mt][nt][0];
-            p[1] = acc[mt][nt][1];
-            p[8 * P] = acc[mt][nt][2];
-            p[8 * P + 1] = acc[mt][nt][3];
+            for (int nt = 0; nt < NT; ++nt) {
+                float* p = mine + (mt * 16 + g) * P + nt * 8 + 2 * t;
+                p[0] = acc[mt][nt][0];
+                p[1] = acc[mt][nt][1];
+                p[8 * P] = acc[mt][nt][2];
+                p[8 * P + 1] = acc[mt][nt][3];
+            }
         }
-    }
-    float* sqs = sk_smem + SK_WARPS * WARP_FLOATS;
-    if (gamma != nullptr) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            float s = sq[nt];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (t == 0) sqs[warp * NT * 8 + nt * 8 + g] = s;
-        }
-    }
-    __syncthreads();
-    // Each output once: its eight partial sums in warp order, then the epilogue.
-    const int rows_out = min(n, NT * 8);
-    const int outs = per_block * rows_out;
-    for (int e = threadIdx.x; e < outs; e += blockDim.x) {
-        const int jj = e % per_block;
-        const int r = e / per_block;
-        const int j = j_base + jj;
-        if (j >= m) continue;
-        float inv = 1.f;
+        float* sqs = sk_smem + SK_WARPS * WARP_FLOATS;
         if (gamma != nullptr) {
-            float s = 0.f;
 #pragma unroll
-            for (int v = 0; v < SK_WARPS; ++v) s += sqs[v * NT * 8 + r];
-            inv = rsqrtf(s / (float)k + eps);
+            for (int nt = 0; nt < NT; ++nt) {
+                float s = sq[nt];
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                if (t == 0) sqs[warp * NT * 8 + nt * 8 + g] = s;
+            }
         }
-        // Tile row of output jj (the gate row for SwiGLU; its up row is 8 further).
-        const int tr = swiglu ? (jj / 8) * 16 + jj % 8 : jj;
-        float y = 0.f;
+        __syncthreads();
+        // Each output once: its eight partial sums in warp order, then the epilogue.
+        const int rows_out = min(n, NT * 8);
+        const int outs = per_block * rows_out;
+        for (int e = threadIdx.x; e < outs; e += blockDim.x) {
+            const int jj = e % per_block;
+            const int r = e / per_block;
+            const int j = j_base + jj;
+            if (j >= m) continue;
+            float inv = 1.f;
+            if (gamma != nullptr) {
+                float s = 0.f;
 #pragma unroll
-        for (int v = 0; v < SK_WARPS; ++v) y += sk_smem[v * WARP_FLOATS + tr * P + r];
-        if (Q8) y *= scale[j];
-        y *= inv;
-        T* o = out + (size_t)r * m + j;
-        if (swiglu) {
-            float up = 0.f;
+                for (int v = 0; v < SK_WARPS; ++v) s += sqs[v * NT * 8 + r];
+                inv = rsqrtf(s / (float)k + eps);
+            }
+            // Tile row of output jj (the gate row for SwiGLU; its up row is 8 further).
+            const int tr = swiglu ? (jj / 8) * 16 + jj % 8 : jj;
+            float y = 0.f;
 #pragma unroll
-            for (int v = 0; v < SK_WARPS; ++v) up += sk_smem[v * WARP_FLOATS + (tr + 8) * P + r];
-            if (Q8) up *= scale[m + j];
-            up *= inv;
-            st(o, y / (1.f + expf(-y)) * up);
-        } else if (epi == SK_ACC) {
-            st(o, ld(o) + y);
-        } else {
-            st(o, y);
+            for (int v = 0; v < SK_WARPS; ++v) y += sk_smem[v * WARP_FLOATS + tr * P + r];
+            if (Q8) y *= scale[j];
+            y *= inv;
+            T* o = out + (size_t)r * m + j;
+            if (swiglu) {
+                float up = 0.f;
+#pragma unroll
+                for (int v = 0; v < SK_WARPS; ++v) up += sk_smem[v * WARP_FLOATS + (tr + 8) * P + r];
+                if (Q8) up *= scale[m + j];
+                up *= inv;
+                st(o, y / (1.f + expf(-y)) * up);
+            } else if (epi == SK_ACC) {
+                st(o, ld(o) + y);
+            } else {
+                st(o, y);
+            }
         }
+        // The partial sums are read before the next tile overwrites them.
+        if (tile + (int)gridDim.x < tiles) __syncthreads();
     }
 }
 #endif

@@ -84,6 +84,11 @@ pub struct CudaOptions {
     /// cuBLAS, faster from 4 rows up (docs/PERFORMANCE.md). `CHORUS_BATCH_INVARIANT=1` turns the
     /// default on.
     pub batch_invariant: bool,
+    /// The skinny kernel runs as a persistent grid of the blocks a device holds at once, each
+    /// taking tiles in turn and loading its next tile's first weights during the current one's
+    /// reduction and epilogue; off (the default until measured), one block a tile. The sums
+    /// are the same either way. `CHORUS_SKINNY_PERSISTENT=1` turns it on; for A/B measurements.
+    pub skinny_persistent: bool,
     /// int8 products with a pre-norm take the norm and the input rotation in one kernel
     /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
     /// measurements.
@@ -144,6 +149,7 @@ impl Default for CudaOptions {
             gemv_min_k: crate::lm::gemv::GEMV_MIN_K,
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
+            skinny_persistent: std::env::var(SKINNY_PERSISTENT_ENV).is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
@@ -178,6 +184,8 @@ pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
 pub const Q8_GEMM_STREAM_K_ENV: &str = "CHORUS_Q8_GEMM_STREAM_K";
 /// Environment switch of [`CudaOptions::q8_gemm_wgmma`]'s default.
 pub const Q8_GEMM_WGMMA_ENV: &str = "CHORUS_Q8_GEMM_WGMMA";
+/// Environment switch of [`CudaOptions::skinny_persistent`]'s default.
+pub const SKINNY_PERSISTENT_ENV: &str = "CHORUS_SKINNY_PERSISTENT";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
 pub const SKINNY_ENV: &str = "CHORUS_SKINNY";
 /// Environment switch of [`CudaOptions::programmatic_launch`]'s default.
@@ -293,8 +301,12 @@ pub struct CudaBackend {
     pub(crate) gemv_min_k: usize,
     /// See [`CudaOptions::skinny_mma`] (false below sm_80).
     pub(crate) skinny_mma: bool,
+    /// See [`CudaOptions::skinny_persistent`].
+    pub(crate) skinny_persistent: bool,
     /// Skinny-kernel launches enqueued so far (as `mma_launches`).
     pub(crate) skinny_launches: AtomicUsize,
+    /// Skinny launches whose persistent grid is smaller than their tile count.
+    pub(crate) skinny_persistent_launches: AtomicUsize,
     /// See [`CudaOptions::batch_invariant`].
     pub(crate) batch_invariant: bool,
     /// See [`CudaOptions::fused_norm_rotation`].
@@ -487,7 +499,9 @@ impl CudaBackend {
             attention_mma: options.attention_mma && arch.0 >= MMA_MIN_MAJOR,
             gemv_min_k: options.gemv_min_k,
             skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
+            skinny_persistent: options.skinny_persistent,
             skinny_launches: AtomicUsize::new(0),
+            skinny_persistent_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
             fused_norm_rotation: options.fused_norm_rotation,
             q8_gemm,
@@ -587,6 +601,12 @@ impl CudaBackend {
     /// LM products enqueued on the tensor-core skinny kernel so far (a graph replay adds none).
     pub fn skinny_products(&self) -> usize {
         self.skinny_launches.load(Ordering::Relaxed)
+    }
+
+    /// Skinny products enqueued as a persistent grid of fewer blocks than tiles
+    /// ([`CudaOptions::skinny_persistent`]) so far.
+    pub fn skinny_persistent_products(&self) -> usize {
+        self.skinny_persistent_launches.load(Ordering::Relaxed)
     }
 
     /// int8 products enqueued on the tensor-core GEMM so far (a graph replay adds none).

@@ -305,6 +305,63 @@ fn int8_products_keep_large_inputs_finite() {
     }
 }
 
+/// The persistent grid (`CudaOptions::skinny_persistent`) gives the same bits as one block a
+/// tile, and both match the CPU, on products with more tiles than resident blocks: an odd number
+/// of weight groups per warp (each tile loads its own first group) and an even one (the next
+/// tile's first group loads during the current one's last), every epilogue, dense (in the
+/// batch-invariant mode, with the norm) and int8, 2 and 40 rows.
+#[test]
+fn persistent_skinny_grid_keeps_the_bits() {
+    let cpu = cpu();
+    let backends = [false, true].map(|persistent| {
+        cuda_with(CudaOptions {
+            precision: Precision::Bf16,
+            batch_invariant: true,
+            skinny_persistent: persistent,
+            ..Default::default()
+        })
+    });
+    let [Some(tiled), Some(persistent)] = backends else {
+        return;
+    };
+    let mut key = 0;
+    // k 512 int8 and 1024 dense: one group per warp; k 4096: two (int8) and four (dense).
+    for (n, k) in [(2, 512), (2, 1024), (2, 4096), (40, 4096)] {
+        for epilogue in EPILOGUES {
+            for q8 in [false, true] {
+                let c = Case {
+                    n,
+                    k,
+                    m: 12_288 + 40,
+                    epilogue,
+                    norm: !q8,
+                    q8,
+                };
+                let d = data(&c, key as u64 + 7);
+                let before = persistent.skinny_persistent_products();
+                let want = run(&cpu, &c, &d, key);
+                let one_block_a_tile = run(&tiled, &c, &d, key);
+                let got = run(&persistent, &c, &d, key);
+                assert!(
+                    persistent.skinny_persistent_products() > before,
+                    "{}: the persistent grid was not taken",
+                    c.name()
+                );
+                assert_parity(&c.name(), Precision::Bf16, &got, &want);
+                assert!(
+                    got.iter()
+                        .zip(&one_block_a_tile)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{}: the persistent grid changes the bits",
+                    c.name()
+                );
+                key += 1;
+            }
+        }
+    }
+    assert_eq!(tiled.skinny_persistent_products(), 0);
+}
+
 /// The fusions really act: without the norm, the SwiGLU or the prior output the CPU result
 /// differs, so the parity above cannot pass with a fusion dropped.
 #[test]

@@ -242,17 +242,28 @@ fn launch_rows(
     let cols = if swiglu { m / 2 } else { m };
     let per_tile = if swiglu { 8 } else { 16 };
     let mt = weight_tiles(tiles, cols.div_ceil(2 * per_tile), be.sm_count);
-    let cfg = Launch {
-        grid: cols.div_ceil(per_tile * mt) as u32,
+    let kernel = kernel(p.q8, tiles, mt);
+    let weight_tiles = cols.div_ceil(per_tile * mt);
+    let mut cfg = Launch {
+        grid: weight_tiles as u32,
         block: (32 * SKINNY_WARPS) as u32,
         smem: smem_bytes(tiles, mt) as u32,
     };
+    if be.skinny_persistent {
+        // Blocks past the resident ones would only wait for a slot: they take tiles in turn.
+        let resident = be.kernels.resident_blocks(kernel, &cfg)? * be.sm_count;
+        if resident < weight_tiles {
+            cfg.grid = resident as u32;
+            be.skinny_persistent_launches
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let (n32, k32, m32) = (n as i32, k as i32, cols as i32);
     let epi = epi_code(epilogue);
     let (x, w, scale, gamma, out, eps) = (p.x, p.w, p.scale, p.gamma, p.out, p.eps);
     be.skinny_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
-        kernel(p.q8, tiles, mt),
+        kernel,
         cfg,
         &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi],
     )
