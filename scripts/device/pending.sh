@@ -29,7 +29,8 @@
 #              (chorus_s2, when packed: two 8-bit decode stages, three blocks per SM), or AB_BINS;
 #   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
 #              same binaries, one process each (making the random weights takes ~100 s), model
-#              MUSIC_AB_MODEL (default random; random-int8 for the int8 products), once under
+#              MUSIC_AB_MODEL (default random; random-int8 for the int8 products; several,
+#              space-separated, in turn), once under
 #              each setting of AB_ENVS (as GEMM_ENVS, for stt_ab too);
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
 #              count);
@@ -45,6 +46,10 @@
 #              against one block a tile and the CPU, the other skinny parity cases, then the
 #              products by row count once under each setting of SKINNY_ENVS (default
 #              "CHORUS_SKINNY_PERSISTENT=0 CHORUS_SKINNY_PERSISTENT=1");
+#   prefetch   the L2 prefetch ahead of each product (CudaOptions::l2_prefetch_bytes): its
+#              bits against none and the CPU, then the products by row count under each setting
+#              of PREFETCH_ENVS (default "CHORUS_L2_PREFETCH_MB=0 CHORUS_L2_PREFETCH_MB=4
+#              CHORUS_L2_PREFETCH_MB=12");
 #   skinny_ncu Nsight Compute's sections for a layer's four int8 skinny products at one row under
 #              each setting of SKINNY_ENVS (skinny-ncu-N.txt);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
@@ -145,6 +150,16 @@ skinny() {
       | grep -E '\((skinny kernel|default)\)|test result'
   done
 }
+export PREFETCH_ENVS=${PREFETCH_ENVS:-CHORUS_L2_PREFETCH_MB=0 CHORUS_L2_PREFETCH_MB=4 CHORUS_L2_PREFETCH_MB=12}
+prefetch() {
+  "$BIN"/lm_skinny --test-threads=1 --nocapture l2_prefetch 2>&1 | grep -v '^parity'
+  local e
+  for e in $PREFETCH_ENVS; do
+    echo "== $e"
+    env "$e" "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+      | grep -E '\((skinny kernel|default|ops apart)\)|test result'
+  done
+}
 skinny_ncu() {
   local e i=0
   for e in $SKINNY_ENVS; do
@@ -193,10 +208,13 @@ stt_enc() {
     --fill ${STT_ENC_FILL:-250} --streams ${STT_ENC_STREAMS:-1024,1536,2500} 2>&1 | grep -v '^warning'
 }
 music_ab() {
-  each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model ${MUSIC_AB_MODEL:-random} --kv-cache fp8 \
-    --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
+  local model
+  for model in ${MUSIC_AB_MODEL:-random}; do
+    each_bin "${AB_BINS:-chorus_base chorus}" music-bench --device cuda --model $model --kv-cache fp8 \
+      --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
+  done
 }
-export -f codec lm_attn q8 gemm skinny skinny_ncu retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+export -f codec lm_attn q8 gemm skinny prefetch skinny_ncu retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do
@@ -211,6 +229,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     q8) part q8 200 bash -c q8 ;;
     gemm) part gemm ${GEMM_LIMIT:-240} bash -c gemm ;;
     skinny) part skinny ${SKINNY_LIMIT:-200} bash -c skinny ;;
+    prefetch) part prefetch 150 bash -c prefetch ;;
     skinny_ncu) part skinny_ncu 150 bash -c skinny_ncu ;;
     stt_tests) part stt_tests 120 "$BIN"/stt_cuda --test-threads=1 --nocapture ${STT_TESTS_FILTER:-} ;;
     stt_side) part stt_side 200 bash scripts/device/stt_side_by_side.sh ;;

@@ -89,6 +89,12 @@ pub struct CudaOptions {
     /// reduction and epilogue; off (the default until measured), one block a tile. The sums
     /// are the same either way. `CHORUS_SKINNY_PERSISTENT=1` turns it on; for A/B measurements.
     pub skinny_persistent: bool,
+    /// Bytes of each LM product's weights (its first ones; for SwiGLU half from the gate rows,
+    /// half from the up rows) that a small kernel before it prefetches into L2 while the kernels
+    /// before it still run (`kernels/lm_prefetch.cu`; skinny, int8 GEMM and one- and two-row
+    /// GEMV products). 0 turns it off; only with programmatic launch on sm_90+. Off by default
+    /// until measured; `CHORUS_L2_PREFETCH_MB=N` sets it in MiB.
+    pub l2_prefetch_bytes: usize,
     /// int8 products with a pre-norm take the norm and the input rotation in one kernel
     /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
     /// measurements.
@@ -150,6 +156,10 @@ impl Default for CudaOptions {
             skinny_mma: std::env::var(SKINNY_ENV).map_or(true, |v| v != "0"),
             batch_invariant: std::env::var(BATCH_INVARIANT_ENV).is_ok_and(|v| v == "1"),
             skinny_persistent: std::env::var(SKINNY_PERSISTENT_ENV).is_ok_and(|v| v == "1"),
+            l2_prefetch_bytes: std::env::var(L2_PREFETCH_ENV)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(0, |mb| mb << 20),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
@@ -184,6 +194,8 @@ pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
 pub const Q8_GEMM_STREAM_K_ENV: &str = "CHORUS_Q8_GEMM_STREAM_K";
 /// Environment switch of [`CudaOptions::q8_gemm_wgmma`]'s default.
 pub const Q8_GEMM_WGMMA_ENV: &str = "CHORUS_Q8_GEMM_WGMMA";
+/// Environment setting (MiB) of [`CudaOptions::l2_prefetch_bytes`]'s default.
+pub const L2_PREFETCH_ENV: &str = "CHORUS_L2_PREFETCH_MB";
 /// Environment switch of [`CudaOptions::skinny_persistent`]'s default.
 pub const SKINNY_PERSISTENT_ENV: &str = "CHORUS_SKINNY_PERSISTENT";
 /// Environment switch of [`CudaOptions::skinny_mma`]'s default.
@@ -303,6 +315,10 @@ pub struct CudaBackend {
     pub(crate) skinny_mma: bool,
     /// See [`CudaOptions::skinny_persistent`].
     pub(crate) skinny_persistent: bool,
+    /// See [`CudaOptions::l2_prefetch_bytes`]: 0 where it is off or cannot act.
+    pub(crate) l2_prefetch_bytes: usize,
+    /// Prefetch kernels enqueued so far.
+    pub(crate) l2_prefetch_launches: AtomicUsize,
     /// Skinny-kernel launches enqueued so far (as `mma_launches`).
     pub(crate) skinny_launches: AtomicUsize,
     /// Skinny launches whose persistent grid is smaller than their tile count.
@@ -500,6 +516,13 @@ impl CudaBackend {
             gemv_min_k: options.gemv_min_k,
             skinny_mma: options.skinny_mma && arch.0 >= MMA_MIN_MAJOR,
             skinny_persistent: options.skinny_persistent,
+            // Without programmatic launch the kernel would sit between two products.
+            l2_prefetch_bytes: if options.programmatic_launch && arch.0 >= PDL_MIN_MAJOR {
+                options.l2_prefetch_bytes
+            } else {
+                0
+            },
+            l2_prefetch_launches: AtomicUsize::new(0),
             skinny_launches: AtomicUsize::new(0),
             skinny_persistent_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
@@ -603,6 +626,12 @@ impl CudaBackend {
         self.skinny_launches.load(Ordering::Relaxed)
     }
 
+    /// L2 prefetches of a product's first weights enqueued so far
+    /// ([`CudaOptions::l2_prefetch_bytes`]; a graph replay adds none).
+    pub fn l2_prefetches(&self) -> usize {
+        self.l2_prefetch_launches.load(Ordering::Relaxed)
+    }
+
     /// Skinny products enqueued as a persistent grid of fewer blocks than tiles
     /// ([`CudaOptions::skinny_persistent`]) so far.
     pub fn skinny_persistent_products(&self) -> usize {
@@ -612,6 +641,12 @@ impl CudaBackend {
     /// int8 products enqueued on the tensor-core GEMM so far (a graph replay adds none).
     pub fn q8_gemm_products(&self) -> usize {
         self.q8_gemm_launches.load(Ordering::Relaxed)
+    }
+
+    /// Bytes each LM product prefetches into L2 ahead of itself: [`CudaOptions::l2_prefetch_bytes`],
+    /// or 0 where it cannot act (no programmatic launch).
+    pub fn l2_prefetch_bytes(&self) -> usize {
+        self.l2_prefetch_bytes
     }
 
     /// True when the int8 GEMM issues warpgroup wgmmas ([`CudaOptions::q8_gemm_wgmma`] on an

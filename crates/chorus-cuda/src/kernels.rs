@@ -41,6 +41,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lm_skinny.cu", include_str!("../kernels/lm_skinny.cu")),
     ("lm_q8_gemm.cu", include_str!("../kernels/lm_q8_gemm.cu")),
     ("lm_q8_wgmma.cu", include_str!("../kernels/lm_q8_wgmma.cu")),
+    ("lm_prefetch.cu", include_str!("../kernels/lm_prefetch.cu")),
 ];
 
 /// Environment variable naming an extra include folder for NVRTC (CUDA headers).
@@ -162,6 +163,8 @@ kernel_table! {
     LmQ8GemmSum => "lm_q8_gemm_sum",
     // The same on sm_90a's warpgroup tensor cores (kernels/lm_q8_wgmma.cu).
     LmQ8Wgmma => "lm_q8_wgmma",
+    // A product's first weights into L2 during the kernels before it (kernels/lm_prefetch.cu).
+    LmL2Prefetch => "lm_l2_prefetch",
 }
 
 /// Grid and block of one launch.

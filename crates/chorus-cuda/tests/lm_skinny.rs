@@ -362,6 +362,67 @@ fn persistent_skinny_grid_keeps_the_bits() {
     assert_eq!(tiled.skinny_persistent_products(), 0);
 }
 
+/// The L2 prefetch ahead of each product (`CudaOptions::l2_prefetch_bytes`) changes no bits and
+/// is taken where it should be: the one- and two-row dense GEMV, the skinny kernel and the int8
+/// GEMM, every epilogue (SwiGLU prefetches from both halves); products on cuBLAS get none.
+#[test]
+fn l2_prefetch_changes_no_bits() {
+    let cpu = cpu();
+    let backends = [0usize, 4 << 20].map(|bytes| {
+        cuda_with(CudaOptions {
+            precision: Precision::Bf16,
+            l2_prefetch_bytes: bytes,
+            ..Default::default()
+        })
+    });
+    let [Some(plain), Some(prefetching)] = backends else {
+        return;
+    };
+    let mut key = 0;
+    for (n, q8) in [
+        (1, false),
+        (2, false),
+        (8, false),
+        (2, true),
+        (40, true),
+        (128, true),
+    ] {
+        for epilogue in EPILOGUES {
+            let c = Case {
+                n,
+                k: 4096,
+                m: 6144,
+                epilogue,
+                norm: true,
+                q8,
+            };
+            let d = data(&c, key as u64 + 11);
+            let before = prefetching.l2_prefetches();
+            let want = run(&cpu, &c, &d, key);
+            let base = run(&plain, &c, &d, key);
+            let got = run(&prefetching, &c, &d, key);
+            // Without programmatic launch (before sm_90) the backend turns the prefetch off.
+            let expect = prefetching.l2_prefetch_bytes() > 0 && (q8 || n <= 2);
+            assert_eq!(
+                prefetching.l2_prefetches() > before,
+                expect,
+                "{}: prefetch taken",
+                c.name()
+            );
+            assert_parity(&c.name(), Precision::Bf16, &got, &want);
+            assert!(
+                got.iter()
+                    .zip(&base)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}: the prefetch changes the bits",
+                c.name()
+            );
+            key += 1;
+        }
+    }
+    assert_eq!(plain.l2_prefetches(), 0);
+}
+
 /// The fusions really act: without the norm, the SwiGLU or the prior output the CPU result
 /// differs, so the parity above cannot pass with a fusion dropped.
 #[test]

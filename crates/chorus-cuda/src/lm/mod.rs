@@ -5,6 +5,7 @@
 pub(crate) mod attention;
 mod draw;
 pub(crate) mod gemv;
+mod prefetch;
 mod q8;
 pub(crate) mod q8_gemm;
 mod rows;

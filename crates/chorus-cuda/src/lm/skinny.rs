@@ -100,7 +100,19 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
     let gemm = matches!(a.w, LinearWeight::Q8 { .. })
         && be.precision == Precision::Bf16
         && super::q8_gemm::fits(be, n, k, m, a.epilogue);
-    if !gemm && !be.skinny_fits(&a) {
+    let skinny = gemm || be.skinny_fits(&a);
+    // The products on this backend's own kernels (their predecessors let them launch early).
+    let (w_ptr, row_bytes) = match &a.w {
+        LinearWeight::Dense(w) => (w.mem.ptr(), k * be.esize()),
+        LinearWeight::Q8 { weight, .. } => (weight.q.ptr(), k),
+    };
+    let dense_gemv = matches!(a.w, LinearWeight::Dense(_))
+        && (1..=super::gemv::GEMV_MAX_ROWS).contains(&n)
+        && k >= be.gemv_min_k;
+    if skinny || dense_gemv {
+        be.prefetch_weights(w_ptr, m, row_bytes, a.epilogue == Epilogue::Swiglu)?;
+    }
+    if !skinny {
         return apart(be, a);
     }
     let _timer = be.op_timer(OP);
