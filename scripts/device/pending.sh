@@ -32,6 +32,8 @@
 #              MUSIC_AB_MODEL (default random; random-int8 for the int8 products; several,
 #              space-separated, in turn), once under
 #              each setting of AB_ENVS (as GEMM_ENVS, for stt_ab too);
+#   tts_ab     `chorus tts-bench` (CSM, the Mimi decode in the frame) at TTS_AB_UTTERANCES
+#              (default 1,8), context 200, with the same binaries and settings as music_ab;
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
 #              count);
 #   gemm       the int8 GEMM: the parity cases of each test binary in GEMM_BINS (default
@@ -214,7 +216,11 @@ music_ab() {
       --songs ${MUSIC_AB_SONGS:-64,128} --context 1000 --frames 10
   done
 }
-export -f codec lm_attn q8 gemm skinny prefetch skinny_ncu retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+tts_ab() {
+  each_bin "${AB_BINS:-chorus_base chorus}" tts-bench --device cuda --model random \
+    --utterances ${TTS_AB_UTTERANCES:-1,8} --context 200 --frames 10
+}
+export -f codec lm_attn q8 gemm skinny prefetch skinny_ncu tts_ab retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do
@@ -240,6 +246,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     stt_fp8_plain) part stt_fp8_plain 120 bash -c stt_fp8_plain ;;
     stt_ab) part stt_ab 120 bash -c stt_ab ;;
     music_ab) part music_ab ${MUSIC_AB_LIMIT:-240} bash -c music_ab ;;
+    tts_ab) part tts_ab 150 bash -c tts_ab ;;
     stt_enc) part stt_enc 150 bash -c stt_enc ;;
     ncu_attn) part ncu_attn 330 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
