@@ -30,8 +30,8 @@
 #   music_ab   `chorus music-bench` over 8-bit caches at MUSIC_AB_SONGS (default 64,128) with the
 #              same binaries, one process each (making the random weights takes ~100 s), model
 #              MUSIC_AB_MODEL (default random; random-int8 for the int8 products; several,
-#              space-separated, in turn), once under
-#              each setting of AB_ENVS (as GEMM_ENVS, for stt_ab too);
+#              space-separated, in turn), once under each setting of AB_ENVS (as GEMM_ENVS, for
+#              stt_ab too; several variables of one setting comma-separated);
 #   tts_ab     `chorus tts-bench` (CSM, the Mimi decode in the frame) at TTS_AB_UTTERANCES
 #              (default 1,8), context 200, with the same binaries and settings as music_ab;
 #   q8         the int8 products' tests: lm_q8 and lm_skinny (parity, invariance, bandwidth by row
@@ -44,8 +44,9 @@
 #              GEMM_NCU (default the last of GEMM_BINS; gemm-ncu.txt); the products and the
 #              profile once under each setting of GEMM_ENVS (e.g. "CHORUS_Q8_GEMM_WGMMA=0
 #              CHORUS_Q8_GEMM_WGMMA=1"; default none), the profile under GEMM_NCU_ENV;
-#   skinny     the skinny kernel's persistent grid (CudaOptions::skinny_persistent): its bits
-#              against one block a tile and the CPU, the other skinny parity cases, then the
+#   skinny     the skinny kernel's persistent grid (CudaOptions::skinny_persistent), the int8
+#              input rotation inside it (q8_fused_rotation) and the L2 prefetch: their bits
+#              against the paths without them and the CPU, the other skinny parity cases, then the
 #              products by row count once under each setting of SKINNY_ENVS (default
 #              "CHORUS_SKINNY_PERSISTENT=0 CHORUS_SKINNY_PERSISTENT=1");
 #   prefetch   the L2 prefetch ahead of each product (CudaOptions::l2_prefetch_bytes): its
@@ -141,14 +142,15 @@ gemm() {
 }
 export SKINNY_ENVS=${SKINNY_ENVS:-CHORUS_SKINNY_PERSISTENT=0 CHORUS_SKINNY_PERSISTENT=1}
 skinny() {
-  "$BIN"/lm_skinny --test-threads=1 --nocapture persistent a_rows_bits fused_products_match 2>&1 \
+  "$BIN"/lm_skinny --test-threads=1 --nocapture persistent a_rows_bits fused_products_match int8_rotation \
+    l2_prefetch 2>&1 \
     > "$OUT/skinny-parity.log"
   grep -v '^parity' "$OUT/skinny-parity.log"
   grep -o 'rel L2 [0-9.e-]*' "$OUT/skinny-parity.log" | sort -g -k3 | tail -1 | sed 's/^/worst: /'
   local e
   for e in $SKINNY_ENVS; do
     echo "== $e"
-    env "$e" "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+    env ${e//,/ } "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
       | grep -E '\((skinny kernel|default)\)|test result'
   done
 }
@@ -158,7 +160,7 @@ prefetch() {
   local e
   for e in $PREFETCH_ENVS; do
     echo "== $e"
-    env "$e" "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
+    env ${e//,/ } "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
       | grep -E '\((skinny kernel|default|ops apart)\)|test result'
   done
 }
@@ -197,7 +199,7 @@ each_bin() {
     [ -x "$BIN/$b" ] || continue
     for e in ${AB_ENVS:-NO_SETTING=}; do
       echo "== $b $e"
-      env "$e" "$BIN/$b" "$@" 2>&1 | grep -v '^warning'
+      env ${e//,/ } "$BIN/$b" "$@" 2>&1 | grep -v '^warning'
     done
   done
 }

@@ -72,7 +72,92 @@ __device__ __forceinline__ uint4 sk_norm_in(uint4 xv, uint4 gv, float& sq) {
 // Pitch (floats) of one warp's partial-sum rows in shared memory: padded against bank conflicts.
 #define SK_PITCH(NT) ((NT) * 8 + 1)
 
-template <bool Q8, int NT, int MT>
+// The input rotation inside the int8 product (ROT entry points, at most SK_ROT_ROWS rows and
+// k / SK_WARPS <= SK_ROT_MAX_SLICE): each warp rotates its own k slice of every row (whole
+// groups of SK_ROT_GROUP, lm_q8.cu's radix-4 stages in the same order) into f16 in shared memory,
+// with the row's RMSNorm first when `gamma` is given (warp r takes row r's sum of squares), so
+// that no rotation kernel or rotated copy sits between the products. src/lm/skinny.rs's
+// `rot_smem_bytes` mirrors the layout: [SK_ROT_ROWS inverse RMS][a group of f32 per warp]
+// [per warp: SK_ROT_ROWS rows of SK_ROT_PITCH(slice) halves].
+#define SK_ROT_ROWS 8
+#define SK_ROT_GROUP 256
+#define SK_ROT_STAGES 4
+#define SK_ROT_MAX_SLICE 512
+// Halves per rotated row: 16 bytes of padding move each row's reads to other banks.
+#define SK_ROT_PITCH(ks) ((ks) + 8)
+
+__device__ __forceinline__ const unsigned short* sk_rot_prologue(float* base, const T* __restrict__ x,
+                                                                 const T* __restrict__ gamma, int n, int k, int k0,
+                                                                 int ks, float eps, int warp, int lane) {
+    float* inv = base;
+    float* hs = base + SK_ROT_ROWS + warp * SK_ROT_GROUP;
+    unsigned short* xs =
+        reinterpret_cast<unsigned short*>(base + SK_ROT_ROWS + SK_WARPS * SK_ROT_GROUP) +
+        warp * SK_ROT_ROWS * SK_ROT_PITCH(ks);
+    if (gamma != nullptr) {
+        if (warp < n) {
+            float ss = 0.f;
+            for (int c = lane * 8; c < k; c += 32 * 8) {
+                float v[8];
+                load_c<8>(x + (size_t)warp * k + c, v);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) inv[warp] = rsqrtf(ss / (float)k + eps);
+        }
+        __syncthreads();
+    }
+    for (int r = 0; r < n; ++r) {
+        unsigned short* xr = xs + r * SK_ROT_PITCH(ks);
+        for (int g0 = 0; g0 < ks; g0 += SK_ROT_GROUP) {
+            const int c = k0 + g0 + lane * 8;
+            float v[8];
+            load_c<8>(x + (size_t)r * k + c, v);
+            if (gamma != nullptr) {
+                float gv[8];
+                load_c<8>(gamma + c, gv);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    // Rounded to T as lm_norm_hadamard's normed group is.
+                    T normed;
+                    st(&normed, v[e] * inv[r] * gv[e]);
+                    v[e] = ld(&normed);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) hs[lane * 8 + e] = v[e];
+            __syncwarp();
+            int s = 1;
+            for (int stage = 0; stage < SK_ROT_STAGES; ++stage) {
+                for (int q = lane; q < SK_ROT_GROUP / 4; q += 32) {
+                    const int i = (q / s) * 4 * s + q % s;
+                    const float a = hs[i], b = hs[i + s], cc = hs[i + 2 * s], d = hs[i + 3 * s];
+                    const float ab = a + b, cd = cc - d, amb = a - b, cpd = cc + d;
+                    hs[i] = ab + cd;
+                    hs[i + s] = ab - cd;
+                    hs[i + 2 * s] = amb + cpd;
+                    hs[i + 3 * s] = cpd - amb;
+                }
+                __syncwarp();
+                s *= 4;
+            }
+            const float scale = 1.f / (float)(1 << SK_ROT_STAGES);
+            unsigned h[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                h[e] = (unsigned)q8_f16_sat(hs[lane * 8 + 2 * e] * scale) |
+                       ((unsigned)q8_f16_sat(hs[lane * 8 + 2 * e + 1] * scale) << 16);
+            *reinterpret_cast<uint4*>(xr + g0 + lane * 8) = make_uint4(h[0], h[1], h[2], h[3]);
+            // The group's scratch is read before the next group overwrites it.
+            __syncwarp();
+        }
+    }
+    return xs;
+}
+
+template <bool Q8, int NT, int MT, bool ROT>
 __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned char* __restrict__ w,
                                         const float* __restrict__ scale, const T* __restrict__ gamma,
                                         T* __restrict__ out, int n, int k, int m, float eps, int epi) {
@@ -131,11 +216,16 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
     const int groups = (chunks + U - 1) / U;
     const bool carry = (groups & 1) == 0;
     const unsigned char* wrow[MT][2];
-    const unsigned char* wnext[MT][2];
     rows_of(blockIdx.x * per_block, wrow);
     // The weights are constants: the first group loads before waiting on the previous kernel.
     load_first(wrow, wa);
     pdl_enter();
+    // ROT: this warp's slice of the rotated rows, past the partial sums and the sums of squares.
+    const unsigned short* xs_w = nullptr;
+    if constexpr (ROT) {
+        xs_w = sk_rot_prologue(sk_smem + SK_WARPS * MT * 16 * SK_PITCH(NT) + SK_WARPS * NT * 8, x, gamma, n, k, k0,
+                               ks, eps, warp, lane);
+    }
     float acc[MT][NT][4];
     float sq[NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -146,7 +236,6 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
             rows_of(j_base, wrow);
             if (!carry) load_first(wrow, wa);
         }
-        if (prefetch) rows_of(j_base + (int)gridDim.x * per_block, wnext);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             sq[nt] = 0.f;
@@ -171,6 +260,9 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
                     }
                 }
             } else if (prefetch) {
+                // The next tile's rows, only here: their registers are free in the last group.
+                const unsigned char* wnext[MT][2];
+                rows_of(j_base + (int)gridDim.x * per_block, wnext);
                 load_first(wnext, nxt);
             }
 #pragma unroll
@@ -207,9 +299,15 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
                         const int r = nt * 8 + g;
-                        const T* xp = x + (size_t)r * k + kc + 16 * t;
-                        xa[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
-                        xb[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
+                        if constexpr (ROT) {
+                            const unsigned short* xp = xs_w + r * SK_ROT_PITCH(ks) + (kc - k0) + 16 * t;
+                            xa[nt] = r < n ? *reinterpret_cast<const uint4*>(xp) : zero;
+                            xb[nt] = r < n ? *reinterpret_cast<const uint4*>(xp + 8) : zero;
+                        } else {
+                            const T* xp = x + (size_t)r * k + kc + 16 * t;
+                            xa[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp)) : zero;
+                            xb[nt] = r < n ? __ldg(reinterpret_cast<const uint4*>(xp + 8)) : zero;
+                        }
                     }
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
@@ -251,7 +349,9 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
             }
         }
         float* sqs = sk_smem + SK_WARPS * WARP_FLOATS;
-        if (gamma != nullptr) {
+        // The norm applied in the epilogue (dense products); ROT's is in its prologue.
+        const bool epi_norm = !ROT && gamma != nullptr;
+        if (epi_norm) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 float s = sq[nt];
@@ -270,7 +370,7 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
             const int j = j_base + jj;
             if (j >= m) continue;
             float inv = 1.f;
-            if (gamma != nullptr) {
+            if (epi_norm) {
                 float s = 0.f;
 #pragma unroll
                 for (int v = 0; v < SK_WARPS; ++v) s += sqs[v * NT * 8 + r];
@@ -310,29 +410,33 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 // Blocks per SM asked of the compiler: two up to 32 rows (at most 128 registers a thread).
 #define SK_MIN_BLOCKS(NT) ((NT) >= 8 ? 1 : 2)
 #if MMA_ENABLED
-#define SK_DISPATCH(Q8, NT, MT) sk_body<Q8, NT, MT>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
+#define SK_DISPATCH(Q8, NT, MT, ROT) \
+    sk_body<Q8, NT, MT, ROT>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
 #else
-#define SK_DISPATCH(Q8, NT, MT) pdl_enter();
+#define SK_DISPATCH(Q8, NT, MT, ROT) pdl_enter();
 #endif
 
-#define SK_ENTRY(NAME, Q8, NT, MT)                                                                                 \
+#define SK_ENTRY(NAME, Q8, NT, MT, ROT)                                                                               \
     extern "C" __global__ void __launch_bounds__(SK_WARPS * 32, SK_MIN_BLOCKS(NT))                                 \
         NAME(const T* __restrict__ x, const void* __restrict__ w, const float* __restrict__ scale,                 \
              const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi) {          \
-        SK_DISPATCH(Q8, NT, MT)                                                                                     \
+        SK_DISPATCH(Q8, NT, MT, ROT)                                                                                \
     }
 
-SK_ENTRY(lm_skinny_n8, false, 1, 1)
-SK_ENTRY(lm_skinny_n16, false, 2, 1)
-SK_ENTRY(lm_skinny_n32, false, 4, 1)
-SK_ENTRY(lm_skinny_n8_m2, false, 1, 2)
-SK_ENTRY(lm_skinny_n16_m2, false, 2, 2)
-SK_ENTRY(lm_skinny_n32_m2, false, 4, 2)
-SK_ENTRY(lm_skinny_n64_m2, false, 8, 2)
-SK_ENTRY(lm_skinny_q8_n8, true, 1, 1)
-SK_ENTRY(lm_skinny_q8_n16, true, 2, 1)
-SK_ENTRY(lm_skinny_q8_n32, true, 4, 1)
-SK_ENTRY(lm_skinny_q8_n8_m2, true, 1, 2)
-SK_ENTRY(lm_skinny_q8_n16_m2, true, 2, 2)
-SK_ENTRY(lm_skinny_q8_n32_m2, true, 4, 2)
-SK_ENTRY(lm_skinny_q8_n64_m2, true, 8, 2)
+SK_ENTRY(lm_skinny_n8, false, 1, 1, false)
+SK_ENTRY(lm_skinny_n16, false, 2, 1, false)
+SK_ENTRY(lm_skinny_n32, false, 4, 1, false)
+SK_ENTRY(lm_skinny_n8_m2, false, 1, 2, false)
+SK_ENTRY(lm_skinny_n16_m2, false, 2, 2, false)
+SK_ENTRY(lm_skinny_n32_m2, false, 4, 2, false)
+SK_ENTRY(lm_skinny_n64_m2, false, 8, 2, false)
+SK_ENTRY(lm_skinny_q8_n8, true, 1, 1, false)
+SK_ENTRY(lm_skinny_q8_n16, true, 2, 1, false)
+SK_ENTRY(lm_skinny_q8_n32, true, 4, 1, false)
+SK_ENTRY(lm_skinny_q8_n8_m2, true, 1, 2, false)
+SK_ENTRY(lm_skinny_q8_n16_m2, true, 2, 2, false)
+SK_ENTRY(lm_skinny_q8_n32_m2, true, 4, 2, false)
+SK_ENTRY(lm_skinny_q8_n64_m2, true, 8, 2, false)
+// int8 with the input rotation (and its norm) inside: at most SK_ROT_ROWS rows.
+SK_ENTRY(lm_skinny_q8r_n8, true, 1, 1, true)
+SK_ENTRY(lm_skinny_q8r_n8_m2, true, 1, 2, true)

@@ -95,6 +95,12 @@ pub struct CudaOptions {
     /// GEMV products). 0 turns it off; only with programmatic launch on sm_90+. Off by default
     /// until measured; `CHORUS_L2_PREFETCH_MB=N` sets it in MiB.
     pub l2_prefetch_bytes: usize,
+    /// int8 products of at most 8 rows (k a multiple of 2,048 up to 4,096, groups of 256)
+    /// rotate their input (and apply its RMSNorm) inside the skinny kernel, each warp its own k
+    /// slice, instead of in a kernel before it; off (the default until measured), the rotation
+    /// kernel. Not in the batch-invariant mode. `CHORUS_Q8_FUSED_ROTATION=1` turns it on; for
+    /// A/B measurements.
+    pub q8_fused_rotation: bool,
     /// int8 products with a pre-norm take the norm and the input rotation in one kernel
     /// (`lm_norm_hadamard`); off (or `CHORUS_FUSED_NORM_ROTATION=0`), in two. For A/B
     /// measurements.
@@ -161,6 +167,7 @@ impl Default for CudaOptions {
                 .and_then(|v| v.parse::<usize>().ok())
                 .map_or(0, |mb| mb << 20),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
+            q8_fused_rotation: std::env::var(Q8_FUSED_ROTATION_ENV).is_ok_and(|v| v == "1"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
             q8_gemm_stream_k: std::env::var(Q8_GEMM_STREAM_K_ENV).map_or(true, |v| v != "0"),
             q8_gemm_wgmma: std::env::var(Q8_GEMM_WGMMA_ENV).map_or(true, |v| v != "0"),
@@ -186,6 +193,8 @@ pub const FUSED_ROPE_KV_ENV: &str = "CHORUS_FUSED_ROPE_KV";
 pub const FUSED_COMBINE_ENV: &str = "CHORUS_FUSED_COMBINE";
 /// Environment switch of [`CudaOptions::gemv_tma`]'s default.
 pub const GEMV_TMA_ENV: &str = "CHORUS_GEMV_TMA";
+/// Environment switch of [`CudaOptions::q8_fused_rotation`]'s default.
+pub const Q8_FUSED_ROTATION_ENV: &str = "CHORUS_Q8_FUSED_ROTATION";
 /// Environment switch of [`CudaOptions::fused_norm_rotation`]'s default.
 pub const FUSED_NORM_ROTATION_ENV: &str = "CHORUS_FUSED_NORM_ROTATION";
 /// Environment switch of [`CudaOptions::q8_gemm`]'s default.
@@ -327,6 +336,10 @@ pub struct CudaBackend {
     pub(crate) batch_invariant: bool,
     /// See [`CudaOptions::fused_norm_rotation`].
     pub(crate) fused_norm_rotation: bool,
+    /// See [`CudaOptions::q8_fused_rotation`].
+    pub(crate) q8_fused_rotation: bool,
+    /// int8 products that rotated their input inside the skinny kernel so far.
+    pub(crate) q8_fused_rotation_launches: AtomicUsize,
     /// The int8 GEMM's schedule ([`CudaOptions::q8_gemm`]); `None` when it is off.
     pub(crate) q8_gemm: Option<crate::lm::q8_gemm::Q8Gemm>,
     /// int8 GEMM launches enqueued so far.
@@ -527,6 +540,8 @@ impl CudaBackend {
             skinny_persistent_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
             fused_norm_rotation: options.fused_norm_rotation,
+            q8_fused_rotation: options.q8_fused_rotation,
+            q8_fused_rotation_launches: AtomicUsize::new(0),
             q8_gemm,
             q8_gemm_launches: AtomicUsize::new(0),
             lm_attention_mma: options.lm_attention_mma
@@ -624,6 +639,12 @@ impl CudaBackend {
     /// LM products enqueued on the tensor-core skinny kernel so far (a graph replay adds none).
     pub fn skinny_products(&self) -> usize {
         self.skinny_launches.load(Ordering::Relaxed)
+    }
+
+    /// int8 products enqueued with their input rotation inside the skinny kernel
+    /// ([`CudaOptions::q8_fused_rotation`]) so far.
+    pub fn q8_fused_rotations(&self) -> usize {
+        self.q8_fused_rotation_launches.load(Ordering::Relaxed)
     }
 
     /// L2 prefetches of a product's first weights enqueued so far

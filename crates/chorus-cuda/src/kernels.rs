@@ -158,6 +158,8 @@ kernel_table! {
     LmSkinnyQ8N16M2 => "lm_skinny_q8_n16_m2",
     LmSkinnyQ8N32M2 => "lm_skinny_q8_n32_m2",
     LmSkinnyQ8N64M2 => "lm_skinny_q8_n64_m2",
+    LmSkinnyQ8RN8 => "lm_skinny_q8r_n8",
+    LmSkinnyQ8RN8M2 => "lm_skinny_q8r_n8_m2",
     // int8 products of 65 to 256 rows (kernels/lm_q8_gemm.cu).
     LmQ8Gemm => "lm_q8_gemm",
     LmQ8GemmSum => "lm_q8_gemm_sum",

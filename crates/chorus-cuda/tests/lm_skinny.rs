@@ -423,6 +423,70 @@ fn l2_prefetch_changes_no_bits() {
     assert_eq!(plain.l2_prefetches(), 0);
 }
 
+/// The int8 products' input rotation inside the skinny kernel (`CudaOptions::q8_fused_rotation`)
+/// against the CPU and the rotation kernel: without a norm the same bits (the same radix-4 stages
+/// and f16 rounding), with the norm within the bf16 bound (its sum of squares runs in another
+/// order). 1 to 8 rows at k 2048 and 4096, every epilogue; 9 rows and k 12288 keep the kernel.
+#[test]
+fn int8_rotation_inside_the_product_matches() {
+    let cpu = cpu();
+    let backends = [false, true].map(|on| {
+        cuda_with(CudaOptions {
+            precision: Precision::Bf16,
+            q8_fused_rotation: on,
+            ..Default::default()
+        })
+    });
+    let [Some(apart), Some(fused)] = backends else {
+        return;
+    };
+    let mut key = 0;
+    for (n, k, fits) in [
+        (1, 4096, true),
+        (2, 2048, true),
+        (5, 4096, true),
+        (8, 4096, true),
+        (9, 4096, false),
+        (2, 12_288, false),
+    ] {
+        for epilogue in EPILOGUES {
+            for norm in [false, true] {
+                let c = Case {
+                    n,
+                    k,
+                    m: 1000,
+                    epilogue,
+                    norm,
+                    q8: true,
+                };
+                let d = data(&c, key as u64 + 21);
+                let before = fused.q8_fused_rotations();
+                let want = run(&cpu, &c, &d, key);
+                let base = run(&apart, &c, &d, key);
+                let got = run(&fused, &c, &d, key);
+                assert_eq!(
+                    fused.q8_fused_rotations() > before,
+                    fits,
+                    "{}: rotation inside the product",
+                    c.name()
+                );
+                assert_parity(&c.name(), Precision::Bf16, &got, &want);
+                if !norm {
+                    assert!(
+                        got.iter()
+                            .zip(&base)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{}: the rotation inside the product changes the bits",
+                        c.name()
+                    );
+                }
+                key += 1;
+            }
+        }
+    }
+    assert_eq!(apart.q8_fused_rotations(), 0);
+}
+
 /// The fusions really act: without the norm, the SwiGLU or the prior output the CPU result
 /// differs, so the parity above cannot pass with a fusion dropped.
 #[test]

@@ -30,6 +30,11 @@ const SKINNY_WARPS: usize = 8;
 /// Columns per 64-byte weight chunk: bf16 and int8.
 const CHUNK_DENSE: usize = 32;
 const CHUNK_Q8: usize = 64;
+/// Most rows, largest k slice of a warp and the group of the skinny kernel's own input rotation
+/// (`SK_ROT_ROWS`, `SK_ROT_MAX_SLICE`, `SK_ROT_GROUP`).
+const ROT_ROWS: usize = 8;
+const ROT_MAX_SLICE: usize = 512;
+const ROT_GROUP: usize = 256;
 /// `epi` codes of the kernel (`SK_STORE`, `SK_ACC`, `SK_SWIGLU`).
 pub(super) fn epi_code(e: Epilogue) -> i32 {
     match e {
@@ -40,8 +45,15 @@ pub(super) fn epi_code(e: Epilogue) -> i32 {
 }
 
 /// The entry point of `q8` weights, `tiles` activation tiles and `mt` weight tiles per block
-/// (64 rows take two).
-fn kernel(q8: bool, tiles: usize, mt: usize) -> Kernel {
+/// (64 rows take two); `rot`: an int8 one that rotates its input itself (one activation tile).
+fn kernel(q8: bool, tiles: usize, mt: usize, rot: bool) -> Kernel {
+    if rot {
+        return if mt == 1 {
+            Kernel::LmSkinnyQ8RN8
+        } else {
+            Kernel::LmSkinnyQ8RN8M2
+        };
+    }
     match (q8, tiles, mt) {
         (false, 1, 1) => Kernel::LmSkinnyN8,
         (false, 2, 1) => Kernel::LmSkinnyN16,
@@ -142,6 +154,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 out,
                 eps: norm.as_ref().map_or(0.0, |nm| nm.eps),
                 q8: false,
+                rot: false,
             };
             launch(be, p, shape)
         }
@@ -154,6 +167,25 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                         weight.rows, weight.cols
                     ),
                 ));
+            }
+            if !gemm && rot_fits(be, n, k, group) {
+                let p = Skinny {
+                    x: t_ptr(be, OP, "x", x)?,
+                    w: weight.q.ptr(),
+                    scale: weight.scales.ptr(),
+                    gamma: norm
+                        .as_ref()
+                        .map(|nm| t_ptr(be, OP, "norm.weight", nm.weight))
+                        .transpose()?
+                        .unwrap_or(0),
+                    out,
+                    eps: norm.as_ref().map_or(0.0, |nm| nm.eps),
+                    q8: true,
+                    rot: true,
+                };
+                be.q8_fused_rotation_launches
+                    .fetch_add(1, Ordering::Relaxed);
+                return launch(be, p, shape);
             }
             // The int8 input is normed and rotated by one kernel (or two, for A/B) before the
             // product, which takes its epilogue; the rotation stores f16 for the f16 MMA.
@@ -201,6 +233,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 out,
                 eps: 0.0,
                 q8: true,
+                rot: false,
             };
             launch(be, p, shape)
         }
@@ -217,6 +250,8 @@ struct Skinny {
     out: u64,
     eps: f32,
     q8: bool,
+    /// The kernel rotates (and norms) the raw input itself ([`rot_fits`]).
+    rot: bool,
 }
 
 /// Launches the product in groups of at most [`SKINNY_MAX_ROWS`] rows (more than one group only
@@ -254,12 +289,13 @@ fn launch_rows(
     let cols = if swiglu { m / 2 } else { m };
     let per_tile = if swiglu { 8 } else { 16 };
     let mt = weight_tiles(tiles, cols.div_ceil(2 * per_tile), be.sm_count);
-    let kernel = kernel(p.q8, tiles, mt);
+    let kernel = kernel(p.q8, tiles, mt, p.rot);
     let weight_tiles = cols.div_ceil(per_tile * mt);
+    let smem = smem_bytes(tiles, mt) + if p.rot { rot_smem_bytes(k) } else { 0 };
     let mut cfg = Launch {
         grid: weight_tiles as u32,
         block: (32 * SKINNY_WARPS) as u32,
-        smem: smem_bytes(tiles, mt) as u32,
+        smem: smem as u32,
     };
     if be.skinny_persistent {
         // Blocks past the resident ones would only wait for a slot: they take tiles in turn.
@@ -288,8 +324,37 @@ fn smem_bytes(tiles: usize, mt: usize) -> usize {
     SKINNY_WARPS * (mt * 16 * pitch + tiles * 8) * std::mem::size_of::<f32>()
 }
 
+/// Shared memory the input rotation adds for a `k`-wide input (kernels/lm_skinny.cu's
+/// `sk_rot_prologue` layout): the rows' inverse RMS, one f32 group per warp, and each warp's
+/// rotated f16 rows, padded by 8 halves.
+fn rot_smem_bytes(k: usize) -> usize {
+    let slice = k / SKINNY_WARPS;
+    (ROT_ROWS + SKINNY_WARPS * ROT_GROUP) * std::mem::size_of::<f32>()
+        + SKINNY_WARPS * ROT_ROWS * (slice + 8) * 2
+}
+
+/// True when an int8 product of `n` rows rotates its input inside the skinny kernel: the option
+/// on, one activation tile, and every warp's k slice whole groups within its shared memory. Not
+/// in the batch-invariant mode: its norm sums in another order than the norm kernel's, so a row
+/// would change bits between 8 rows and 9.
+fn rot_fits(be: &CudaBackend, n: usize, k: usize, group: usize) -> bool {
+    let slice = k / SKINNY_WARPS;
+    be.q8_fused_rotation
+        && !be.batch_invariant
+        && (1..=ROT_ROWS).contains(&n)
+        && group == ROT_GROUP
+        && k.is_multiple_of(SKINNY_WARPS * ROT_GROUP)
+        && slice <= ROT_MAX_SLICE
+}
+
 /// Lets the entry points whose partial sums pass the default 48 KiB take them (at start-up).
 pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Result<()> {
+    let rot_need = smem_bytes(1, 2) + rot_smem_bytes(SKINNY_WARPS * ROT_MAX_SLICE);
+    if rot_need <= limit {
+        for mt in [1, 2] {
+            kernels.allow_dynamic_smem(kernel(true, 1, mt, true), rot_need)?;
+        }
+    }
     let tiles = SKINNY_MAX_ROWS / 8;
     let need = smem_bytes(tiles, 2);
     if need > limit {
@@ -301,7 +366,7 @@ pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Res
         ));
     }
     for q8 in [false, true] {
-        kernels.allow_dynamic_smem(kernel(q8, tiles, 2), need)?;
+        kernels.allow_dynamic_smem(kernel(q8, tiles, 2, false), need)?;
     }
     Ok(())
 }
