@@ -145,6 +145,18 @@ __device__ __forceinline__ unsigned short q8_f16_sat(float v) {
     return h;
 }
 
+// Butterfly q (of group / 4) of one radix-4 stage of stride s over the group in `hs`
+// (convrot::rotate_block's order), in place.
+__device__ __forceinline__ void q8_butterfly4(float* hs, int q, int s) {
+    const int i = (q / s) * 4 * s + q % s;
+    const float a = hs[i], b = hs[i + s], c = hs[i + 2 * s], d = hs[i + 3 * s];
+    const float ab = a + b, cd = c - d, amb = a - b, cpd = c + d;
+    hs[i] = ab + cd;
+    hs[i + s] = ab - cd;
+    hs[i + 2 * s] = amb + cpd;
+    hs[i + 3 * s] = cpd - amb;
+}
+
 // The radix-4 stages of convrot::rotate_block on `group` = 4^stages floats in shared memory, then
 // the 2^-stages scale, stored to out (the caller's block filled hs and passed a barrier): as T, or
 // with `half_out` as f16 bits (the input of lm_skinny's int8 products, whose tensor-core f16
@@ -153,15 +165,7 @@ __device__ __forceinline__ void q8_rotate_store(float* hs, T* __restrict__ out, 
                                                 int half_out) {
     int s = 1;
     for (int stage = 0; stage < stages; ++stage) {
-        for (int t = threadIdx.x; t < group / 4; t += blockDim.x) {
-            const int i = (t / s) * 4 * s + t % s;
-            const float a = hs[i], b = hs[i + s], c = hs[i + 2 * s], d = hs[i + 3 * s];
-            const float ab = a + b, cd = c - d, amb = a - b, cpd = c + d;
-            hs[i] = ab + cd;
-            hs[i + s] = ab - cd;
-            hs[i + 2 * s] = amb + cpd;
-            hs[i + 3 * s] = cpd - amb;
-        }
+        for (int t = threadIdx.x; t < group / 4; t += blockDim.x) q8_butterfly4(hs, t, s);
         __syncthreads();
         s *= 4;
     }

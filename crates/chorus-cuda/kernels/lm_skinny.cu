@@ -131,15 +131,7 @@ __device__ __forceinline__ const unsigned short* sk_rot_prologue(float* base, co
             __syncwarp();
             int s = 1;
             for (int stage = 0; stage < SK_ROT_STAGES; ++stage) {
-                for (int q = lane; q < SK_ROT_GROUP / 4; q += 32) {
-                    const int i = (q / s) * 4 * s + q % s;
-                    const float a = hs[i], b = hs[i + s], cc = hs[i + 2 * s], d = hs[i + 3 * s];
-                    const float ab = a + b, cd = cc - d, amb = a - b, cpd = cc + d;
-                    hs[i] = ab + cd;
-                    hs[i + s] = ab - cd;
-                    hs[i + 2 * s] = amb + cpd;
-                    hs[i + 3 * s] = cpd - amb;
-                }
+                for (int q = lane; q < SK_ROT_GROUP / 4; q += 32) q8_butterfly4(hs, q, s);
                 __syncwarp();
                 s *= 4;
             }
