@@ -147,22 +147,21 @@ skinny() {
     > "$OUT/skinny-parity.log"
   grep -v '^parity' "$OUT/skinny-parity.log"
   grep -o 'rel L2 [0-9.e-]*' "$OUT/skinny-parity.log" | sort -g -k3 | tail -1 | sed 's/^/worst: /'
+  bandwidth_under "$SKINNY_ENVS"
+}
+# bandwidth_under "SETTINGS": the products by row count once under each setting.
+bandwidth_under() {
   local e
-  for e in $SKINNY_ENVS; do
+  for e in $1; do
     echo "== $e"
     env ${e//,/ } "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
-      | grep -E '\((skinny kernel|default)\)|test result'
+      | grep -E '\((skinny kernel|default|ops apart)\)|test result'
   done
 }
 export PREFETCH_ENVS=${PREFETCH_ENVS:-CHORUS_L2_PREFETCH_MB=0 CHORUS_L2_PREFETCH_MB=4 CHORUS_L2_PREFETCH_MB=12}
 prefetch() {
   "$BIN"/lm_skinny --test-threads=1 --nocapture l2_prefetch 2>&1 | grep -v '^parity'
-  local e
-  for e in $PREFETCH_ENVS; do
-    echo "== $e"
-    env ${e//,/ } "$BIN"/lm_skinny --test-threads=1 --nocapture skinny_products_bandwidth 2>&1 \
-      | grep -E '\((skinny kernel|default|ops apart)\)|test result'
-  done
+  bandwidth_under "$PREFETCH_ENVS"
 }
 skinny_ncu() {
   local e i=0
@@ -222,7 +221,7 @@ tts_ab() {
   each_bin "${AB_BINS:-chorus_base chorus}" tts-bench --device cuda --model random \
     --utterances ${TTS_AB_UTTERANCES:-1,8} --context 200 --frames 10
 }
-export -f codec lm_attn q8 gemm skinny prefetch skinny_ncu tts_ab retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
+export -f codec lm_attn q8 gemm skinny bandwidth_under prefetch skinny_ncu tts_ab retest stt_fp8_plain each_bin stt_ab stt_enc music_ab
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export OPS_FILTER=${OPS_FILTER-reset}
 for p in ${PENDING_PARTS:-stt_fp8}; do

@@ -153,21 +153,35 @@ dispatch! {
     }
 }
 
-/// Rows `[i0, i0 + R)` against columns `[j0, j1)`, `C` columns at a time.
-#[inline(always)]
-fn cols<const R: usize, const C: usize>(p: &RowDot<'_>, d: Dst, i0: usize, j0: usize, j1: usize) {
-    let k = p.k;
-    let x: [&[f32]; R] = std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
-    let mut j = j0;
-    while j + C <= j1 {
-        micro::<R, C>(&x, p, d, i0, j);
-        j += C;
-    }
-    while j < j1 {
-        micro::<R, 1>(&x, p, d, i0, j);
-        j += 1;
-    }
+/// Defines `cols` (rows `[i0, i0 + R)` against columns `[j0, j1)`, `C` columns a call of the
+/// `micro` in scope) with the given attributes: the portable, AVX-512 and AVX2 kernels share it.
+macro_rules! cols_fn {
+    ($(#[$attr:meta])*) => {
+        $(#[$attr])*
+        fn cols<const R: usize, const C: usize>(
+            p: &RowDot<'_>,
+            d: Dst,
+            i0: usize,
+            j0: usize,
+            j1: usize,
+        ) {
+            let k = p.k;
+            let x: [&[f32]; R] =
+                std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
+            let mut j = j0;
+            while j + C <= j1 {
+                micro::<R, C>(&x, p, d, i0, j);
+                j += C;
+            }
+            while j < j1 {
+                micro::<R, 1>(&x, p, d, i0, j);
+                j += 1;
+            }
+        }
+    };
 }
+
+cols_fn!(#[inline(always)]);
 
 /// `R x C` outputs at `(i0.., j0..)`; the per-element order is the one the module doc fixes.
 #[inline(always)]
@@ -220,28 +234,7 @@ mod avx512 {
         row_chunks!(p, d, j0, j1);
     }
 
-    #[target_feature(enable = "avx512f,fma")]
-    #[inline]
-    fn cols<const R: usize, const C: usize>(
-        p: &RowDot<'_>,
-        d: Dst,
-        i0: usize,
-        j0: usize,
-        j1: usize,
-    ) {
-        let k = p.k;
-        let x: [&[f32]; R] =
-            std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
-        let mut j = j0;
-        while j + C <= j1 {
-            micro::<R, C>(&x, p, d, i0, j);
-            j += C;
-        }
-        while j < j1 {
-            micro::<R, 1>(&x, p, d, i0, j);
-            j += 1;
-        }
-    }
+    cols_fn!(#[target_feature(enable = "avx512f,fma")] #[inline]);
 
     #[target_feature(enable = "avx512f,fma")]
     #[inline]
@@ -333,28 +326,7 @@ mod avx2 {
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn cols<const R: usize, const C: usize>(
-        p: &RowDot<'_>,
-        d: Dst,
-        i0: usize,
-        j0: usize,
-        j1: usize,
-    ) {
-        let k = p.k;
-        let x: [&[f32]; R] =
-            std::array::from_fn(|r| &p.x[(i0 + r) * p.x_rs..(i0 + r) * p.x_rs + k]);
-        let mut j = j0;
-        while j + C <= j1 {
-            micro::<R, C>(&x, p, d, i0, j);
-            j += C;
-        }
-        while j < j1 {
-            micro::<R, 1>(&x, p, d, i0, j);
-            j += 1;
-        }
-    }
+    cols_fn!(#[target_feature(enable = "avx2,fma")] #[inline]);
 
     #[target_feature(enable = "avx2,fma")]
     #[inline]

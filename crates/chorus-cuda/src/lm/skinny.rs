@@ -139,6 +139,13 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
     } = a;
     let out = t_ptr(be, OP, "out", out)?;
     let shape = (n, k, m, epilogue);
+    // The norm for the kernels that apply it themselves (0: none).
+    let gamma = norm
+        .as_ref()
+        .map(|nm| t_ptr(be, OP, "norm.weight", nm.weight))
+        .transpose()?
+        .unwrap_or(0);
+    let eps = norm.as_ref().map_or(0.0, |nm| nm.eps);
     match w {
         LinearWeight::Dense(w) => {
             check_len(OP, "w", w.len, m * k)?;
@@ -146,13 +153,9 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 x: t_ptr(be, OP, "x", x)?,
                 w: t_ptr(be, OP, "w", w)?,
                 scale: 0,
-                gamma: norm
-                    .as_ref()
-                    .map(|nm| t_ptr(be, OP, "norm.weight", nm.weight))
-                    .transpose()?
-                    .unwrap_or(0),
+                gamma,
                 out,
-                eps: norm.as_ref().map_or(0.0, |nm| nm.eps),
+                eps,
                 q8: false,
                 rot: false,
             };
@@ -173,13 +176,9 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                     x: t_ptr(be, OP, "x", x)?,
                     w: weight.q.ptr(),
                     scale: weight.scales.ptr(),
-                    gamma: norm
-                        .as_ref()
-                        .map(|nm| t_ptr(be, OP, "norm.weight", nm.weight))
-                        .transpose()?
-                        .unwrap_or(0),
+                    gamma,
                     out,
-                    eps: norm.as_ref().map_or(0.0, |nm| nm.eps),
+                    eps,
                     q8: true,
                     rot: true,
                 };
