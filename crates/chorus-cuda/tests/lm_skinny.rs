@@ -305,6 +305,33 @@ fn int8_products_keep_large_inputs_finite() {
     }
 }
 
+/// One case on the CPU, on a backend without a path (`base`) and on one with it (`with`): the
+/// result on `with` within the bf16 bound of the CPU's, and with `same_bits` bit for bit
+/// `base`'s. Returns whether `taken` (a counter of `with`'s) grew, i.e. the path ran.
+fn against_base(
+    (cpu, base, with): (&chorus_cpu::CpuBackend, &CudaBackend, &CudaBackend),
+    c: &Case,
+    (key, same_bits): (usize, bool),
+    taken: fn(&CudaBackend) -> usize,
+) -> bool {
+    let d = data(c, key as u64 + 7);
+    let before = taken(with);
+    let want = run(cpu, c, &d, key);
+    let plain = run(base, c, &d, key);
+    let got = run(with, c, &d, key);
+    assert_parity(&c.name(), Precision::Bf16, &got, &want);
+    if same_bits {
+        assert!(
+            got.iter()
+                .zip(&plain)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}: the path changes the bits",
+            c.name()
+        );
+    }
+    taken(with) > before
+}
+
 /// The persistent grid (`CudaOptions::skinny_persistent`) gives the same bits as one block a
 /// tile, and both match the CPU, on products with more tiles than resident blocks: an odd number
 /// of weight groups per warp (each tile loads its own first group) and an even one (the next
@@ -337,24 +364,13 @@ fn persistent_skinny_grid_keeps_the_bits() {
                     norm: !q8,
                     q8,
                 };
-                let d = data(&c, key as u64 + 7);
-                let before = persistent.skinny_persistent_products();
-                let want = run(&cpu, &c, &d, key);
-                let one_block_a_tile = run(&tiled, &c, &d, key);
-                let got = run(&persistent, &c, &d, key);
-                assert!(
-                    persistent.skinny_persistent_products() > before,
-                    "{}: the persistent grid was not taken",
-                    c.name()
+                let taken = against_base(
+                    (&cpu, &tiled, &persistent),
+                    &c,
+                    (key, true),
+                    CudaBackend::skinny_persistent_products,
                 );
-                assert_parity(&c.name(), Precision::Bf16, &got, &want);
-                assert!(
-                    got.iter()
-                        .zip(&one_block_a_tile)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{}: the persistent grid changes the bits",
-                    c.name()
-                );
+                assert!(taken, "{}: the persistent grid was not taken", c.name());
                 key += 1;
             }
         }
@@ -396,27 +412,15 @@ fn l2_prefetch_changes_no_bits() {
                 norm: true,
                 q8,
             };
-            let d = data(&c, key as u64 + 11);
-            let before = prefetching.l2_prefetches();
-            let want = run(&cpu, &c, &d, key);
-            let base = run(&plain, &c, &d, key);
-            let got = run(&prefetching, &c, &d, key);
+            let taken = against_base(
+                (&cpu, &plain, &prefetching),
+                &c,
+                (key, true),
+                CudaBackend::l2_prefetches,
+            );
             // Without programmatic launch (before sm_90) the backend turns the prefetch off.
             let expect = prefetching.l2_prefetch_bytes() > 0 && (q8 || n <= 2);
-            assert_eq!(
-                prefetching.l2_prefetches() > before,
-                expect,
-                "{}: prefetch taken",
-                c.name()
-            );
-            assert_parity(&c.name(), Precision::Bf16, &got, &want);
-            assert!(
-                got.iter()
-                    .zip(&base)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{}: the prefetch changes the bits",
-                c.name()
-            );
+            assert_eq!(taken, expect, "{}: prefetch taken", c.name());
             key += 1;
         }
     }
@@ -459,27 +463,13 @@ fn int8_rotation_inside_the_product_matches() {
                     norm,
                     q8: true,
                 };
-                let d = data(&c, key as u64 + 21);
-                let before = fused.q8_fused_rotations();
-                let want = run(&cpu, &c, &d, key);
-                let base = run(&apart, &c, &d, key);
-                let got = run(&fused, &c, &d, key);
-                assert_eq!(
-                    fused.q8_fused_rotations() > before,
-                    fits,
-                    "{}: rotation inside the product",
-                    c.name()
+                let taken = against_base(
+                    (&cpu, &apart, &fused),
+                    &c,
+                    (key, !norm),
+                    CudaBackend::q8_fused_rotations,
                 );
-                assert_parity(&c.name(), Precision::Bf16, &got, &want);
-                if !norm {
-                    assert!(
-                        got.iter()
-                            .zip(&base)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{}: the rotation inside the product changes the bits",
-                        c.name()
-                    );
-                }
+                assert_eq!(taken, fits, "{}: rotation inside the product", c.name());
                 key += 1;
             }
         }
