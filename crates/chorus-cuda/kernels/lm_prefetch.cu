@@ -1,8 +1,9 @@
 // A product's first weights into L2 while the kernels before it still run (sm_90+). Weights are
 // never written during a step, so nothing orders these reads: the kernel lets its successor
 // launch first, issues bulk L2 prefetches of up to two ranges, and only then waits for its
-// predecessor. Its successor waits for it, so the chain of writes stays ordered (prelude.cuh's
-// pdl_enter) while DRAM streams the next weights during the previous kernel's tail.
+// predecessor (prelude.cuh's pdl_launch_dependents and pdl_wait). Its successor waits for it, so
+// the chain of writes stays ordered while DRAM streams the next weights during the previous
+// kernel's tail.
 #define PF_PIECE 16384
 
 __device__ __forceinline__ void pf_range(const unsigned char* p, unsigned long long bytes) {
@@ -19,12 +20,8 @@ __device__ __forceinline__ void pf_range(const unsigned char* p, unsigned long l
 
 extern "C" __global__ void lm_l2_prefetch(const unsigned char* a, unsigned long long a_bytes, const unsigned char* b,
                                           unsigned long long b_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    pdl_launch_dependents();
     pf_range(a, a_bytes);
     pf_range(b, b_bytes);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    pdl_wait();
 }

@@ -149,6 +149,20 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
+// The two halves of pdl_enter, for a kernel that reads only weights (never written during a
+// step): it lets its successor launch first and waits for its predecessor last, before it
+// exits, so its successor (which waits for it) still sees every earlier kernel's writes.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Before waiting on its predecessor, a weight-streaming kernel asks L2 for the first weight row
 // its warp will read (`row_bytes` long): weights are never written during a step, so this overlaps
 // the DRAM latency of the first row with the predecessor's tail.

@@ -28,7 +28,8 @@ fn every_kernel_compiles_for_sm90() {
 /// waits for its predecessor before touching activations: `pdl_enter()` must be every kernel's
 /// first statement (a weight prefetch, which reads no activation, may come before it; the skinny
 /// products' body, `SK_DISPATCH`, loads its first weights and then waits, see lm_skinny.cu; so
-/// does the bulk-copy GEMV's, `gemv_tma_body`, see lm_gemv.cu).
+/// does the bulk-copy GEMV's, `gemv_tma_body`, see lm_gemv.cu; the L2 prefetch, which reads only
+/// weights, releases its successor first and waits before it exits, see lm_prefetch.cu).
 #[test]
 fn every_kernel_waits_for_its_predecessor_first() {
     let src = chorus_cuda::kernel_source();
@@ -44,7 +45,13 @@ fn every_kernel_waits_for_its_predecessor_first() {
             .take(2)
             .collect();
         let name = body[..open].split('(').next().unwrap_or("?");
+        // The kernel's own text, up to the next kernel.
+        let own = body[open..]
+            .find("extern \"C\" __global__")
+            .map_or(&body[open..], |end| &body[open..open + end]);
         let ok = first[0] == "pdl_enter();"
+            // A weights-only kernel releases its successor first and waits before it exits.
+            || (first[0] == "pdl_launch_dependents();" && own.contains("pdl_wait();"))
             || first[0].starts_with("SK_DISPATCH(")
             || first[0].starts_with("gemv_tma_body(")
             || (first[0].starts_with("prefetch_first_row(") && first[1] == "pdl_enter();");
