@@ -443,9 +443,11 @@ impl CudaBackend {
                 kernels.allow_dynamic_smem(k, mma_smem_limit)?;
             }
         }
-        if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
-            crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?;
-        }
+        let rotation_smem = if options.skinny_mma && arch.0 >= MMA_MIN_MAJOR {
+            crate::lm::skinny::allow_smem(&kernels, mma_smem_limit)?
+        } else {
+            false
+        };
         let q8_gemm = if options.q8_gemm
             && options.skinny_mma
             && arch.0 >= MMA_MIN_MAJOR
@@ -540,7 +542,7 @@ impl CudaBackend {
             skinny_persistent_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
             fused_norm_rotation: options.fused_norm_rotation,
-            q8_fused_rotation: options.q8_fused_rotation,
+            q8_fused_rotation: options.q8_fused_rotation && rotation_smem,
             q8_fused_rotation_launches: AtomicUsize::new(0),
             q8_gemm,
             q8_gemm_launches: AtomicUsize::new(0),

@@ -346,10 +346,13 @@ fn rot_fits(be: &CudaBackend, n: usize, k: usize, group: usize) -> bool {
         && slice <= ROT_MAX_SLICE
 }
 
-/// Lets the entry points whose partial sums pass the default 48 KiB take them (at start-up).
-pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Result<()> {
+/// Lets the entry points whose partial sums pass the default 48 KiB take them (at start-up);
+/// `true` when the device also lets the input-rotation entries have theirs ([`rot_fits`] takes
+/// them only then).
+pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Result<bool> {
     let rot_need = smem_bytes(1, 2) + rot_smem_bytes(SKINNY_WARPS * ROT_MAX_SLICE);
-    if rot_need <= limit {
+    let rot = rot_need <= limit;
+    if rot {
         for mt in [1, 2] {
             kernels.allow_dynamic_smem(kernel(true, 1, mt, true), rot_need)?;
         }
@@ -367,7 +370,7 @@ pub(crate) fn allow_smem(kernels: &crate::kernels::Kernels, limit: usize) -> Res
     for q8 in [false, true] {
         kernels.allow_dynamic_smem(kernel(q8, tiles, 2, false), need)?;
     }
-    Ok(())
+    Ok(rot)
 }
 
 /// Weight tiles per block: two (half the activations' L2 traffic) at 64 rows, and below wherever
