@@ -55,6 +55,8 @@
 #              CHORUS_L2_PREFETCH_MB=12");
 #   skinny_ncu Nsight Compute's sections for a layer's four int8 skinny products at one row under
 #              each setting of SKINNY_ENVS (skinny-ncu-N.txt);
+#   profile    scripts/device/music_profile.sh (a frame and a prefill op by op; PROFILE_MODELS,
+#              PROFILE_SONGS, PROFILE_KV);
 #   ncu_attn   scripts/device/ncu_attention.sh (Nsight Compute's sections for one 8-bit decode
 #              attention launch in that step, both binaries);
 #   stages     scripts/device/lm_stages_check.sh without STT and TTS (the int8 norm + rotation
@@ -249,6 +251,7 @@ for p in ${PENDING_PARTS:-stt_fp8}; do
     music_ab) part music_ab ${MUSIC_AB_LIMIT:-240} bash -c music_ab ;;
     tts_ab) part tts_ab 150 bash -c tts_ab ;;
     stt_enc) part stt_enc 150 bash -c stt_enc ;;
+    profile) part profile ${PROFILE_LIMIT:-200} bash scripts/device/music_profile.sh ;;
     ncu_attn) part ncu_attn 330 bash scripts/device/ncu_attention.sh ;;
     stt_2b6) part stt_2b6 80 env STT_STREAMS="${STT_2B6_STREAMS:-850}" STT_MODEL=random-2.6b bash scripts/device/stt_capacity.sh ;;
     *) echo "unknown part $p" && status=1 ;;
