@@ -300,10 +300,25 @@ fn frame(be: &CpuBackend, rows: usize) -> Result<()> {
     Ok(())
 }
 
+/// Rows of a transformer linear in one whole-file chunk of 32 frames (25 Hz tokens).
+const WHOLE_FILE_ROWS: usize = 64;
+
 fn main() -> Result<()> {
     let threads = std::env::args().nth(1).and_then(|s| s.parse().ok());
     let be = CpuBackend::new(threads)?;
     println!("{}", be.device_description());
+    println!("--- linears at {WHOLE_FILE_ROWS} rows (a whole-file chunk's transformer)");
+    for (k, m) in [(512, 1536), (512, 512), (512, 2048), (2048, 512)] {
+        let n = WHOLE_FILE_ROWS;
+        report(
+            &format!("linear {n}x{k}->{m}"),
+            time_linear(&be, n, k, m)?,
+            2.0 * (n * k * m) as f64,
+        );
+    }
+    if std::env::args().nth(2).as_deref() == Some("linears") {
+        return Ok(());
+    }
     for rows in [1usize, 8] {
         println!("--- rows {rows}: heaviest SEANet shapes");
         let g = cg(rows, 2, 512, 1024, 7, false);

@@ -6,7 +6,11 @@ use std::sync::OnceLock;
 
 /// An f32 buffer: every role is stored as f32 on the CPU.
 #[derive(Clone, Debug, Default)]
-pub struct CpuBuf(pub(crate) Vec<f32>, pub(crate) OnceLock<Padded>);
+pub struct CpuBuf(
+    pub(crate) Vec<f32>,
+    pub(crate) OnceLock<Padded>,
+    pub(crate) OnceLock<PairSum>,
+);
 
 /// Equality of contents; a cached padded copy is a derived layout, not part of the value.
 impl PartialEq for CpuBuf {
@@ -29,12 +33,51 @@ pub(crate) struct Padded {
     pub data: Vec<f32>,
 }
 
+/// A `[outer, 2, inner]` weight's two taps summed, `[outer, inner]` with row stride `stride`
+/// (made on first use, for `pairs.rs`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PairSum {
+    pub outer: usize,
+    pub inner: usize,
+    pub stride: usize,
+    pub data: Vec<f32>,
+}
+
 /// Floats added to each padded row: one cache line, which moves consecutive rows to new sets.
 const ROW_PAD: usize = 16;
 
 impl CpuBuf {
     pub(crate) fn new(data: Vec<f32>) -> Self {
-        Self(data, OnceLock::new())
+        Self(data, OnceLock::new(), OnceLock::new())
+    }
+
+    /// The buffer as `[outer, 2, inner]` with its middle axis summed (copied once, then cached),
+    /// or `None` if it was first summed for another shape or is too short.
+    pub(crate) fn pair_sum(&self, outer: usize, inner: usize) -> Option<&PairSum> {
+        if self.0.len() < outer * 2 * inner {
+            return None;
+        }
+        let p = self.2.get_or_init(|| {
+            // Padded like `padded`'s rows: Mimi's widths are powers of two.
+            let stride = inner + ROW_PAD;
+            let mut data = vec![0.0; outer * stride];
+            for (d, s) in data
+                .chunks_exact_mut(stride)
+                .zip(self.0.chunks_exact(2 * inner))
+            {
+                let (a, b) = s.split_at(inner);
+                for ((d, &a), &b) in d.iter_mut().zip(a).zip(b) {
+                    *d = a + b;
+                }
+            }
+            PairSum {
+                outer,
+                inner,
+                stride,
+                data,
+            }
+        });
+        (p.outer == outer && p.inner == inner).then_some(p)
     }
 
     /// The buffer as a `[rows, cols]` matrix with padded row stride (copied once, then cached),
@@ -86,6 +129,7 @@ impl CpuBuf {
     /// The elements, mutably (drops any cached padded copy, which could go stale).
     pub fn as_mut_slice(&mut self) -> &mut [f32] {
         self.1 = OnceLock::new();
+        self.2 = OnceLock::new();
         &mut self.0
     }
 

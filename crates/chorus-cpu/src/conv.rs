@@ -12,7 +12,9 @@
 //! per-element summation order does not depend on the row count, so a row's output is the same in
 //! every batch bucket (long ones run the same tiles of the same shapes for a row in any batch).
 
+use crate::buffers::PairSum;
 use crate::gemm::MatMul;
+use crate::pairs::{self, Pairs, Rhs, Taps};
 use crate::rowdot::RowDot;
 use crate::{check, math, CpuBackend};
 use chorus_core::{Conv1dArgs, Result};
@@ -98,10 +100,15 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
     let batched = time <= IM2COL_MAX_TIME;
     let tt = time_tile(time);
     let tiles = time.div_ceil(tt);
+    // Long two-tap convolutions (the encoder's downsampling as super-columns) run in pairs.
+    let pair_sum = (!batched && kernel == 2 && dil == 1)
+        .then(|| a.w.pair_sum(co, ci))
+        .flatten();
+    let task = (hist + tt) * ci + pair_sum.map_or(0, |_| pairs::scratch_len(tt / 2, ci, co));
     let per_row = if batched {
         len * ci + time * kernel * ci
     } else {
-        tiles * (hist + tt) * ci
+        tiles * task
     };
     let chunk = chunk_rows(rows, per_row, w.len());
     let ctx = Ctx {
@@ -128,6 +135,7 @@ pub(crate) fn conv1d(be: &CpuBackend, a: Conv1dArgs<'_, CpuBackend>) -> Result<(
                         state,
                         slots: sl,
                         w,
+                        pair_sum,
                         bias,
                         residual: res,
                     };
@@ -215,17 +223,21 @@ struct TileIo<'a> {
     state: &'a [f32],
     slots: &'a [i32],
     w: &'a [f32],
+    /// The two taps summed, where a long two-tap convolution runs in pairs.
+    pair_sum: Option<&'a PairSum>,
     bias: Option<&'a [f32]>,
     residual: Option<&'a [f32]>,
 }
 
 /// A long convolution as independent tasks of `time_tile` outputs per row, in parallel: each
 /// builds its window of `xin` in its part of `scratch` and runs one product (one per tap when
-/// dilated) on the calling thread.
+/// dilated, three per pair of outputs for two taps) on the calling thread.
 fn tiled(c: &Ctx, io: TileIo<'_>, out: &mut [f32], scratch: &mut [f32]) -> Result<()> {
     let tt = time_tile(c.time);
     let tiles = c.time.div_ceil(tt);
-    let window = (c.hist + tt) * c.ci;
+    let window = (c.hist + tt) * c.ci
+        + io.pair_sum
+            .map_or(0, |_| pairs::scratch_len(tt / 2, c.ci, c.co));
     // Rows in parallel, and each row's tiles (the last may be shorter).
     out.par_chunks_mut(c.time * c.co)
         .zip(scratch.par_chunks_mut(tiles * window))
@@ -245,12 +257,12 @@ fn tile(
     io: &TileIo<'_>,
     (r, t0): (usize, usize),
     o: &mut [f32],
-    win: &mut [f32],
+    task: &mut [f32],
 ) -> Result<()> {
     let n_t = o.len() / c.co;
     // Virtual rows of xin: `hist` state rows, then the (ELU'd) input; the window is t0..t1 + hist.
     let (v0, v1) = (t0, t0 + n_t + c.hist);
-    let win = &mut win[..(v1 - v0) * c.ci];
+    let (win, pair_scratch) = task.split_at_mut((v1 - v0) * c.ci);
     let from_state = c.hist.min(v1).saturating_sub(v0);
     if from_state > 0 {
         let s = io.slots[r] as usize * c.hist * c.ci;
@@ -269,6 +281,9 @@ fn tile(
     let span = r * c.time * c.co + t0 * c.co..r * c.time * c.co + (t0 + n_t) * c.co;
     let res = io.residual.map(|v| &v[span]);
     let accumulate = prefill(o, io.bias, res, c.co);
+    if let Some(sum) = io.pair_sum {
+        return two_taps(c, io.w, sum, (win, pair_scratch), o, accumulate);
+    }
     let taps = if c.dil == 1 { 1 } else { c.kernel };
     // Dilation 1: one product whose lhs rows overlap; otherwise one product per tap.
     let (k, lhs_step) = if taps == 1 {
@@ -290,6 +305,64 @@ fn tile(
             rhs_rs: 1,
             rhs_cs: c.kernel * c.ci,
             accumulate: accumulate || j > 0,
+            threads: 1,
+        }
+        .run("conv1d")?;
+    }
+    Ok(())
+}
+
+/// A two-tap tile (`kernel == 2`, dilation 1): its outputs in pairs (`pairs.rs`), an odd last one
+/// directly.
+fn two_taps(
+    c: &Ctx,
+    w: &[f32],
+    sum: &PairSum,
+    (win, scratch): (&[f32], &mut [f32]),
+    o: &mut [f32],
+    accumulate: bool,
+) -> Result<()> {
+    let (ci, co) = (c.ci, c.co);
+    let n_t = o.len() / co;
+    let pairs = n_t / 2;
+    // `w` is `[c_out, 2, c_in]`: tap j of output o at `o * 2 c_in + j c_in`.
+    let tap = |j: usize| Rhs {
+        data: &w[j * ci..],
+        rs: 1,
+        cs: 2 * ci,
+    };
+    let taps = Taps {
+        p: tap(0),
+        q: tap(1),
+        sum: Rhs {
+            data: &sum.data,
+            rs: 1,
+            cs: sum.stride,
+        },
+    };
+    Pairs {
+        v: &win[..(2 * pairs + 1) * ci],
+        pairs,
+        k: ci,
+        n: co,
+        taps,
+        accumulate,
+    }
+    .run(o, scratch)?;
+    if n_t % 2 == 1 {
+        MatMul {
+            m: 1,
+            n: co,
+            k: 2 * ci,
+            dst: &mut o[(n_t - 1) * co..],
+            dst_rs: co,
+            lhs: &win[(n_t - 1) * ci..],
+            lhs_rs: ci,
+            lhs_cs: 1,
+            rhs: w,
+            rhs_rs: 1,
+            rhs_cs: 2 * ci,
+            accumulate,
             threads: 1,
         }
         .run("conv1d")?;

@@ -23,6 +23,8 @@
 //! - Dense transposed-convolution weights (`[c_in, kernel * c_out]`, a power-of-two row stride in
 //!   Mimi, which aliases in the caches) are copied once, on first use, into a padded-stride layout
 //!   cached in the buffer.
+//! - Long two-tap convolutions (the encoder's downsampling as super-columns) take their outputs in
+//!   pairs through three products instead of four (`pairs.rs`), the taps' sum cached in the buffer.
 //! - Per-slot state is read and written through the slot ids; state write-backs run in row order
 //!   because padded rows all name the dummy row.
 
@@ -37,6 +39,7 @@ mod encode;
 mod gemm;
 mod lm;
 mod math;
+mod pairs;
 mod rowdot;
 mod scratch;
 mod simd;

@@ -298,8 +298,10 @@ mod avx2 {
     use super::{Dst, RowDot, LANES};
     use std::arch::x86_64::*;
 
-    /// Most lhs rows one call handles: six rows of one column are 12 accumulator registers.
-    const ROWS: usize = 6;
+    /// Most lhs rows one call handles: three rows of two columns are 12 accumulator registers
+    /// for 10 loads per 12 multiply-adds (six rows of one column took 14, and ran 30% slower on
+    /// the whole-file chunk's 64-row linears: the loads, not the multiply-adds, bound the loop).
+    const ROWS: usize = 3;
 
     /// Columns per call for `r` rows: at most 12 of the 16 registers hold accumulators (two per
     /// output), the rest the activation or weight vectors in flight.
@@ -307,8 +309,7 @@ mod avx2 {
         match r {
             1 => 6,
             2 => 3,
-            3 => 2,
-            _ => 1,
+            _ => 2,
         }
     }
 
@@ -318,9 +319,6 @@ mod avx2 {
             match p.n - i0 {
                 1 => cols::<1, { cols_per_call(1) }>(p, d, i0, j0, j1),
                 2 => cols::<2, { cols_per_call(2) }>(p, d, i0, j0, j1),
-                3 => cols::<3, { cols_per_call(3) }>(p, d, i0, j0, j1),
-                4 => cols::<4, { cols_per_call(4) }>(p, d, i0, j0, j1),
-                5 => cols::<5, { cols_per_call(5) }>(p, d, i0, j0, j1),
                 _ => cols::<ROWS, { cols_per_call(ROWS) }>(p, d, i0, j0, j1),
             }
         }

@@ -219,6 +219,32 @@ fn conv1d_tiles_with_a_history_longer_than_the_input() {
     }
 }
 
+/// Long two-tap convolutions (the encoder's downsampling as super-columns) run their outputs in
+/// pairs through three products (`pairs.rs`): even and odd tile lengths, a short last tile, every
+/// prologue and epilogue.
+#[test]
+fn conv1d_two_taps_in_pairs_match_the_reference() {
+    let be = backend();
+    let mut seed = 700;
+    for &time in &[65usize, 70, 331] {
+        for &(elu, bias, residual) in &[
+            (true, true, true),
+            (false, false, false),
+            (true, false, true),
+        ] {
+            let case = Case {
+                geom: geom(2, time, 12, 9, 2, 1, elu),
+                bias,
+                residual,
+                slots: vec![3, 1],
+                total_rows: 5,
+            };
+            check_case(&be, &case, seed);
+            seed += 1;
+        }
+    }
+}
+
 #[test]
 fn conv1d_padded_rows_only_touch_the_dummy_row() {
     let be = backend();
