@@ -70,8 +70,12 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
             Some(p) => (&p.data[..], p.stride),
             None => (&a.w.0[..w_len], kco),
         };
-        // Long inputs: tiles of input steps as independent tasks (`convtr_long.rs`).
-        let per_row = convtr_long::row_scratch(&g);
+        // Long inputs: tiles of input steps as independent tasks (`convtr_long.rs`), in pairs
+        // of output blocks where the kernel is two strides.
+        let pair_sum = (kernel == 2 * stride)
+            .then(|| a.w.pair_sum(ci, stride * co))
+            .flatten();
+        let per_row = convtr_long::row_scratch(&g, pair_sum.is_some());
         let chunk = chunk_rows(rows, per_row, w_len);
         return be.scratch.with(chunk * per_row, |scratch| {
             be.install(|| -> Result<()> {
@@ -82,6 +86,7 @@ pub(crate) fn conv_tr1d(be: &CpuBackend, a: ConvTr1dArgs<'_, CpuBackend>) -> Res
                         x: &x[r0 * time * ci..(r0 + n) * time * ci],
                         w: wc,
                         w_rs,
+                        pair_sum,
                         bias,
                         slots: &slots[r0..r0 + n],
                     };

@@ -7,9 +7,11 @@
 //! streaming a `[time, kernel * c_out]` intermediate through memory. The tile length depends on
 //! the input length alone, so a row is cut the same way whatever shares its call.
 
+use crate::buffers::PairSum;
 use crate::conv::tile_len;
 use crate::gemm::MatMul;
 use crate::math;
+use crate::pairs::{self, Pairs, Rhs, Taps};
 use chorus_core::{ConvTr1dGeom, Result};
 use rayon::prelude::*;
 
@@ -30,19 +32,37 @@ fn back(g: &ConvTr1dGeom) -> usize {
 }
 
 /// Scratch elements one row needs: per task its (ELU'd) input, products and accumulator.
-pub(crate) fn row_scratch(g: &ConvTr1dGeom) -> usize {
+pub(crate) fn row_scratch(g: &ConvTr1dGeom, paired: bool) -> usize {
     let tt = input_tile(g);
-    g.time.div_ceil(tt) * task_scratch(g, tt)
+    g.time.div_ceil(tt) * Layout::of(g, tt, paired).per_task
 }
 
-fn task_scratch(g: &ConvTr1dGeom, tt: usize) -> usize {
-    acc_offset(g, tt) + (tt * g.stride + g.tail()) * g.c_out
+/// Where a task's parts lie in its scratch.
+struct Layout {
+    /// Its accumulator's start (after its input and products).
+    acc: usize,
+    per_task: usize,
 }
 
-/// Where a task's accumulator starts in its scratch (after its input and products).
-fn acc_offset(g: &ConvTr1dGeom, tt: usize) -> usize {
-    let steps = tt + back(g);
-    steps * g.c_in + steps * g.kernel * g.c_out
+impl Layout {
+    fn of(g: &ConvTr1dGeom, tt: usize, paired: bool) -> Self {
+        let (ci, n) = (g.c_in, g.stride * g.c_out);
+        if paired {
+            // Blocks t0..=t1 in pairs, from the step before t0 on (`pairs_task`).
+            let cap = (tt + 2) / 2;
+            let acc = (2 * cap + 1) * ci + pairs::scratch_len(cap, ci, n);
+            return Self {
+                acc,
+                per_task: acc + 2 * cap * n,
+            };
+        }
+        let steps = tt + back(g);
+        let acc = steps * ci + steps * g.kernel * g.c_out;
+        Self {
+            acc,
+            per_task: acc + (tt * g.stride + g.tail()) * g.c_out,
+        }
+    }
 }
 
 /// The operands of one chunk of rows.
@@ -53,6 +73,8 @@ pub(crate) struct LongIo<'a> {
     /// `[c_in, kernel * c_out]` with row stride `w_rs`.
     pub w: &'a [f32],
     pub w_rs: usize,
+    /// The kernel's two halves summed, where `kernel == 2 * stride` runs in pairs of blocks.
+    pub pair_sum: Option<&'a PairSum>,
     pub bias: Option<&'a [f32]>,
     pub slots: &'a [i32],
 }
@@ -68,7 +90,8 @@ pub(crate) fn run(
     let g = io.g;
     let (co, s) = (g.c_out, g.stride);
     let tt = input_tile(&g);
-    let (tiles, per_task) = (g.time.div_ceil(tt), task_scratch(&g, tt));
+    let layout = Layout::of(&g, tt, io.pair_sum.is_some());
+    let (tiles, per_task) = (g.time.div_ceil(tt), layout.per_task);
     let per_row = tiles * per_task;
     let work = &mut scratch[..io.slots.len() * per_row];
     {
@@ -84,7 +107,11 @@ pub(crate) fn run(
                     .try_for_each(|(t, (o, w))| {
                         let t0 = t * tt;
                         let t1 = (t0 + tt).min(g.time);
-                        let acc = task(io, &Tile { r, t0, t1 }, state, tt, w)?;
+                        let tl = Tile { r, t0, t1 };
+                        let acc = match io.pair_sum {
+                            Some(sum) => pairs_task(io, sum, &tl, state, tt, w)?,
+                            None => task(io, &tl, state, tt, w)?,
+                        };
                         write_out(io.bias, co, acc, o);
                         Ok(())
                     })
@@ -96,7 +123,7 @@ pub(crate) fn run(
     let head = (g.time - last * tt) * s * co;
     let st = g.tail() * co;
     for (r, &slot) in io.slots.iter().enumerate() {
-        let at = r * per_row + last * per_task + acc_offset(&g, tt) + head;
+        let at = r * per_row + last * per_task + layout.acc + head;
         let slot = slot as usize;
         state[slot * st..(slot + 1) * st].copy_from_slice(&work[at..at + st]);
     }
@@ -169,6 +196,68 @@ fn task<'w>(
         );
     }
     Ok(acc)
+}
+
+/// [`task`] for `kernel == 2 * stride` in pairs of output blocks (`pairs.rs`): block `q` is
+/// `x[q - 1] B + x[q] A` (`A`, `B` the kernel's halves), a two-tap convolution over the input steps
+/// from the one before `t0` (zero before the row's start, whose part is the stored tail) to `t1`.
+fn pairs_task<'w>(
+    io: &LongIo<'_>,
+    sum: &PairSum,
+    tl: &Tile,
+    state: &[f32],
+    tt: usize,
+    work: &'w mut [f32],
+) -> Result<&'w [f32]> {
+    let g = io.g;
+    let (ci, n) = (g.c_in, g.stride * g.c_out);
+    let blocks = tl.t1 - tl.t0 + 1;
+    let pairs = blocks.div_ceil(2);
+    // The parts at the offsets of a whole tile's (`Layout`): `run` finds the last tail there.
+    let cap = (tt + 2) / 2;
+    let (v, rest) = work.split_at_mut((2 * cap + 1) * ci);
+    let (scratch, acc) = rest.split_at_mut(pairs::scratch_len(cap, ci, n));
+    let v = &mut v[..(2 * pairs + 1) * ci];
+    let acc = &mut acc[..2 * pairs * n];
+    // v[j] = f(x[t0 - 1 + j]) where the row has that step, else zero.
+    v.fill(0.0);
+    let p0 = tl.t0.saturating_sub(1);
+    let src = &io.x[(tl.r * g.time + p0) * ci..(tl.r * g.time + tl.t1) * ci];
+    let dst = &mut v[(p0 + 1 - tl.t0) * ci..(tl.t1 + 1 - tl.t0) * ci];
+    if g.elu_input {
+        math::elu_into(dst, src);
+    } else {
+        dst.copy_from_slice(src);
+    }
+    acc.fill(0.0);
+    if tl.t0 == 0 {
+        let slot = io.slots[tl.r] as usize;
+        acc[..n].copy_from_slice(&state[slot * n..(slot + 1) * n]);
+    }
+    let half = |at: usize| Rhs {
+        data: &io.w[at..],
+        rs: io.w_rs,
+        cs: 1,
+    };
+    let taps = Taps {
+        p: half(n),
+        q: half(0),
+        sum: Rhs {
+            data: &sum.data,
+            rs: sum.stride,
+            cs: 1,
+        },
+    };
+    Pairs {
+        v,
+        pairs,
+        k: ci,
+        n,
+        taps,
+        accumulate: true,
+    }
+    .run(acc, scratch)?;
+    Ok(&acc[..blocks * n])
 }
 
 /// Writes `out.len()` outputs: the accumulator's head plus bias.

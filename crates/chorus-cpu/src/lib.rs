@@ -23,8 +23,9 @@
 //! - Dense transposed-convolution weights (`[c_in, kernel * c_out]`, a power-of-two row stride in
 //!   Mimi, which aliases in the caches) are copied once, on first use, into a padded-stride layout
 //!   cached in the buffer.
-//! - Long two-tap convolutions (the encoder's downsampling as super-columns) take their outputs in
-//!   pairs through three products instead of four (`pairs.rs`), the taps' sum cached in the buffer.
+//! - Long two-tap convolutions (the encoder's downsampling as super-columns, the decoder's
+//!   transposed convolutions of kernel `2 * stride` as output blocks) take their outputs in pairs
+//!   through three products instead of four (`pairs.rs`), the taps' sum cached in the buffer.
 //! - Per-slot state is read and written through the slot ids; state write-backs run in row order
 //!   because padded rows all name the dummy row.
 
