@@ -316,6 +316,15 @@ fn main() -> Result<()> {
             2.0 * (n * k * m) as f64,
         );
     }
+    // The encoder's last downsampling (super-columns of 8 steps of 512) and its output conv.
+    for (ci, co, k) in [(4096, 1024, 2), (1024, 512, 3)] {
+        let g = cg(1, WHOLE_FILE_ROWS, ci, co, k, true);
+        report(
+            &format!("conv {ci}->{co} k{k} t{WHOLE_FILE_ROWS}"),
+            time_conv(&be, g, false)?,
+            conv_flops(&g),
+        );
+    }
     if std::env::args().nth(2).as_deref() == Some("linears") {
         return Ok(());
     }
