@@ -1,11 +1,12 @@
 //! Plain HTTP endpoints: whole-file decode, health, metrics.
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chorus_core::FRAME_SAMPLES;
+use chorus_core::{FRAME_MS, FRAME_SAMPLES};
 use chorus_engine::{StreamEvent, StreamInput};
 use serde::Deserialize;
 
@@ -32,8 +33,15 @@ pub(crate) enum DecodeFormat {
 pub(crate) const DEFAULT_OGG_BITRATE: u32 = 64_000;
 /// Serial number of the one logical stream of an Ogg Opus answer.
 pub(crate) const OGG_SERIAL: u32 = 0x4368_6f72;
+/// Longest audio one `POST /v1/decode` answers (3 hours, an f32 answer of about 1 GB): the answer,
+/// not the body, is what costs memory, and one-byte codes of one codebook would let an 8 MiB
+/// body ask for 64 GB of samples.
+pub const MAX_DECODE_SECONDS: usize = 3 * 60 * 60;
+/// [`MAX_DECODE_SECONDS`] in frames.
+pub const MAX_DECODE_FRAMES: usize = MAX_DECODE_SECONDS * 1000 / FRAME_MS as usize;
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct DecodeQuery {
     #[serde(default)]
     format: DecodeFormat,
@@ -69,11 +77,22 @@ pub(crate) async fn ogg_file(
 
 pub(crate) async fn decode(
     State(state): State<AppState>,
-    Query(query): Query<DecodeQuery>,
+    query: Result<Query<DecodeQuery>, QueryRejection>,
     body: Bytes,
 ) -> Response {
     let engine = &state.engine;
     let info = engine.info();
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &state,
+                ErrorCode::BadOpen,
+                format!("query: {e} (expected format=wav, f32 or ogg, and bitrate with ogg)"),
+            )
+        }
+    };
     if query.bitrate.is_some() && query.format != DecodeFormat::Ogg {
         return error(
             StatusCode::BAD_REQUEST,
@@ -118,6 +137,18 @@ pub(crate) async fn decode(
             )
         }
     };
+    if file.frames > MAX_DECODE_FRAMES {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &state,
+            ErrorCode::TooLarge,
+            format!(
+                "the file holds {} frames ({} s of audio); one request decodes at most {MAX_DECODE_FRAMES} frames ({MAX_DECODE_SECONDS} s): split it",
+                file.frames,
+                file.frames * FRAME_MS as usize / 1000
+            ),
+        );
+    }
     let mut stream = match engine.open(StreamInput::Codes { n_q: file.n_q }) {
         Ok(s) => s,
         Err(e) => {

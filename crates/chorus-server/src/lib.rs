@@ -25,6 +25,7 @@ pub mod tts;
 pub mod wav;
 mod ws;
 
+pub use http::{MAX_DECODE_FRAMES, MAX_DECODE_SECONDS};
 pub use limits::raise_open_file_limit;
 pub use server::{Server, ServerConfig, Services};
 pub use ws::WS_READ_BUFFER_BYTES;

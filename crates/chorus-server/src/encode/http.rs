@@ -2,6 +2,7 @@
 //! channel count) to `[n_q, T]` int64 codes in `.npy`, through the same engine as encode streams.
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,7 +40,7 @@ fn status_of(e: &EncodeError) -> (StatusCode, ErrorCode) {
 
 pub(crate) async fn encode(
     State(state): State<AppState>,
-    Query(query): Query<EncodeQuery>,
+    query: Result<Query<EncodeQuery>, QueryRejection>,
     body: Bytes,
 ) -> Response {
     let Some(engine) = state.encode.clone() else {
@@ -49,6 +50,17 @@ pub(crate) async fn encode(
             ErrorCode::NotEnabled,
             "this server does not encode (started with --encode-streams 0, or its checkpoint has no encoder)".into(),
         );
+    };
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &state,
+                ErrorCode::BadOpen,
+                format!("query: {e} (expected n_q and allow_truncated=true|false)"),
+            )
+        }
     };
     let info = engine.info().clone();
     let n_q = query.n_q.unwrap_or(DEFAULT_N_Q.min(info.max_codebooks));

@@ -29,4 +29,4 @@ pub use engine::{
 pub use job::{StreamEnded, SttEvent, SttInput, SttJob, SttOutcome, SttStarted, SttUpdate};
 pub use metrics::SttMetrics;
 pub use protocol::{parse_stt_message, SttClientMessage, SttServerMessage, SttStart};
-pub use worker::{END_OF_TURN_HEAD, END_OF_TURN_THRESHOLD};
+pub use worker::{END_OF_TURN_HEAD, END_OF_TURN_THRESHOLD, MAX_PENDING_MARKERS};

@@ -40,6 +40,9 @@ pub(crate) const LIVE_WITHIN: Duration = Duration::from_millis(2 * FRAME_MS);
 /// probability it must rise past (Kyutai's default rule).
 pub const END_OF_TURN_HEAD: usize = 2;
 pub const END_OF_TURN_THRESHOLD: f32 = 0.5;
+/// Markers one stream may have waiting for their position: each waits in the owner thread's
+/// memory, so a client sending markers without audio must be stopped, not stored forever.
+pub const MAX_PENDING_MARKERS: usize = 1024;
 
 /// A stream to admit, with where its events go and where its input comes from.
 pub(crate) struct StartJob {
@@ -360,7 +363,7 @@ impl<B: LmOps> Worker<B> {
 
     /// One input message of stream `id`.
     fn apply(&mut self, id: StreamId, msg: SttInput) -> std::result::Result<(), StageError> {
-        let delay = self.info.config.text_delay_frames;
+        let (delay, max) = (self.info.config.text_delay_frames, self.info.max_frames);
         let (stage, flush_frames) = (&mut self.stage, self.flush_frames);
         let Some(r) = self.jobs.get_mut(&id) else {
             return Ok(());
@@ -378,10 +381,26 @@ impl<B: LmOps> Worker<B> {
                 push(stage, r, &pcm, arrived)?;
             }
             SttInput::Flush => {
+                // Refused here, not when its silence is due: paced silence lets flushes pile up.
+                if r.pushed + r.silence_due + flush_frames > max {
+                    return Err(StageError::bad_request(format!(
+                        "`flush` adds {flush_frames} frames of silence to the stream's {} frames \
+                         (silence of earlier flushes included): past the {max} one stream may send",
+                        r.pushed + r.silence_due
+                    )));
+                }
                 Self::schedule_silence(r, flush_frames);
                 r.flushes.push_back(r.pushed + r.silence_due);
             }
-            SttInput::Marker(m) => r.markers.push_back((r.pushed + r.silence_due + delay, m)),
+            SttInput::Marker(m) => {
+                if r.markers.len() >= MAX_PENDING_MARKERS {
+                    return Err(StageError::bad_request(format!(
+                        "Marker {m}: {MAX_PENDING_MARKERS} markers are already waiting for the \
+                         stream to step past them (send audio after a marker)"
+                    )));
+                }
+                r.markers.push_back((r.pushed + r.silence_due + delay, m))
+            }
             SttInput::Reset => {
                 stage.reset(id).map_err(bad_input)?;
                 r.restart();
