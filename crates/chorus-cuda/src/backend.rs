@@ -92,13 +92,14 @@ pub struct CudaOptions {
     /// Bytes of each LM product's weights (its first ones; for SwiGLU half from the gate rows,
     /// half from the up rows) that a small kernel before it prefetches into L2 while the kernels
     /// before it still run (`kernels/lm_prefetch.cu`; skinny, int8 GEMM and one- and two-row
-    /// GEMV products). 0 turns it off; only with programmatic launch on sm_90+. Off by default
-    /// until measured; `CHORUS_L2_PREFETCH_MB=N` sets it in MiB.
+    /// GEMV products). 0 turns it off; only with programmatic launch on sm_90+. Off by default:
+    /// 1.05 ms slower at 8 int8 songs on an H100 (docs/PERFORMANCE.md); `CHORUS_L2_PREFETCH_MB=N`
+    /// sets it in MiB.
     pub l2_prefetch_bytes: usize,
     /// int8 products of at most 8 rows (k a multiple of 2,048 up to 4,096, groups of 256)
     /// rotate their input (and apply its RMSNorm) inside the skinny kernel, each warp its own k
-    /// slice, instead of in a kernel before it; off (the default until measured), the rotation
-    /// kernel. Not in the batch-invariant mode. `CHORUS_Q8_FUSED_ROTATION=1` turns it on; for
+    /// slice, instead of in a kernel before it; off by default (1.92 ms slower at one int8 song
+    /// on an H100: every block repeats the rotation), the rotation kernel. Not in the batch-invariant mode. `CHORUS_Q8_FUSED_ROTATION=1` turns it on; for
     /// A/B measurements.
     pub q8_fused_rotation: bool,
     /// int8 products with a pre-norm take the norm and the input rotation in one kernel
