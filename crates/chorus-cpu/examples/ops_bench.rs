@@ -5,7 +5,7 @@
 
 use chorus_core::{
     AttentionArgs, AttentionGeom, Backend, BufRole, Conv1dArgs, Conv1dGeom, ConvTr1dArgs,
-    ConvTr1dGeom, LayerNormArgs, LinearArgs, Result, KV_RING,
+    ConvTr1dGeom, LayerNormArgs, LinearArgs, Result, RvqEncodeArgs, KV_RING,
 };
 use chorus_cpu::{CpuBackend, CpuBuf, CpuInts};
 use std::time::Instant;
@@ -300,6 +300,40 @@ fn frame(be: &CpuBackend, rows: usize) -> Result<()> {
     Ok(())
 }
 
+/// Mimi's quantiser: latent width, codebook width and entries, books (the first semantic).
+const RVQ_DIM: usize = 512;
+const RVQ_CB_DIM: usize = 256;
+const RVQ_CARD: usize = 2048;
+const RVQ_BOOKS: usize = 8;
+
+fn rvq_flops(rows: usize) -> f64 {
+    // Two input projections and every level's scores.
+    2.0 * (rows * (2 * RVQ_CB_DIM * RVQ_DIM + RVQ_BOOKS * RVQ_CB_DIM * RVQ_CARD)) as f64
+}
+
+fn time_rvq(be: &CpuBackend, rows: usize) -> Result<f64> {
+    let x = filled(be, rows * RVQ_DIM, 11)?;
+    let proj = filled(be, 2 * RVQ_CB_DIM * RVQ_DIM, 12)?;
+    let codebooks = filled(be, RVQ_BOOKS * RVQ_CB_DIM * RVQ_CARD, 13)?;
+    let norms = filled(be, RVQ_BOOKS * RVQ_CARD, 14)?;
+    let mut codes = be.ints(rows * RVQ_BOOKS, 0)?;
+    best_secs(|| {
+        be.rvq_encode(RvqEncodeArgs {
+            x: &x,
+            proj: &proj,
+            codebooks: &codebooks,
+            norms: &norms,
+            codes: &mut codes,
+            rows,
+            dim: RVQ_DIM,
+            cb_dim: RVQ_CB_DIM,
+            card: RVQ_CARD,
+            books: RVQ_BOOKS,
+            semantic_books: 1,
+        })
+    })
+}
+
 /// Rows of a transformer linear in one whole-file chunk of 32 frames (25 Hz tokens).
 const WHOLE_FILE_ROWS: usize = 64;
 
@@ -325,6 +359,12 @@ fn main() -> Result<()> {
             conv_flops(&g),
         );
     }
+    let rows = WHOLE_FILE_ROWS;
+    report(
+        &format!("rvq_encode {rows} rows, 8 books of 2048 x 256"),
+        time_rvq(&be, rows)?,
+        rvq_flops(rows),
+    );
     if std::env::args().nth(2).as_deref() == Some("linears") {
         return Ok(());
     }

@@ -1,6 +1,7 @@
 //! Encoder-only ops: audio staging in, codes out, replicate-padded history, residual vector
 //! quantisation.
 
+use crate::simd::dispatch;
 use crate::{check, math, CpuBackend, CpuBuf, CpuInts, CpuStaging};
 use chorus_core::{ReplicateArgs, Result, RvqEncodeArgs, NO_CODE};
 use rayon::prelude::*;
@@ -58,8 +59,9 @@ pub(crate) fn replicate_history(a: ReplicateArgs<'_, CpuBackend>) -> Result<()> 
 /// Rows quantised together: they share each codebook tile while it sits in L2 (a row alone would
 /// stream all of a level's codebook, 2 MiB at Mimi's sizes, from memory for itself).
 const RVQ_ROW_BLOCK: usize = 8;
-/// Codebook entries per tile: 256 dims x 512 entries of f32 is 512 KiB, well inside L2.
-const RVQ_ENTRY_TILE: usize = 512;
+/// Codebook entries per tile: 256 dims x 256 entries of f32 is 256 KiB, half of a 512 KiB L2
+/// (tiles of 512 entries filled it and ran 25% slower there; ops_bench's `rvq_encode`).
+const RVQ_ENTRY_TILE: usize = 256;
 
 pub(crate) fn rvq_encode(be: &CpuBackend, a: RvqEncodeArgs<'_, CpuBackend>) -> Result<()> {
     const OP: &str = "rvq_encode";
@@ -100,6 +102,60 @@ pub(crate) fn rvq_encode(be: &CpuBackend, a: RvqEncodeArgs<'_, CpuBackend>) -> R
     Ok(())
 }
 
+/// Codebook entries of one register block of scores (two AVX2 vectors, one AVX-512), and the rows
+/// that share each load of the codebook's values: a whole block of rows (4 measured slower).
+const SCORE_LANES: usize = 16;
+const SCORE_ROWS: usize = RVQ_ROW_BLOCK;
+
+/// The entries `e0..e1` of a codebook of `card` entries of `cbd` dims.
+#[derive(Clone, Copy)]
+struct ScoreTile {
+    cbd: usize,
+    card: usize,
+    e0: usize,
+    e1: usize,
+}
+
+/// `scores[r * card + e] = sum_d residuals[r * cbd + d] * book[d * card + e]` for rows `rows`
+/// and the tile's entries: from 0, d in order, a multiply then an add each (one row's order, as
+/// an axpy per dim gives it), in registers for `R` rows x [`SCORE_LANES`] entries at a time.
+#[inline(always)]
+fn score_rows<const R: usize>(
+    rows: [usize; R],
+    residuals: &[f32],
+    book: &[f32],
+    scores: &mut [f32],
+    t: ScoreTile,
+) {
+    let ScoreTile { cbd, card, e0, e1 } = t;
+    let res = rows.map(|r| &residuals[r * cbd..(r + 1) * cbd]);
+    let full = e0 + (e1 - e0) / SCORE_LANES * SCORE_LANES;
+    for e in (e0..full).step_by(SCORE_LANES) {
+        let mut acc = [[0.0_f32; SCORE_LANES]; R];
+        for d in 0..cbd {
+            let mut b = [0.0_f32; SCORE_LANES];
+            b.copy_from_slice(&book[d * card + e..d * card + e + SCORE_LANES]);
+            for (a, x) in acc.iter_mut().zip(res.map(|row| row[d])) {
+                for (av, bv) in a.iter_mut().zip(b) {
+                    *av += x * bv;
+                }
+            }
+        }
+        for (a, r) in acc.iter().zip(rows) {
+            scores[r * card + e..r * card + e + SCORE_LANES].copy_from_slice(a);
+        }
+    }
+    for e in full..e1 {
+        for (row, r) in res.iter().zip(rows) {
+            let mut s = 0.0_f32;
+            for (d, &x) in row.iter().enumerate() {
+                s += x * book[d * card + e];
+            }
+            scores[r * card + e] = s;
+        }
+    }
+}
+
 /// The operands of one quantisation, shared by every block of rows.
 struct Rvq<'a> {
     x: &'a [f32],
@@ -116,41 +172,63 @@ impl Rvq<'_> {
     /// Quantises the rows from `r0` whose codes are `codes` (`books` per row), level by level;
     /// every score is summed over the codebook's dims in order, as one row alone would sum it.
     fn block(&self, r0: usize, codes: &mut [i32], books: usize, work: &mut [f32]) {
-        let (dim, cbd, card) = (self.dim, self.cbd, self.card);
+        rvq_block(self, r0, codes, books, work)
+    }
+}
+
+dispatch! {
+    /// [`Rvq::block`] compiled for the CPU's vector width: multiplies and adds as written (no
+    /// contraction), so every width gives the same bits.
+    fn rvq_block(q: &Rvq<'_>, r0: usize, codes: &mut [i32], books: usize, work: &mut [f32]) {
+        let (dim, cbd, card) = (q.dim, q.cbd, q.card);
         let n = codes.len() / books;
         let (residuals, scores) = work.split_at_mut(RVQ_ROW_BLOCK * cbd);
         let mut n_q = [0usize; RVQ_ROW_BLOCK];
-        for (q, c) in n_q.iter_mut().zip(codes.chunks_exact(books)) {
-            *q = c.iter().position(|&c| c == NO_CODE).unwrap_or(books);
+        for (nq, c) in n_q.iter_mut().zip(codes.chunks_exact(books)) {
+            *nq = c.iter().position(|&c| c == NO_CODE).unwrap_or(books);
         }
         let levels = n_q.iter().copied().max().unwrap_or(0);
         for level in 0..levels {
             let live = |r: &usize| level < n_q[*r];
-            if level == 0 || level == self.semantic {
+            if level == 0 || level == q.semantic {
                 // Each half quantises its own projection of the latent, not a residual.
-                let half = usize::from(level == self.semantic && self.semantic > 0);
+                let half = usize::from(level == q.semantic && q.semantic > 0);
                 for r in (0..n).filter(live) {
-                    let xr = &self.x[(r0 + r) * dim..(r0 + r + 1) * dim];
+                    let xr = &q.x[(r0 + r) * dim..(r0 + r + 1) * dim];
                     let res = &mut residuals[r * cbd..(r + 1) * cbd];
                     for (o, v) in res.iter_mut().enumerate() {
                         let row = (half * cbd + o) * dim;
-                        *v = math::dot(&self.proj[row..row + dim], xr);
+                        *v = math::dot(&q.proj[row..row + dim], xr);
                     }
                 }
             }
-            let book = &self.cbs[level * cbd * card..(level + 1) * cbd * card];
+            let book = &q.cbs[level * cbd * card..(level + 1) * cbd * card];
+            let mut rows = [0usize; RVQ_ROW_BLOCK];
+            let mut live_rows = 0;
+            for r in (0..n).filter(live) {
+                rows[live_rows] = r;
+                live_rows += 1;
+            }
             for e0 in (0..card).step_by(RVQ_ENTRY_TILE) {
-                let e1 = (e0 + RVQ_ENTRY_TILE).min(card);
-                for r in (0..n).filter(live) {
-                    let s = &mut scores[r * card + e0..r * card + e1];
-                    s.fill(0.0);
-                    for (d, &rd) in residuals[r * cbd..(r + 1) * cbd].iter().enumerate() {
-                        math::axpy(s, rd, &book[d * card + e0..d * card + e1]);
-                    }
+                let t = ScoreTile {
+                    cbd,
+                    card,
+                    e0,
+                    e1: (e0 + RVQ_ENTRY_TILE).min(card),
+                };
+                let mut groups = rows[..live_rows].chunks_exact(SCORE_ROWS);
+                for g in &mut groups {
+                    let mut full = [0usize; SCORE_ROWS];
+                    full.copy_from_slice(g);
+                    score_rows(full, residuals, book, scores, t);
+                }
+                // The rest one at a time (blocks of rows are mostly full).
+                for &r in groups.remainder() {
+                    score_rows([r], residuals, book, scores, t);
                 }
             }
             // argmin of |e|^2 - 2 r.e, the squared distance less |r|^2; first index on ties.
-            let nrm = &self.norms[level * card..(level + 1) * card];
+            let nrm = &q.norms[level * card..(level + 1) * card];
             for r in (0..n).filter(live) {
                 let mut best = (f32::INFINITY, 0usize);
                 for (c, (&nm, &s)) in nrm
@@ -195,6 +273,50 @@ mod tests {
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
+    }
+
+    /// The register blocks of scores (a full group of rows, one row alone, a tile with a tail
+    /// of entries) give the bits of the per-dim sum from 0 in order.
+    #[test]
+    fn score_blocks_keep_the_per_dim_order_bit_for_bit() {
+        let card = 3 * SCORE_LANES + 5;
+        let residuals = values(7, SCORE_ROWS * CBD);
+        let book = values(8, CBD * card);
+        let t = ScoreTile {
+            cbd: CBD,
+            card,
+            e0: 3,
+            e1: card,
+        };
+        let mut rows = [0usize; SCORE_ROWS];
+        for (i, r) in rows.iter_mut().enumerate() {
+            *r = SCORE_ROWS - 1 - i;
+        }
+        let mut grouped = vec![f32::NAN; SCORE_ROWS * card];
+        score_rows(rows, &residuals, &book, &mut grouped, t);
+        let mut alone = vec![f32::NAN; SCORE_ROWS * card];
+        for r in 0..SCORE_ROWS {
+            score_rows([r], &residuals, &book, &mut alone, t);
+        }
+        for r in 0..SCORE_ROWS {
+            for e in t.e0..t.e1 {
+                let mut want = 0.0f32;
+                for d in 0..CBD {
+                    want += residuals[r * CBD + d] * book[d * card + e];
+                }
+                let (g, a) = (grouped[r * card + e], alone[r * card + e]);
+                assert_eq!(
+                    g.to_bits(),
+                    want.to_bits(),
+                    "row {r} entry {e}: {g} vs {want}"
+                );
+                assert_eq!(a.to_bits(), want.to_bits(), "row {r} entry {e} alone: {a}");
+            }
+            // Entries outside the tile are not written.
+            assert!(grouped[r * card..r * card + t.e0]
+                .iter()
+                .all(|v| v.is_nan()));
+        }
     }
 
     /// One row quantised alone, one codebook entry after another (the plain statement of RVQ).
