@@ -52,6 +52,42 @@ pub struct Progress {
     pub packets_done: u64,
 }
 
+/// Caller's limits on a decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeOptions {
+    /// Longest audio accepted, in seconds of source audio (checked in source frames, to the
+    /// nearest frame, before resampling). Decoding stops with `Error::TooLong` as soon as a packet would pass it, so
+    /// memory stays bounded whatever the file declares. `None`: no limit.
+    pub max_seconds: Option<f64>,
+}
+
+impl DecodeOptions {
+    /// Options with a `max_seconds` limit.
+    pub fn max_seconds(max_seconds: f64) -> Self {
+        Self {
+            max_seconds: Some(max_seconds),
+        }
+    }
+
+    /// Refuses a limit that is not a positive finite number of seconds.
+    fn check(&self, op: &'static str) -> Result<()> {
+        match self.max_seconds {
+            Some(s) if !(s.is_finite() && s > 0.0) => Err(Error::Input {
+                op,
+                reason: format!("max_seconds {s} is not a positive finite number of seconds"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The most frames at `rate` that `max_seconds` allows, to the nearest frame (`None`: no limit).
+pub(crate) fn frame_limit(max_seconds: Option<f64>, rate: u32) -> Option<u64> {
+    // Rounded, not floored: a limit of exactly `n / rate` s (inexact in binary) must admit `n`;
+    // `as` saturates, and a limit beyond u64 frames is no limit in practice.
+    max_seconds.map(|s| (s * f64::from(rate)).round() as u64)
+}
+
 /// What every decoder needs to know about its source and its caller.
 pub(crate) struct Job<'a> {
     /// The file path, or a description of in-memory bytes, for error messages.
@@ -65,9 +101,22 @@ pub(crate) struct Job<'a> {
     pub(crate) progress: Option<&'a mut dyn FnMut(Progress)>,
     /// Highest position reported: demuxers seek back and forth, the progress bar must not.
     pub(crate) reported: u64,
+    /// `DecodeOptions::max_seconds`, already checked.
+    pub(crate) max_seconds: Option<f64>,
 }
 
 impl Job<'_> {
+    /// The `Error::TooLong` for a source with `format` stopped after `decoded` frames at `rate`.
+    pub(crate) fn too_long(&self, format: &str, decoded: u64, rate: u32) -> Error {
+        Error::TooLong {
+            op: "read_audio",
+            source_name: self.name.clone(),
+            format: format.to_string(),
+            max_seconds: self.max_seconds.unwrap_or(f64::INFINITY),
+            decoded_seconds: decoded as f64 / f64::from(rate.max(1)),
+        }
+    }
+
     /// Calls the progress callback, if any.
     pub(crate) fn report(&mut self, packets_done: u64) {
         self.reported = self.reported.max(self.pos.get().min(self.len));
@@ -98,7 +147,17 @@ pub fn read_audio_file(
     path: impl AsRef<Path>,
     progress: Option<&mut dyn FnMut(Progress)>,
 ) -> Result<DecodedAudio> {
+    read_audio_file_with(path, progress, &DecodeOptions::default())
+}
+
+/// `read_audio_file` within `options`' limits (e.g. `max_seconds`, checked while decoding).
+pub fn read_audio_file_with(
+    path: impl AsRef<Path>,
+    progress: Option<&mut dyn FnMut(Progress)>,
+    options: &DecodeOptions,
+) -> Result<DecodedAudio> {
     const OP: &str = "read_audio_file";
+    options.check(OP)?;
     let path = path.as_ref();
     let name = path.display().to_string();
     let io_err = |source| Error::Io {
@@ -126,6 +185,7 @@ pub fn read_audio_file(
         pos: Position::default(),
         progress,
         reported: 0,
+        max_seconds: options.max_seconds,
     };
     decode_any(file, &head, job)
 }
@@ -133,6 +193,18 @@ pub fn read_audio_file(
 /// Decodes an in-memory audio file to 24 kHz mono; `hint` is an extension (`"mp3"`) or a MIME
 /// type (`"audio/mpeg"`) that helps recognise formats without a clear signature.
 pub fn read_audio_bytes(bytes: Vec<u8>, hint: Option<&str>) -> Result<DecodedAudio> {
+    read_audio_bytes_with(bytes, hint, &DecodeOptions::default())
+}
+
+/// `read_audio_bytes` within `options`' limits: with `max_seconds`, a file longer than that is
+/// `Error::TooLong` once that much has decoded, so a small hostile upload (a FLAC of silence, a
+/// header that lies) cannot expand to hours of samples.
+pub fn read_audio_bytes_with(
+    bytes: Vec<u8>,
+    hint: Option<&str>,
+    options: &DecodeOptions,
+) -> Result<DecodedAudio> {
+    options.check("read_audio_bytes")?;
     let len = bytes.len() as u64;
     let name = match hint {
         Some(h) => format!("in-memory audio ({len} bytes, hint {h:?})"),
@@ -148,6 +220,7 @@ pub fn read_audio_bytes(bytes: Vec<u8>, hint: Option<&str>) -> Result<DecodedAud
         pos: Position::default(),
         progress: None,
         reported: 0,
+        max_seconds: options.max_seconds,
     };
     decode_any(Cursor::new(bytes), &head, job)
 }
@@ -228,6 +301,31 @@ mod tests {
             .collect();
         assert!(!is_ogg_opus(&vorbis));
         assert!(!is_ogg_opus(b"RIFF"));
+    }
+
+    #[test]
+    fn frame_limits_round_to_the_nearest_source_frame() {
+        assert_eq!(frame_limit(None, 48_000), None);
+        assert_eq!(frame_limit(Some(1800.0), 44_100), Some(79_380_000));
+        assert_eq!(frame_limit(Some(0.5), 11_025), Some(5_513));
+        assert_eq!(
+            frame_limit(Some(655_350.0 / 48_000.0), 48_000),
+            Some(655_350)
+        );
+        assert_eq!(frame_limit(Some(1e300), 48_000), Some(u64::MAX));
+    }
+
+    #[test]
+    fn a_limit_that_is_not_positive_and_finite_is_refused() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err =
+                read_audio_bytes_with(vec![1], None, &DecodeOptions::max_seconds(bad)).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                matches!(err, Error::Input { .. }) && msg.contains("max_seconds"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -31,6 +31,19 @@ pub enum Error {
         source_name: String,
         format: String,
     },
+    #[error(
+        "{op}: {source_name} ({format}) is longer than the {max_seconds} s limit \
+         (decoding stopped at {decoded_seconds:.2} s)"
+    )]
+    TooLong {
+        op: &'static str,
+        source_name: String,
+        format: String,
+        /// The caller's limit (`DecodeOptions::max_seconds`).
+        max_seconds: f64,
+        /// Audio decoded when the limit was reached.
+        decoded_seconds: f64,
+    },
     #[error("{op}: {source_name} ({format}): {what} changes mid-stream from {from} to {to}")]
     StreamChange {
         op: &'static str,

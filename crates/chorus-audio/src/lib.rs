@@ -4,7 +4,8 @@
 //! - Decoding (`read_audio_file`, `read_audio_bytes`): WAV, FLAC, MP3 and Ogg Vorbis through
 //!   symphonia (pure Rust); Ogg Opus through the `ogg` demuxer and libopus. Every source is mixed
 //!   to mono (mean of channels) and resampled to 24 kHz while it is decoded, so memory follows
-//!   the output, not the source.
+//!   the output, not the source. `read_audio_file_with` / `read_audio_bytes_with` take
+//!   `DecodeOptions::max_seconds`: a longer source stops decoding there with `Error::TooLong`.
 //! - Resampling (`resample`): rubato's band-limited FFT resampler, delay-compensated, exact length.
 //! - Opus (`OpusFrameEncoder`, `OpusFrameDecoder`): one packet per 80 ms frame, per-stream state.
 //! - Ogg Opus files (`OggOpusWriter`): RFC 7845 pages, whole-file or streamed page by page.
@@ -27,7 +28,10 @@ mod resample;
 mod source;
 mod symphonia_read;
 
-pub use decode::{read_audio_bytes, read_audio_file, DecodedAudio, Progress};
+pub use decode::{
+    read_audio_bytes, read_audio_bytes_with, read_audio_file, read_audio_file_with, DecodeOptions,
+    DecodedAudio, Progress,
+};
 pub use error::{Error, Result};
 pub use ogg_opus::{OggOpusWriter, OPUS_VENDOR};
 pub use opus::{

@@ -7,12 +7,14 @@
 //! byte offset or packet.
 //! Supported: channel mapping family 0 (mono, stereo). The first stream of a multiplexed file is
 //! decoded; a stream whose first granule implies start trimming is decoded from its start.
+//! Length limit (`DecodeOptions::max_seconds`): counted in 24 kHz output samples after pre-skip
+//! (half the 48 kHz source frames); decoding stops at the first packet after the limit is passed.
 
 use std::io::{Read, Seek};
 
 use ogg::reading::{OggReadError, PacketReader};
 
-use crate::decode::{DecodedAudio, Job};
+use crate::decode::{frame_limit, DecodedAudio, Job};
 use crate::error::{Error, Result};
 use crate::opus::OpusFrameDecoder;
 use crate::source::Tracked;
@@ -140,6 +142,11 @@ pub(crate) fn decode<R: Read + Seek>(
     }
 
     let mut decoder = OpusFrameDecoder::with_channels(head.channels)?;
+    // Pre-skip and granules count 48 kHz samples; the decoder runs at 24 kHz.
+    let skip = usize::from(head.pre_skip).div_ceil(GRANULE_PER_SAMPLE as usize);
+    let max_samples = frame_limit(job.max_seconds, SAMPLE_RATE);
+    let over =
+        |decoded: usize| max_samples.is_some_and(|max| decoded.saturating_sub(skip) as u64 > max);
     let mut samples: Vec<f32> = Vec::new();
     let mut packets: u64 = 0;
     let mut end_granule: Option<u64> = None;
@@ -182,6 +189,11 @@ pub(crate) fn decode<R: Read + Seek>(
                 f.reason,
             ));
         }
+        // Over the limit with another packet to come: end trimming can no longer bring it back
+        // under, so stop before decoding more (at most one packet, 120 ms, past the limit).
+        if over(samples.len()) {
+            return Err(too_long(job, samples.len() - skip));
+        }
         if !packet.data.is_empty() {
             if let Err(e) = decoder.decode(&packet.data, &mut samples) {
                 failed = Some(Failed {
@@ -205,8 +217,6 @@ pub(crate) fn decode<R: Read + Seek>(
         ));
     }
 
-    // Pre-skip and granules count 48 kHz samples; the decoder ran at 24 kHz.
-    let skip = usize::from(head.pre_skip).div_ceil(GRANULE_PER_SAMPLE as usize);
     let mut keep = samples.len().saturating_sub(skip);
     let mut source_frames = keep as u64 * GRANULE_PER_SAMPLE;
     if let Some(end) = end_granule {
@@ -228,6 +238,9 @@ pub(crate) fn decode<R: Read + Seek>(
     if samples.is_empty() {
         return Err(empty(job));
     }
+    if over(samples.len() + skip) {
+        return Err(too_long(job, samples.len()));
+    }
     if head.gain_q8 != 0 {
         let gain = 10f32.powf(f32::from(head.gain_q8) / (20.0 * 256.0));
         samples.iter_mut().for_each(|s| *s *= gain);
@@ -241,6 +254,11 @@ pub(crate) fn decode<R: Read + Seek>(
         source_frames,
         incomplete,
     })
+}
+
+/// `Error::TooLong` after `decoded` samples at 24 kHz (48 kHz source frames / 2).
+fn too_long(job: &Job<'_>, decoded: usize) -> Error {
+    job.too_long(FORMAT, decoded as u64, SAMPLE_RATE)
 }
 
 fn empty(job: &Job<'_>) -> Error {

@@ -12,6 +12,9 @@
 //! - FLAC frames with a bad CRC are skipped by symphonia (reported as frames missing), PCM bit
 //!   errors in WAV cannot be detected, and an MP3 without a Xing/LAME header has no declared
 //!   length, so a cut one decodes to its last whole frame unreported.
+//!
+//! Length limit (`DecodeOptions::max_seconds`): counted in source frames as packets decode,
+//! before mixing and resampling; the first packet that would pass it ends the decode.
 
 use std::io::{Read, Seek};
 
@@ -28,7 +31,7 @@ use symphonia::core::io::{MediaSourceStream, MediaSourceStreamOptions};
 use symphonia::core::meta::MetadataOptions;
 use symphonia::default::{get_codecs, get_probe};
 
-use crate::decode::{DecodedAudio, Job};
+use crate::decode::{frame_limit, DecodedAudio, Job};
 use crate::error::{Error, Result};
 use crate::mix::append_mono;
 use crate::resample::StreamResampler;
@@ -51,6 +54,8 @@ struct Stream {
     rate: u32,
     channels: usize,
     resampler: StreamResampler,
+    /// Most source frames the caller accepts (`DecodeOptions::max_seconds` at `rate`).
+    max_frames: Option<u64>,
 }
 
 impl Stream {
@@ -64,6 +69,7 @@ impl Stream {
             rate,
             channels,
             resampler,
+            max_frames: frame_limit(job.max_seconds, rate),
         })
     }
 
@@ -206,8 +212,13 @@ pub(crate) fn decode<R: Read + Seek + Send + Sync + 'static>(
                 to,
             });
         }
+        // Checked before the packet is kept: a long source never grows past the limit.
+        let n = buf.frames() as u64;
+        if st.max_frames.is_some_and(|max| frames + n > max) {
+            return Err(job.too_long(&name, frames, st.rate));
+        }
         buf.copy_to_vec_interleaved(&mut interleaved);
-        frames += buf.frames() as u64;
+        frames += n;
         mono.clear();
         append_mono(&interleaved, channels, &mut mono);
         st.resampler.push(&mono)?;

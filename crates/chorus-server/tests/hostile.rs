@@ -14,7 +14,7 @@ use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::random::{random_model as random_mimi, small_config};
 use chorus_mimi::{EncoderOptions, SlotEncoder};
-use chorus_server::encode::{EncodeConfig, EncodeEngine, EncodePool};
+use chorus_server::encode::{EncodeConfig, EncodeEngine, EncodePool, MAX_ENCODE_SECONDS};
 use chorus_server::gate::{ApiKeys, Limits};
 use chorus_server::loadgen::{http_request, http_request_keyed};
 use chorus_server::stt::{SttEngine, SttServeConfig, MAX_PENDING_MARKERS};
@@ -197,8 +197,8 @@ async fn bad_decode_query_parameters_get_a_json_error_naming_them() {
     by.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_encode_query_parameters_get_a_json_error_naming_them() {
+/// A server whose `/v1/encode` runs a small random Mimi encoder (one slot) on the CPU.
+async fn encode_server() -> Server {
     let encode = EncodeEngine::start(
         Box::new(|| {
             let m = mimi();
@@ -226,14 +226,19 @@ async fn bad_encode_query_parameters_get_a_json_error_naming_them() {
         ..Services::default()
     };
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let server = Server::bind_with(
+    Server::bind_with(
         Arc::new(EnginePool::from(engine)),
         services,
         addr,
         ServerConfig::default(),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_encode_query_parameters_get_a_json_error_naming_them() {
+    let server = encode_server().await;
     let addr = server.local_addr().to_string();
     let mut by = Bystander::open(&server).await;
     by.step().await;
@@ -261,6 +266,124 @@ async fn bad_encode_query_parameters_get_a_json_error_naming_them() {
         .await
         .unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    by.step().await;
+    by.close().await;
+}
+
+/// Frames per block of `silent_flac`: the largest block FLAC's STREAMINFO can declare.
+const FLAC_BLOCK: u32 = 65_535;
+/// Rate of the hostile FLAC: the model's own, so the server does no resampling on it.
+const FLAC_RATE: u32 = 24_000;
+/// Hours of silence in the hostile FLAC: 3.3 GB of f32 samples if decoded whole.
+const HOSTILE_HOURS: u64 = 10;
+
+/// A 16-bit mono FLAC of `blocks` blocks of digital silence at `rate`, written by hand: one
+/// CONSTANT subframe per 65 535 frames, so hours of audio take a few hundred kilobytes.
+fn silent_flac(rate: u32, blocks: u32) -> Vec<u8> {
+    fn crc8(data: &[u8]) -> u8 {
+        data.iter().fold(0u8, |mut crc, &b| {
+            crc ^= b;
+            for _ in 0..8 {
+                crc = if crc & 0x80 != 0 {
+                    (crc << 1) ^ 0x07
+                } else {
+                    crc << 1
+                };
+            }
+            crc
+        })
+    }
+    fn crc16(data: &[u8]) -> u16 {
+        data.iter().fold(0u16, |mut crc, &b| {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x8005
+                } else {
+                    crc << 1
+                };
+            }
+            crc
+        })
+    }
+    let total = u64::from(blocks) * u64::from(FLAC_BLOCK);
+    let mut out = b"fLaC".to_vec();
+    // Last metadata block, STREAMINFO, 34 bytes: block sizes, frame sizes unknown, then 20 bits
+    // rate, 3 bits channels - 1, 5 bits bits-per-sample - 1, 36 bits total frames, no MD5.
+    out.extend_from_slice(&[0x80, 0, 0, 34]);
+    out.extend_from_slice(&(FLAC_BLOCK as u16).to_be_bytes());
+    out.extend_from_slice(&(FLAC_BLOCK as u16).to_be_bytes());
+    out.extend_from_slice(&[0; 6]);
+    out.extend_from_slice(&((u64::from(rate) << 44) | (15u64 << 36) | total).to_be_bytes());
+    out.extend_from_slice(&[0; 16]);
+    for n in 0..blocks {
+        let start = out.len();
+        // Sync, fixed blocks, block size at the header's end, rate from STREAMINFO, mono 16-bit.
+        out.extend_from_slice(&[0xff, 0xf8, 0x70, 0x08]);
+        // The frame number, UTF-8 style (at most 3 bytes here).
+        assert!(n <= 0xffff);
+        match n {
+            0..=0x7f => out.push(n as u8),
+            0x80..=0x7ff => {
+                out.extend_from_slice(&[0xc0 | (n >> 6) as u8, 0x80 | (n & 0x3f) as u8])
+            }
+            _ => out.extend_from_slice(&[
+                0xe0 | (n >> 12) as u8,
+                0x80 | ((n >> 6) & 0x3f) as u8,
+                0x80 | (n & 0x3f) as u8,
+            ]),
+        }
+        out.extend_from_slice(&((FLAC_BLOCK - 1) as u16).to_be_bytes());
+        let c8 = crc8(&out[start..]);
+        out.push(c8);
+        // CONSTANT subframe of value 0, then the frame's CRC-16.
+        out.extend_from_slice(&[0, 0, 0]);
+        let c16 = crc16(&out[start..]);
+        out.extend_from_slice(&c16.to_be_bytes());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hours_of_silent_flac_are_refused_at_the_limit_and_the_next_encode_succeeds() {
+    let server = encode_server().await;
+    let addr = server.local_addr().to_string();
+    let mut by = Bystander::open(&server).await;
+    by.step().await;
+    // Ten hours in about 200 KB: decoded whole it would be 3.3 GB; decoding stops at the limit.
+    let blocks = (HOSTILE_HOURS * 3600 * u64::from(FLAC_RATE)).div_ceil(u64::from(FLAC_BLOCK));
+    let flac = silent_flac(FLAC_RATE, blocks as u32);
+    assert!(flac.len() < 256 * 1024, "{} bytes", flac.len());
+    let started = Instant::now();
+    let (status, body) = http_request(&addr, "POST", "/v1/encode?n_q=2", flac)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let (status, code, message) = json_error(status, &body);
+    assert_eq!((status, code.as_str()), (413, "bad_audio"), "{message}");
+    assert!(
+        message.contains(&format!("longer than the {MAX_ENCODE_SECONDS} s limit"))
+            && message.contains(&format!("at most {MAX_ENCODE_SECONDS} s"))
+            && message.contains("(flac)"),
+        "{message}"
+    );
+    assert!(took < WAIT, "refused after {took:?}");
+    by.step().await;
+    // The slot is free again and a well-behaved file encodes.
+    let wav = chorus_server::wav::encode_wav(
+        &stt_audio(3 * FRAME_SAMPLES),
+        chorus_server::wav::WavFormat::Pcm16,
+    )
+    .unwrap();
+    let (status, body) = http_request(&addr, "POST", "/v1/encode?n_q=2", wav)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        body.starts_with(b"\x93NUMPY") && body.len() > 2 * 3 * 8,
+        "{} bytes",
+        body.len()
+    );
     by.step().await;
     by.close().await;
 }

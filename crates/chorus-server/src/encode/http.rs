@@ -6,6 +6,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chorus_audio::DecodeOptions;
 use chorus_core::FRAME_SAMPLES;
 use serde::Deserialize;
 
@@ -17,7 +18,8 @@ use crate::server::AppState;
 
 /// Codebooks of a request that names none (or the model's count, when smaller).
 const DEFAULT_N_Q: usize = 8;
-/// Longest audio one request may hold once decoded (about 170 MB of f32 samples).
+/// Longest audio one request may hold once decoded (about 170 MB of f32 samples); enforced while
+/// decoding, in source frames.
 pub const MAX_ENCODE_SECONDS: usize = 30 * 60;
 
 #[derive(Debug, Deserialize)]
@@ -81,12 +83,26 @@ pub(crate) async fn encode(
         }
     };
     let len = body.len();
+    // The length limit is checked as packets decode: a small file that expands to hours (a FLAC
+    // of silence, a header that lies) stops there instead of filling memory.
+    let options = DecodeOptions::max_seconds(MAX_ENCODE_SECONDS as f64);
     // Decoding a file is CPU work of its own: off the async threads.
-    let decoded =
-        tokio::task::spawn_blocking(move || chorus_audio::read_audio_bytes(body.to_vec(), None))
-            .await;
+    let decoded = tokio::task::spawn_blocking(move || {
+        chorus_audio::read_audio_bytes_with(body.to_vec(), None, &options)
+    })
+    .await;
     let audio = match decoded {
         Ok(Ok(a)) => a,
+        Ok(Err(e @ chorus_audio::Error::TooLong { .. })) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &state,
+                ErrorCode::BadAudio,
+                format!(
+                    "request body ({len} bytes): {e}: one request encodes at most {MAX_ENCODE_SECONDS} s"
+                ),
+            )
+        }
         Ok(Err(e)) => {
             return error(
                 StatusCode::BAD_REQUEST,
@@ -113,17 +129,6 @@ pub(crate) async fn encode(
                 format!("the audio is cut short or damaged ({missing}); pass allow_truncated=true to encode the {:.2} s that decoded", audio.duration_secs()),
             );
         }
-    }
-    if audio.samples.len() > MAX_ENCODE_SECONDS * chorus_core::SAMPLE_RATE as usize {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &state,
-            ErrorCode::BadAudio,
-            format!(
-                "{:.0} s of audio: one request encodes at most {MAX_ENCODE_SECONDS} s",
-                audio.duration_secs()
-            ),
-        );
     }
     if let Some(i) = audio.samples.iter().position(|v| !v.is_finite()) {
         return error(

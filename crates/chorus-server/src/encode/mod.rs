@@ -12,6 +12,7 @@ pub mod wire;
 pub use engine::{
     EncodeConfig, EncodeEngine, EncodeError, EncodeEvent, EncodeInfo, EncodeStream, EncoderFactory,
 };
+pub use http::MAX_ENCODE_SECONDS;
 pub use metrics::EncodeMetrics;
 pub use pool::{EncodePool, PooledStream};
 pub use wire::{codes_message, AudioIn, Framer};
