@@ -25,6 +25,9 @@ use chorus_stt::{
     SttTokenizer,
 };
 use common::*;
+#[path = "../../chorus-audio/tests/common/flac.rs"]
+mod flac;
+use flac::{silent_flac, FLAC_BLOCK};
 use futures_util::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -270,79 +273,10 @@ async fn bad_encode_query_parameters_get_a_json_error_naming_them() {
     by.close().await;
 }
 
-/// Frames per block of `silent_flac`: the largest block FLAC's STREAMINFO can declare.
-const FLAC_BLOCK: u32 = 65_535;
 /// Rate of the hostile FLAC: the model's own, so the server does no resampling on it.
 const FLAC_RATE: u32 = 24_000;
 /// Hours of silence in the hostile FLAC: 3.3 GB of f32 samples if decoded whole.
 const HOSTILE_HOURS: u64 = 10;
-
-/// A 16-bit mono FLAC of `blocks` blocks of digital silence at `rate`, written by hand: one
-/// CONSTANT subframe per 65 535 frames, so hours of audio take a few hundred kilobytes.
-fn silent_flac(rate: u32, blocks: u32) -> Vec<u8> {
-    fn crc8(data: &[u8]) -> u8 {
-        data.iter().fold(0u8, |mut crc, &b| {
-            crc ^= b;
-            for _ in 0..8 {
-                crc = if crc & 0x80 != 0 {
-                    (crc << 1) ^ 0x07
-                } else {
-                    crc << 1
-                };
-            }
-            crc
-        })
-    }
-    fn crc16(data: &[u8]) -> u16 {
-        data.iter().fold(0u16, |mut crc, &b| {
-            crc ^= u16::from(b) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x8005
-                } else {
-                    crc << 1
-                };
-            }
-            crc
-        })
-    }
-    let total = u64::from(blocks) * u64::from(FLAC_BLOCK);
-    let mut out = b"fLaC".to_vec();
-    // Last metadata block, STREAMINFO, 34 bytes: block sizes, frame sizes unknown, then 20 bits
-    // rate, 3 bits channels - 1, 5 bits bits-per-sample - 1, 36 bits total frames, no MD5.
-    out.extend_from_slice(&[0x80, 0, 0, 34]);
-    out.extend_from_slice(&(FLAC_BLOCK as u16).to_be_bytes());
-    out.extend_from_slice(&(FLAC_BLOCK as u16).to_be_bytes());
-    out.extend_from_slice(&[0; 6]);
-    out.extend_from_slice(&((u64::from(rate) << 44) | (15u64 << 36) | total).to_be_bytes());
-    out.extend_from_slice(&[0; 16]);
-    for n in 0..blocks {
-        let start = out.len();
-        // Sync, fixed blocks, block size at the header's end, rate from STREAMINFO, mono 16-bit.
-        out.extend_from_slice(&[0xff, 0xf8, 0x70, 0x08]);
-        // The frame number, UTF-8 style (at most 3 bytes here).
-        assert!(n <= 0xffff);
-        match n {
-            0..=0x7f => out.push(n as u8),
-            0x80..=0x7ff => {
-                out.extend_from_slice(&[0xc0 | (n >> 6) as u8, 0x80 | (n & 0x3f) as u8])
-            }
-            _ => out.extend_from_slice(&[
-                0xe0 | (n >> 12) as u8,
-                0x80 | ((n >> 6) & 0x3f) as u8,
-                0x80 | (n & 0x3f) as u8,
-            ]),
-        }
-        out.extend_from_slice(&((FLAC_BLOCK - 1) as u16).to_be_bytes());
-        let c8 = crc8(&out[start..]);
-        out.push(c8);
-        // CONSTANT subframe of value 0, then the frame's CRC-16.
-        out.extend_from_slice(&[0, 0, 0]);
-        let c16 = crc16(&out[start..]);
-        out.extend_from_slice(&c16.to_be_bytes());
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hours_of_silent_flac_are_refused_at_the_limit_and_the_next_encode_succeeds() {
