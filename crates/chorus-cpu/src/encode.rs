@@ -106,6 +106,8 @@ pub(crate) fn rvq_encode(be: &CpuBackend, a: RvqEncodeArgs<'_, CpuBackend>) -> R
 /// that share each load of the codebook's values: a whole block of rows (4 measured slower).
 const SCORE_LANES: usize = 16;
 const SCORE_ROWS: usize = RVQ_ROW_BLOCK;
+/// Codebook dims summed in registers before the partial scores go back to memory.
+const SCORE_DIMS: usize = 16;
 
 /// The entries `e0..e1` of a codebook of `card` entries of `cbd` dims.
 #[derive(Clone, Copy)]
@@ -130,19 +132,30 @@ fn score_rows<const R: usize>(
     let ScoreTile { cbd, card, e0, e1 } = t;
     let res = rows.map(|r| &residuals[r * cbd..(r + 1) * cbd]);
     let full = e0 + (e1 - e0) / SCORE_LANES * SCORE_LANES;
-    for e in (e0..full).step_by(SCORE_LANES) {
-        let mut acc = [[0.0_f32; SCORE_LANES]; R];
-        for d in 0..cbd {
-            let mut b = [0.0_f32; SCORE_LANES];
-            b.copy_from_slice(&book[d * card + e..d * card + e + SCORE_LANES]);
-            for (a, x) in acc.iter_mut().zip(res.map(|row| row[d])) {
-                for (av, bv) in a.iter_mut().zip(b) {
-                    *av += x * bv;
+    // Dims in blocks, entries inside: each of a block's codebook rows is read in order (a
+    // stream the prefetcher follows; one chunk's column alone strides 8 KiB per dim), and the
+    // partial scores wait in `scores`, in L1, between blocks.
+    for d0 in (0..cbd).step_by(SCORE_DIMS) {
+        let d1 = (d0 + SCORE_DIMS).min(cbd);
+        for e in (e0..full).step_by(SCORE_LANES) {
+            let mut acc = [[0.0_f32; SCORE_LANES]; R];
+            if d0 > 0 {
+                for (a, r) in acc.iter_mut().zip(rows) {
+                    a.copy_from_slice(&scores[r * card + e..r * card + e + SCORE_LANES]);
                 }
             }
-        }
-        for (a, r) in acc.iter().zip(rows) {
-            scores[r * card + e..r * card + e + SCORE_LANES].copy_from_slice(a);
+            for d in d0..d1 {
+                let mut b = [0.0_f32; SCORE_LANES];
+                b.copy_from_slice(&book[d * card + e..d * card + e + SCORE_LANES]);
+                for (a, x) in acc.iter_mut().zip(res.map(|row| row[d])) {
+                    for (av, bv) in a.iter_mut().zip(b) {
+                        *av += x * bv;
+                    }
+                }
+            }
+            for (a, r) in acc.iter().zip(rows) {
+                scores[r * card + e..r * card + e + SCORE_LANES].copy_from_slice(a);
+            }
         }
     }
     for e in full..e1 {
