@@ -3,14 +3,13 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use chorus_core::{Buckets, FRAME_SAMPLES};
 use chorus_cpu::CpuBackend;
 use chorus_engine::fake::FakeDecoder;
-use chorus_engine::{Engine, EngineConfig, EnginePool};
+use chorus_engine::{Engine, EngineConfig};
 use chorus_mimi::checkpoint::LoadedModel;
 use chorus_mimi::random::{random_model as random_mimi, small_config};
 use chorus_mimi::{EncoderOptions, SlotEncoder};
@@ -228,15 +227,7 @@ async fn encode_server() -> Server {
         encode: Some(Arc::new(EncodePool::from(encode))),
         ..Services::default()
     };
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Server::bind_with(
-        Arc::new(EnginePool::from(engine)),
-        services,
-        addr,
-        ServerConfig::default(),
-    )
-    .await
-    .unwrap()
+    start_services(engine, services).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,15 +410,7 @@ async fn stt_server() -> Server {
         stt: Some(Arc::new(stt)),
         ..Services::default()
     };
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Server::bind_with(
-        Arc::new(EnginePool::from(engine)),
-        services,
-        addr,
-        ServerConfig::default(),
-    )
-    .await
-    .unwrap()
+    start_services(engine, services).await
 }
 
 fn stt_audio(samples: usize) -> Vec<f32> {

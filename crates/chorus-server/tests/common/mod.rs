@@ -10,7 +10,7 @@ use chorus_core::FrameInput;
 use chorus_engine::fake::{FakeDecoder, FakeOptions};
 use chorus_engine::{Engine, EngineConfig, EnginePool};
 use chorus_server::protocol::{decode_pcm, encode_codes, PcmFormat, ServerMessage};
-use chorus_server::{Server, ServerConfig};
+use chorus_server::{Server, ServerConfig, Services};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -43,6 +43,19 @@ pub async fn start_with(
     Server::bind(Arc::new(EnginePool::from(engine)), addr, config)
         .await
         .unwrap()
+}
+
+/// A server on `engine` with the stages of `services`, default configuration.
+pub async fn start_services(engine: Engine, services: Services) -> Server {
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    Server::bind_with(
+        Arc::new(EnginePool::from(engine)),
+        services,
+        addr,
+        ServerConfig::default(),
+    )
+    .await
+    .unwrap()
 }
 
 /// A server on one fake engine per `(device, options)`.
