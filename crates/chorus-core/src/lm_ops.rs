@@ -349,6 +349,15 @@ pub enum LinearWeight<'a, B: LmOps + ?Sized> {
     },
 }
 
+/// One product's weight in the order a step reads them ([`LmOps::sequence_weights`]).
+pub struct SequencedWeight<'a, B: LmOps + ?Sized> {
+    pub w: LinearWeight<'a, B>,
+    /// The product's input width (the weight's columns).
+    pub k: usize,
+    /// A fused gate/up weight ([`Epilogue::Swiglu`]): its product reads both halves at once.
+    pub swiglu: bool,
+}
+
 /// What a fused product does with its result `y[i, j]` (`i < n`, `j < m`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Epilogue {
@@ -670,4 +679,12 @@ pub trait LmOps: Backend {
     fn hadamard(&self, args: HadamardArgs<'_, Self>) -> Result<()>;
     /// Program op: see [`FusedLinearArgs`].
     fn fused_linear(&self, args: FusedLinearArgs<'_, Self>) -> Result<()>;
+    /// Tells the backend the order in which a step's products read `seq` (each entry's
+    /// successor is the next one), once, outside programs: a backend may then stream a weight
+    /// into cache while the product before it ends. A weight named twice keeps its last successor.
+    /// Results never depend on it; the CPU ignores it.
+    fn sequence_weights(&self, seq: &[SequencedWeight<'_, Self>]) -> Result<()> {
+        let _ = seq;
+        Ok(())
+    }
 }

@@ -4,7 +4,9 @@
 //! transposed here, once), and each decoder's llama3-scaled RoPE table.
 
 use chorus_core::{BufRole, Error, HostTensor, LmOps, Result};
-use chorus_lm::{check_positional, rope_table_scaled, DecoderLayer, HostLinear, Linear};
+use chorus_lm::{
+    check_positional, rope_table_scaled, sequence_layers, DecoderLayer, HostLinear, Linear,
+};
 
 use crate::config::{CsmConfig, LlamaConfig};
 use crate::load::CsmModel;
@@ -116,7 +118,7 @@ impl<B: LmOps> DeviceWeights<B> {
     /// decoder's the `codebooks` positions of a frame.
     pub fn upload(be: &B, m: &CsmModel) -> Result<Self> {
         let (c, w) = (&m.config, &m.weights);
-        Ok(Self {
+        let weights = Self {
             text_embeddings: be.upload(&w.text_embeddings.data, BufRole::Weight)?,
             audio_embeddings: be.upload(&w.audio_embeddings.data, BufRole::Weight)?,
             backbone: decoder(
@@ -129,6 +131,18 @@ impl<B: LmOps> DeviceWeights<B> {
             projector: dense(be, &w.projector)?,
             depth: decoder(be, &c.depth, &w.depth, c.num_codebooks)?,
             heads: level_heads(be, c, &w.codebooks_head)?,
-        })
+        };
+        // A frame runs the backbone, then the depth decoder once per level.
+        let dims = |l: &LlamaConfig| {
+            (
+                l.hidden_size,
+                l.num_attention_heads * l.head_dim,
+                l.intermediate_size,
+            )
+        };
+        let (bb, depth) = (&weights.backbone.layers, &weights.depth.layers);
+        sequence_layers(be, depth, dims(&c.depth), depth.first())?;
+        sequence_layers(be, bb, dims(&c.backbone), depth.first())?;
+        Ok(weights)
     }
 }

@@ -7,15 +7,12 @@
 #define PF_PIECE 16384
 
 __device__ __forceinline__ void pf_range(const unsigned char* p, unsigned long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x;
     const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (unsigned long long off = first * PF_PIECE; off < bytes; off += threads * PF_PIECE) {
         // Sizes stay multiples of 16 (the host rounds `bytes` down): the bulk prefetch's rule.
-        const unsigned size = (unsigned)min((unsigned long long)PF_PIECE, bytes - off);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(size) : "memory");
+        l2_prefetch_bulk(p + off, (unsigned)min((unsigned long long)PF_PIECE, bytes - off));
     }
-#endif
 }
 
 extern "C" __global__ void lm_l2_prefetch(const unsigned char* a, unsigned long long a_bytes, const unsigned char* b,

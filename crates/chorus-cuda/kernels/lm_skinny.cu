@@ -27,6 +27,21 @@
 #define SK_ACC 1
 #define SK_SWIGLU 2
 
+// The product that follows this one in the step (src/lm/skinny.rs's `SkNext`, mirrored field by
+// field): `rows` weight rows of `row_bytes` from `a` (and as many from `b`, the up half of a fused
+// gate/up weight), `seg` bytes at each of `slices` offsets `slice` apart in a row. Each block asks
+// L2 for its share as it issues its last weight loads, so the next product's first reads find
+// L2 while this one's reduction and epilogue, and the small kernels between, run. Null `a`: none.
+struct SkNext {
+    const unsigned char* a;
+    const unsigned char* b;
+    long long row_bytes;
+    int rows;
+    int slices;
+    int slice;
+    int seg;
+};
+
 #if MMA_ENABLED
 // Weights are read once per product: lm_q8.cu's 16-byte load that bypasses L1.
 __device__ __forceinline__ uint4 sk_ld_w(const unsigned char* p) {
@@ -149,10 +164,25 @@ __device__ __forceinline__ const unsigned short* sk_rot_prologue(float* base, co
     return xs;
 }
 
+__device__ __forceinline__ void sk_prefetch_next(const SkNext& nx) {
+    if (nx.a == nullptr) return;
+    const int halves = nx.b != nullptr ? 2 : 1;
+    const long long items = (long long)nx.rows * nx.slices * halves;
+    // Item i on block i % grid: every multiprocessor's copy engine takes a share.
+    for (long long i = (long long)threadIdx.x * gridDim.x + blockIdx.x; i < items;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int s = (int)(i % nx.slices);
+        const long long rh = i / nx.slices;
+        const unsigned char* base = (rh % halves) ? nx.b : nx.a;
+        l2_prefetch_bulk(base + (rh / halves) * nx.row_bytes + (long long)s * nx.slice, (unsigned)nx.seg);
+    }
+}
+
 template <bool Q8, int NT, int MT, bool ROT>
 __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned char* __restrict__ w,
                                         const float* __restrict__ scale, const T* __restrict__ gamma,
-                                        T* __restrict__ out, int n, int k, int m, float eps, int epi) {
+                                        T* __restrict__ out, int n, int k, int m, float eps, int epi,
+                                        const SkNext& nx) {
     // Chunks of 64 bytes per weight row in a group; two groups in registers (the next loads
     // while this one multiplies): 64 registers of weights per lane, 32 from 32 rows (whose
     // accumulators and activations take the rest).
@@ -256,6 +286,9 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
                 const unsigned char* wnext[MT][2];
                 rows_of(j_base + (int)gridDim.x * per_block, wnext);
                 load_first(wnext, nxt);
+            } else if (tile + (int)gridDim.x >= tiles) {
+                // This block's last loads are in flight: the next product's weights follow them.
+                sk_prefetch_next(nx);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -403,7 +436,7 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 #define SK_MIN_BLOCKS(NT) ((NT) >= 8 ? 1 : 2)
 #if MMA_ENABLED
 #define SK_DISPATCH(Q8, NT, MT, ROT) \
-    sk_body<Q8, NT, MT, ROT>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi);
+    sk_body<Q8, NT, MT, ROT>(x, (const unsigned char*)w, scale, gamma, out, n, k, m, eps, epi, nx);
 #else
 #define SK_DISPATCH(Q8, NT, MT, ROT) pdl_enter();
 #endif
@@ -411,7 +444,8 @@ __device__ __forceinline__ void sk_body(const T* __restrict__ x, const unsigned 
 #define SK_ENTRY(NAME, Q8, NT, MT, ROT)                                                                               \
     extern "C" __global__ void __launch_bounds__(SK_WARPS * 32, SK_MIN_BLOCKS(NT))                                 \
         NAME(const T* __restrict__ x, const void* __restrict__ w, const float* __restrict__ scale,                 \
-             const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi) {          \
+             const T* __restrict__ gamma, T* __restrict__ out, int n, int k, int m, float eps, int epi,          \
+             SkNext nx) {                                                                                        \
         SK_DISPATCH(Q8, NT, MT, ROT)                                                                                \
     }
 

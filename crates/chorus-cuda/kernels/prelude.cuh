@@ -163,6 +163,14 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// `bytes` (a multiple of 16) from `p` into L2 in one bulk request (sm_90+; nothing before): the
+// copy engine fetches them while the issuing threads go on, and they stay asked for after exit.
+__device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // Before waiting on its predecessor, a weight-streaming kernel asks L2 for the first weight row
 // its warp will read (`row_bytes` long): weights are never written during a step, so this overlaps
 // the DRAM latency of the first row with the predecessor's tail.

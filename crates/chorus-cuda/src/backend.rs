@@ -96,6 +96,16 @@ pub struct CudaOptions {
     /// 1.05 ms slower at 8 int8 songs on an H100 (docs/PERFORMANCE.md); `CHORUS_L2_PREFETCH_MB=N`
     /// sets it in MiB.
     pub l2_prefetch_bytes: usize,
+    /// Bytes of the next product's weights (in the order of [`chorus_core::LmOps::sequence_weights`])
+    /// that a skinny product asks L2 for as each of its blocks issues its last weight loads, so
+    /// that the next product's first reads, and the DRAM time of the small kernels between, are
+    /// not spent waiting (`kernels/lm_skinny.cu`'s `SkNext`). 0 turns it off; sm_90+ only.
+    /// `CHORUS_NEXT_PREFETCH_MB=N` sets it in MiB; for A/B measurements.
+    pub next_prefetch_bytes: usize,
+    /// With [`CudaOptions::next_prefetch_bytes`]: ask for the first weight group of every warp's
+    /// k slice of the next product's rows (what each of its blocks reads first) rather than whole
+    /// rows from its start. `CHORUS_NEXT_PREFETCH_FIRST=1` turns it on; for A/B measurements.
+    pub next_prefetch_first_groups: bool,
     /// int8 products of at most 8 rows (k a multiple of 2,048 up to 4,096, groups of 256)
     /// rotate their input (and apply its RMSNorm) inside the skinny kernel, each warp its own k
     /// slice, instead of in a kernel before it; off by default (1.92 ms slower at one int8 song
@@ -167,6 +177,12 @@ impl Default for CudaOptions {
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
                 .map_or(0, |mb| mb << 20),
+            next_prefetch_bytes: std::env::var(NEXT_PREFETCH_ENV)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(0, |mb| mb << 20),
+            next_prefetch_first_groups: std::env::var(NEXT_PREFETCH_FIRST_ENV)
+                .is_ok_and(|v| v == "1"),
             fused_norm_rotation: std::env::var(FUSED_NORM_ROTATION_ENV).map_or(true, |v| v != "0"),
             q8_fused_rotation: std::env::var(Q8_FUSED_ROTATION_ENV).is_ok_and(|v| v == "1"),
             q8_gemm: std::env::var(Q8_GEMM_ENV).map_or(true, |v| v != "0"),
@@ -204,6 +220,10 @@ pub const Q8_GEMM_ENV: &str = "CHORUS_Q8_GEMM";
 pub const Q8_GEMM_STREAM_K_ENV: &str = "CHORUS_Q8_GEMM_STREAM_K";
 /// Environment switch of [`CudaOptions::q8_gemm_wgmma`]'s default.
 pub const Q8_GEMM_WGMMA_ENV: &str = "CHORUS_Q8_GEMM_WGMMA";
+/// Environment setting (MiB) of [`CudaOptions::next_prefetch_bytes`]'s default.
+pub const NEXT_PREFETCH_ENV: &str = "CHORUS_NEXT_PREFETCH_MB";
+/// Environment switch of [`CudaOptions::next_prefetch_first_groups`]'s default.
+pub const NEXT_PREFETCH_FIRST_ENV: &str = "CHORUS_NEXT_PREFETCH_FIRST";
 /// Environment setting (MiB) of [`CudaOptions::l2_prefetch_bytes`]'s default.
 pub const L2_PREFETCH_ENV: &str = "CHORUS_L2_PREFETCH_MB";
 /// Environment switch of [`CudaOptions::skinny_persistent`]'s default.
@@ -329,6 +349,15 @@ pub struct CudaBackend {
     pub(crate) l2_prefetch_bytes: usize,
     /// Prefetch kernels enqueued so far.
     pub(crate) l2_prefetch_launches: AtomicUsize,
+    /// See [`CudaOptions::next_prefetch_bytes`]: 0 where it is off or cannot act.
+    pub(crate) next_prefetch_bytes: usize,
+    /// See [`CudaOptions::next_prefetch_first_groups`].
+    pub(crate) next_prefetch_first_groups: bool,
+    /// Each sequenced weight's successor, by the weight's device address
+    /// ([`chorus_core::LmOps::sequence_weights`]).
+    pub(crate) successors: crate::memory::Successors,
+    /// Skinny launches that asked L2 for their successor's weights.
+    pub(crate) next_prefetch_launches: AtomicUsize,
     /// Skinny-kernel launches enqueued so far (as `mma_launches`).
     pub(crate) skinny_launches: AtomicUsize,
     /// Skinny launches whose persistent grid is smaller than their tile count.
@@ -539,6 +568,15 @@ impl CudaBackend {
                 0
             },
             l2_prefetch_launches: AtomicUsize::new(0),
+            // The bulk L2 prefetch is an sm_90 instruction.
+            next_prefetch_bytes: if arch.0 >= PDL_MIN_MAJOR {
+                options.next_prefetch_bytes
+            } else {
+                0
+            },
+            next_prefetch_first_groups: options.next_prefetch_first_groups,
+            successors: Default::default(),
+            next_prefetch_launches: AtomicUsize::new(0),
             skinny_launches: AtomicUsize::new(0),
             skinny_persistent_launches: AtomicUsize::new(0),
             batch_invariant: options.batch_invariant,
@@ -656,6 +694,17 @@ impl CudaBackend {
         self.l2_prefetch_launches.load(Ordering::Relaxed)
     }
 
+    /// Skinny products enqueued that asked L2 for their successor's weights
+    /// ([`CudaOptions::next_prefetch_bytes`]; a graph replay adds none).
+    pub fn next_prefetches(&self) -> usize {
+        self.next_prefetch_launches.load(Ordering::Relaxed)
+    }
+
+    /// Weights with a successor ([`chorus_core::LmOps::sequence_weights`]; a freed weight leaves).
+    pub fn sequenced_weights(&self) -> usize {
+        lock(&self.successors).len()
+    }
+
     /// Skinny products enqueued as a persistent grid of fewer blocks than tiles
     /// ([`CudaOptions::skinny_persistent`]) so far.
     pub fn skinny_persistent_products(&self) -> usize {
@@ -760,7 +809,10 @@ impl CudaBackend {
     /// Allocates a buffer of `bytes`, registering it when a warm-up must preserve its contents.
     pub(crate) fn alloc(&self, bytes: usize, preserve: bool) -> Result<DevMem> {
         self.bind()?;
-        DevMem::new(&self.ctx, bytes, preserve.then_some(&self.registry))
+        Ok(
+            DevMem::new(&self.ctx, bytes, preserve.then_some(&self.registry))?
+                .leaving(&self.successors),
+        )
     }
 
     /// Asynchronous byte memset on the stream.

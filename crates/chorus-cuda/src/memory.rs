@@ -12,12 +12,18 @@ use crate::error::{check, cuda_error};
 /// Device pointer and size of every registered allocation, by pointer.
 pub(crate) type Registry = Arc<Mutex<HashMap<sys::CUdeviceptr, usize>>>;
 
+/// Each sequenced weight's successor, by the weight's device address (`lm/next.rs`): an
+/// allocation leaves it when it is freed, as a key and as a successor, so that a later allocation
+/// at the same address never inherits a stale successor.
+pub(crate) type Successors = Arc<Mutex<HashMap<sys::CUdeviceptr, crate::lm::NextWeight>>>;
+
 /// One device allocation, freed on drop.
 pub(crate) struct DevMem {
     ptr: sys::CUdeviceptr,
     bytes: usize,
     ctx: Arc<CudaContext>,
     registry: Option<Registry>,
+    successors: Option<Successors>,
 }
 
 impl DevMem {
@@ -43,7 +49,14 @@ impl DevMem {
             bytes,
             ctx: ctx.clone(),
             registry: registry.cloned(),
+            successors: None,
         })
+    }
+
+    /// The allocation leaves `s` when it is freed.
+    pub(crate) fn leaving(mut self, s: &Successors) -> Self {
+        self.successors = Some(s.clone());
+        self
     }
 
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
@@ -59,6 +72,11 @@ impl Drop for DevMem {
     fn drop(&mut self) {
         if let Some(reg) = &self.registry {
             lock(reg).remove(&self.ptr);
+        }
+        if let Some(s) = &self.successors {
+            let mut map = lock(s);
+            map.remove(&self.ptr);
+            map.retain(|_, next| next.ptr != self.ptr);
         }
         // Errors cannot be reported from drop; a failed free only leaks.
         let _ = self.ctx.bind_to_thread();

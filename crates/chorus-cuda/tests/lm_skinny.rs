@@ -5,7 +5,9 @@
 
 mod common;
 
-use chorus_core::lm_ops::{Epilogue, FusedLinearArgs, LinearScratch, LinearWeight, RowNorm};
+use chorus_core::lm_ops::{
+    Epilogue, FusedLinearArgs, LinearScratch, LinearWeight, RowNorm, SequencedWeight,
+};
 use chorus_core::{Backend, BufRole, LmOps, Precision};
 use chorus_cuda::{CudaBackend, CudaOptions};
 use common::*;
@@ -83,6 +85,20 @@ fn run<B: LmOps>(be: &B, c: &Case, d: &Data, key: usize) -> Vec<f32> {
     let mut normed = be.zeros(c.n * c.k, BufRole::Activation).unwrap();
     let mut rot = be.zeros(c.n * c.k, BufRole::Activation).unwrap();
     let mut product = be.zeros(c.n * c.m, BufRole::Activation).unwrap();
+    // Each weight the other's successor: a backend that prefetches the next product's weights
+    // (`CudaOptions::next_prefetch_bytes`) does so in every case.
+    let q8_weight = LinearWeight::Q8 {
+        weight: &q8,
+        group: GROUP,
+    };
+    let swiglu = c.epilogue == Epilogue::Swiglu;
+    let seq = [
+        LinearWeight::Dense(&dense),
+        q8_weight,
+        LinearWeight::Dense(&dense),
+    ]
+    .map(|w| SequencedWeight { w, k: c.k, swiglu });
+    be.sequence_weights(&seq).unwrap();
     let mut program = |b: &B| {
         b.fused_linear(FusedLinearArgs {
             x: &x,
@@ -427,6 +443,76 @@ fn l2_prefetch_changes_no_bits() {
     assert_eq!(plain.l2_prefetches(), 0);
 }
 
+/// The next product's weights asked of L2 from the end of each skinny product
+/// (`CudaOptions::next_prefetch_bytes`, whole rows or each warp's first group) change no bits and
+/// are taken by every skinny product whose weight has a successor: every epilogue (SwiGLU from
+/// both halves), dense (batch-invariant) and int8, 1, 2 and 40 rows, a budget past the successor's
+/// size and one of a few rows; a freed weight leaves the sequence.
+#[test]
+fn next_prefetch_changes_no_bits() {
+    let cpu = cpu();
+    let with = |bytes: usize, first: bool| {
+        cuda_with(CudaOptions {
+            precision: Precision::Bf16,
+            batch_invariant: true,
+            next_prefetch_bytes: bytes,
+            next_prefetch_first_groups: first,
+            ..Default::default()
+        })
+    };
+    let Some(plain) = with(0, false) else {
+        return;
+    };
+    if plain.arch().0 < 9 {
+        eprintln!("skipped: the bulk L2 prefetch needs sm_90");
+        return;
+    }
+    let mut key = 0;
+    for (bytes, first) in [(64 << 20, false), (64 << 10, false), (64 << 20, true)] {
+        let Some(prefetching) = with(bytes, first) else {
+            return;
+        };
+        for (n, q8) in [(1, true), (2, true), (40, true), (2, false), (40, false)] {
+            for epilogue in EPILOGUES {
+                let c = Case {
+                    n,
+                    k: 4096,
+                    m: 6144,
+                    epilogue,
+                    norm: true,
+                    q8,
+                };
+                let taken = against_base(
+                    (&cpu, &plain, &prefetching),
+                    &c,
+                    (key, true),
+                    CudaBackend::next_prefetches,
+                );
+                assert!(
+                    taken,
+                    "{} ({bytes} bytes, first groups {first}): not taken",
+                    c.name()
+                );
+                key += 1;
+            }
+        }
+    }
+    assert_eq!(plain.next_prefetches(), 0);
+    // a -> b -> a: two weights with a successor; freeing b leaves none.
+    let a = plain.zeros(4096 * 64, BufRole::Weight).unwrap();
+    let b = plain.zeros(4096 * 64, BufRole::Weight).unwrap();
+    let before = plain.sequenced_weights();
+    let seq = [&a, &b, &a].map(|w| SequencedWeight {
+        w: LinearWeight::Dense(w),
+        k: 4096,
+        swiglu: false,
+    });
+    plain.sequence_weights(&seq).unwrap();
+    assert_eq!(plain.sequenced_weights(), before + 2);
+    drop(b);
+    assert_eq!(plain.sequenced_weights(), before);
+}
+
 /// The int8 products' input rotation inside the skinny kernel (`CudaOptions::q8_fused_rotation`)
 /// against the CPU and the rotation kernel: without a norm the same bits (the same radix-4 stages
 /// and f16 rounding), with the norm within the bf16 bound (its sum of squares runs in another
@@ -580,6 +666,23 @@ fn a_rows_bits_do_not_depend_on_the_other_rows() {
 }
 
 /// Median device time of the captured program `key` over 20 replays, in ms.
+/// A bench weight (dense or int8) as a product takes it.
+fn as_weight<'a>(
+    (dense, qw): &'a (
+        Option<chorus_cuda::CudaBuf>,
+        Option<chorus_cuda::CudaQWeight>,
+    ),
+) -> LinearWeight<'a, CudaBackend> {
+    match (dense, qw) {
+        (Some(d), _) => LinearWeight::Dense(d),
+        (_, Some(q)) => LinearWeight::Q8 {
+            weight: q,
+            group: GROUP,
+        },
+        _ => unreachable!("every layer has one kind of weight"),
+    }
+}
+
 fn median_ms(be: &CudaBackend, key: usize) -> f64 {
     let mut t = be.time_replay(key, 20).unwrap();
     t.sort_by(f32::total_cmp);
@@ -621,6 +724,21 @@ fn skinny_products_bandwidth_by_row_count() {
                     }
                 })
                 .collect();
+            // The layers' order, and the first product again after the last (the next run).
+            let seq: Vec<_> = weights
+                .iter()
+                .chain(weights.first())
+                .enumerate()
+                .map(|(i, w)| {
+                    let (k, _, epilogue, _) = shapes[i % shapes.len()];
+                    SequencedWeight {
+                        w: as_weight(w),
+                        k,
+                        swiglu: epilogue == Epilogue::Swiglu,
+                    }
+                })
+                .collect();
+            be.sequence_weights(&seq).unwrap();
             let gamma = be.upload(&vec![1.0; inter], BufRole::Weight).unwrap();
             let per_weight = if q8 { 1 } else { 2 };
             let bytes: usize = layers
@@ -643,16 +761,9 @@ fn skinny_products_bandwidth_by_row_count() {
                     + usize::from(skinny) * 2
                     + usize::from(invariant);
                 be.run(key, &mut |b: &CudaBackend| {
-                    for (i, (dense, qw)) in weights.iter().enumerate() {
+                    for (i, weight) in weights.iter().enumerate() {
                         let (k, m, epilogue, norm) = shapes[i % shapes.len()];
-                        let w = match (dense, qw) {
-                            (Some(d), _) => LinearWeight::Dense(d),
-                            (_, Some(q)) => LinearWeight::Q8 {
-                                weight: q,
-                                group: GROUP,
-                            },
-                            _ => unreachable!("every layer has one kind of weight"),
-                        };
+                        let w = as_weight(weight);
                         b.fused_linear(FusedLinearArgs {
                             x: &x,
                             norm: norm.then_some(RowNorm {

@@ -2,7 +2,8 @@
 //! share (Qwen3's LM, MiniMax's depth decoder, Llama-style models): a model crate maps its own
 //! tensor names and fusions onto these fields at upload.
 
-use chorus_core::LmOps;
+use chorus_core::lm_ops::SequencedWeight;
+use chorus_core::{LmOps, Result};
 
 use crate::linear::Linear;
 
@@ -33,4 +34,35 @@ impl<B: LmOps> DecoderLayer<B> {
             .iter()
             .any(|x| x.is_q8())
     }
+}
+
+fn step<B: LmOps>(lin: &Linear<B>, k: usize, swiglu: bool) -> SequencedWeight<'_, B> {
+    SequencedWeight {
+        w: lin.weight(),
+        k,
+        swiglu,
+    }
+}
+
+/// Tells `be` the order in which a step's products read `layers`' weights
+/// ([`LmOps::sequence_weights`]): q/k/v, o, gate/up and down of each layer in turn, then `then`'s
+/// q/k/v (the stack a step runs next, or the first layer again for a stack run once per level).
+/// `q_width`: o_proj's input, q heads times head_dim.
+pub fn sequence_layers<B: LmOps>(
+    be: &B,
+    layers: &[DecoderLayer<B>],
+    (hidden, q_width, inter): (usize, usize, usize),
+    then: Option<&DecoderLayer<B>>,
+) -> Result<()> {
+    let mut seq = Vec::with_capacity(4 * layers.len() + 1);
+    for l in layers {
+        seq.push(step(&l.qkv, hidden, false));
+        seq.push(step(&l.o_proj, q_width, false));
+        seq.push(step(&l.gate_up, hidden, true));
+        seq.push(step(&l.down, inter, false));
+    }
+    if let Some(t) = then {
+        seq.push(step(&t.qkv, hidden, false));
+    }
+    be.sequence_weights(&seq)
 }

@@ -44,7 +44,7 @@ pub use decoder::{
 pub use host_linear::{HostLinear, Q8Tensor};
 pub use io::{store_last_hidden, IntInput, LastHidden};
 pub use kv::{blocks_for, BlockPool, Reservation, DEFAULT_BLOCK_SIZE, NULL_BLOCK};
-pub use layer::{DecoderLayer, QkNorm};
+pub use layer::{sequence_layers, DecoderLayer, QkNorm};
 pub use linear::{linear, Linear, LinearIo};
 pub use mlp::{mlp_half, Mlp};
 pub use pipeline::{Bucket, FrameLoop, Pending, Pipeline};

@@ -32,6 +32,17 @@ impl<B: LmOps> Linear<B> {
         }
     }
 
+    /// The weight as a product takes it.
+    pub fn weight(&self) -> LinearWeight<'_, B> {
+        match self {
+            Self::Dense(w) => LinearWeight::Dense(w),
+            Self::Q8 { weight, group } => LinearWeight::Q8 {
+                weight,
+                group: *group,
+            },
+        }
+    }
+
     /// True for int8 weights (whose products need a rotation scratch).
     pub fn is_q8(&self) -> bool {
         matches!(self, Self::Q8 { .. })
@@ -85,17 +96,10 @@ impl<'a, B: LmOps> LinearIo<'a, B> {
 
 /// The product of `io` with either kind of weights, as one [`LmOps::fused_linear`].
 pub fn linear<B: LmOps>(be: &B, lin: &Linear<B>, io: LinearIo<'_, B>) -> Result<()> {
-    let w = match lin {
-        Linear::Dense(w) => LinearWeight::Dense(w),
-        Linear::Q8 { weight, group } => LinearWeight::Q8 {
-            weight,
-            group: *group,
-        },
-    };
     be.fused_linear(FusedLinearArgs {
         x: io.x,
         norm: io.norm,
-        w,
+        w: lin.weight(),
         out: io.out,
         scratch: io.scratch,
         n: io.n,

@@ -3,7 +3,9 @@
 //! are chorus-lm's [`DecoderLayer`], the depth decoder's without q/k norms.
 
 use chorus_core::{BufRole, LmOps, Result};
-use chorus_lm::{check_positional, rope_table, DecoderLayer, HostLinear, Linear, QkNorm};
+use chorus_lm::{
+    check_positional, rope_table, sequence_layers, DecoderLayer, HostLinear, Linear, QkNorm,
+};
 
 use crate::config::ROPE_POSITIONS;
 use crate::load::MusicModel;
@@ -65,6 +67,17 @@ impl<B: LmOps> DeviceWeights<B> {
         // Qwen3: q/k norms with RoPE; the depth decoder: neither (learnt positions).
         check_positional(&lm_layers, true)?;
         check_positional(&depth_layers, false)?;
+        // A frame runs the depth decoder once per level, then the LM, then the next frame's
+        // depth decoder.
+        let (lc, dc) = (&m.lm_config, &m.depth_config);
+        let depth_dims = (dc.hidden_size, dc.hidden_size, dc.intermediate_size);
+        sequence_layers(be, &depth_layers, depth_dims, depth_layers.first())?;
+        let lm_dims = (
+            lc.hidden_size,
+            lc.num_attention_heads * lc.head_dim,
+            lc.intermediate_size,
+        );
+        sequence_layers(be, &lm_layers, lm_dims, depth_layers.first())?;
         Ok(Self {
             embed_tokens: w(&m.lm.embed_tokens)?,
             lm_layers,

@@ -5,7 +5,9 @@
 //! VAD heads as one `[heads * classes, hidden]` linear, and the RoPE table.
 
 use chorus_core::{BufRole, HostTensor, LmOps, Result};
-use chorus_lm::{check_positional, interleaved_to_half, rope_table, DecoderLayer, Linear};
+use chorus_lm::{
+    check_positional, interleaved_to_half, rope_table, sequence_layers, DecoderLayer, Linear,
+};
 
 use crate::config::SttConfig;
 use crate::load::SttModel;
@@ -69,6 +71,9 @@ impl<B: LmOps> DeviceWeights<B> {
             .map(|l| layer(be, c, l))
             .collect::<Result<_>>()?;
         check_positional(&layers, true)?;
+        // Each step runs the layers once, then the next step again from the first.
+        let dims = (c.hidden_size, c.q_width(), c.ffn_hidden);
+        sequence_layers(be, &layers, dims, layers.first())?;
         let vad = if w.extra_heads.is_empty() {
             None
         } else {

@@ -5,12 +5,14 @@
 pub(crate) mod attention;
 mod draw;
 pub(crate) mod gemv;
+mod next;
 mod prefetch;
 mod q8;
 pub(crate) mod q8_gemm;
 mod rows;
 pub(crate) mod skinny;
 
+pub(crate) use next::NextWeight;
 pub use q8::CudaQWeight;
 
 use chorus_core::lm_ops::{
@@ -252,5 +254,12 @@ impl LmOps for CudaBackend {
 
     fn fused_linear(&self, a: FusedLinearArgs<'_, Self>) -> Result<()> {
         skinny::fused_linear(self, a)
+    }
+
+    fn sequence_weights(
+        &self,
+        seq: &[chorus_core::lm_ops::SequencedWeight<'_, Self>],
+    ) -> Result<()> {
+        self.sequence(seq)
     }
 }

@@ -17,6 +17,7 @@ use chorus_core::lm_ops::{
 };
 use chorus_core::{Precision, Result};
 
+use super::next::SkNext;
 use super::rows::rms_norm_rows;
 use super::{check_len, t_ptr};
 use crate::backend::{CudaBackend, CudaBuf};
@@ -128,6 +129,12 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
         return apart(be, a);
     }
     let _timer = be.op_timer(OP);
+    // The int8 GEMM takes no successor prefetch.
+    let next = if gemm {
+        SkNext::NONE
+    } else {
+        be.next_of(w_ptr, n)
+    };
     let FusedLinearArgs {
         x,
         norm,
@@ -158,6 +165,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 eps,
                 q8: false,
                 rot: false,
+                next,
             };
             launch(be, p, shape)
         }
@@ -181,6 +189,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                     eps,
                     q8: true,
                     rot: true,
+                    next,
                 };
                 be.q8_fused_rotation_launches
                     .fetch_add(1, Ordering::Relaxed);
@@ -233,6 +242,7 @@ pub(super) fn fused_linear(be: &CudaBackend, a: FusedLinearArgs<'_, CudaBackend>
                 eps: 0.0,
                 q8: true,
                 rot: false,
+                next,
             };
             launch(be, p, shape)
         }
@@ -251,6 +261,8 @@ struct Skinny {
     q8: bool,
     /// The kernel rotates (and norms) the raw input itself ([`rot_fits`]).
     rot: bool,
+    /// The next product's weights to ask L2 for ([`CudaBackend::next_of`]).
+    next: SkNext,
 }
 
 /// Launches the product in groups of at most [`SKINNY_MAX_ROWS`] rows (more than one group only
@@ -268,9 +280,12 @@ fn launch(
     let esize = be.esize() as u64;
     for r0 in (0..n).step_by(SKINNY_MAX_ROWS) {
         let rows = (n - r0).min(SKINNY_MAX_ROWS);
+        // Only the last group's blocks end the product.
+        let last = r0 + SKINNY_MAX_ROWS >= n;
         let group = Skinny {
             x: p.x + (r0 * k) as u64 * esize,
             out: p.out + (r0 * cols) as u64 * esize,
+            next: if last { p.next } else { SkNext::NONE },
             ..p
         };
         launch_rows(be, group, (rows, k, m, epilogue))?;
@@ -307,13 +322,22 @@ fn launch_rows(
     }
     let (n32, k32, m32) = (n as i32, k as i32, cols as i32);
     let epi = epi_code(epilogue);
-    let (x, w, scale, gamma, out, eps) = (p.x, p.w, p.scale, p.gamma, p.out, p.eps);
+    let (x, w, scale, gamma, out, eps, next) = (p.x, p.w, p.scale, p.gamma, p.out, p.eps, p.next);
     be.skinny_launches.fetch_add(1, Ordering::Relaxed);
     be.launch(
         kernel,
         cfg,
-        &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi],
+        &mut kargs![&x, &w, &scale, &gamma, &out, &n32, &k32, &m32, &eps, &epi, &next],
     )
+}
+
+/// Weight chunks each warp of a skinny launch of `n` rows over a weight of `rows` rows (both
+/// halves with `swiglu`) loads per group (`sk_body`'s `U`): what its first reads cover.
+pub(super) fn chunks_per_group(be: &CudaBackend, n: usize, rows: usize, swiglu: bool) -> usize {
+    let tiles = n.clamp(1, SKINNY_MAX_ROWS).div_ceil(8).next_power_of_two();
+    let (cols, per_tile) = if swiglu { (rows / 2, 8) } else { (rows, 16) };
+    let mt = weight_tiles(tiles, cols.div_ceil(2 * per_tile), be.sm_count);
+    (if tiles >= 4 { 2 } else { 4 }) / mt
 }
 
 /// Shared memory of a block with `tiles` activation and `mt` weight tiles: each warp's partial
