@@ -394,6 +394,18 @@ fn persistent_skinny_grid_keeps_the_bits() {
     assert_eq!(tiled.skinny_persistent_products(), 0);
 }
 
+/// A q/k/v-sized product (k 4096, m 6144) with its norm, `n` rows, under every epilogue.
+fn normed_4096(n: usize, q8: bool) -> impl Iterator<Item = Case> {
+    EPILOGUES.into_iter().map(move |epilogue| Case {
+        n,
+        k: 4096,
+        m: 6144,
+        epilogue,
+        norm: true,
+        q8,
+    })
+}
+
 /// The L2 prefetch ahead of each product (`CudaOptions::l2_prefetch_bytes`) changes no bits and
 /// is taken where it should be: the one- and two-row dense GEMV, the skinny kernel and the int8
 /// GEMM, every epilogue (SwiGLU prefetches from both halves); products on cuBLAS get none.
@@ -419,15 +431,7 @@ fn l2_prefetch_changes_no_bits() {
         (40, true),
         (128, true),
     ] {
-        for epilogue in EPILOGUES {
-            let c = Case {
-                n,
-                k: 4096,
-                m: 6144,
-                epilogue,
-                norm: true,
-                q8,
-            };
+        for c in normed_4096(n, q8) {
             let taken = against_base(
                 (&cpu, &plain, &prefetching),
                 &c,
@@ -473,15 +477,7 @@ fn next_prefetch_changes_no_bits() {
             return;
         };
         for (n, q8) in [(1, true), (2, true), (40, true), (2, false), (40, false)] {
-            for epilogue in EPILOGUES {
-                let c = Case {
-                    n,
-                    k: 4096,
-                    m: 6144,
-                    epilogue,
-                    norm: true,
-                    q8,
-                };
+            for c in normed_4096(n, q8) {
                 let taken = against_base(
                     (&cpu, &plain, &prefetching),
                     &c,
